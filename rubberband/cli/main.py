@@ -1,0 +1,88 @@
+"""The `rubberband` command line: one subcommand per step of the pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from rubberband.errors import RubberbandError
+
+# name -> (help, add_arguments, run); filled by the modules below via `command`.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def command(name: str, help: str):
+    """Register a subcommand: decorate ``run(args) -> exit code`` whose ``.arguments`` adds options."""
+
+    def wrap(run: Callable[[argparse.Namespace], int]):
+        COMMANDS[name] = (help, getattr(run, "arguments", lambda p: None), run)
+        return run
+
+    return wrap
+
+
+def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
+    """Print ``payload`` as JSON with ``--json``, else the human text."""
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2, default=_jsonable))
+    else:
+        print(text)
+
+
+def _jsonable(value: object) -> object:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rubberband import __version__
+    from rubberband.cli import commands  # noqa: F401  registers the subcommands
+
+    parser = argparse.ArgumentParser(
+        prog="rubberband",
+        description="Plan and run hyperparameter tuning jobs at the lowest cost that meets a deadline.",
+    )
+    parser.add_argument("--version", action="version", version=f"rubberband {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+        add_arguments(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rubberband`` console script."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except RubberbandError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, not bad input: still one line, with a way to see more
+        if args.debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

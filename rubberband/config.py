@@ -1,0 +1,238 @@
+"""Experiment files: the YAML a user writes, checked against a schema and turned into values.
+
+This module sits at the edge of the pure core: it ties a spec, a model profile and a cloud
+catalog together, so it imports both `spec` and `profiles` (which never import it)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
+from rubberband.profiles.model import ModelProfile
+from rubberband.schema import check_mapping, choice, integer, load_yaml, number
+from rubberband.spec.experiment import ExperimentSpec
+from rubberband.units import parse_duration
+
+POLICIES = ("optimal", "greedy", "static", "naive-elastic")
+SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform", "qloguniform", "randn")
+
+_TOP_OPTIONAL = [
+    "name", "description", "sha", "stages", "hyperband", "deadline", "policy", "samples", "seed",
+    "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size",
+]
+_TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A loaded experiment file: what to tune, on what, by when, and how to train it."""
+
+    name: str
+    spec: ExperimentSpec
+    model: ModelProfile
+    catalog: CloudCatalog
+    instance_type: str
+    market: Market = Market.ON_DEMAND
+    cloud_overrides: dict[str, Any] = field(default_factory=dict)
+    deadline_s: float | None = None
+    policy: str = "optimal"
+    samples: int = 1000
+    seed: int = 0
+    confidence: float | None = None
+    trainer: str | None = None
+    search_space: dict[str, Any] = field(default_factory=dict)
+    metric: str = "loss"
+    mode: str = "min"
+    global_batch_size: int | None = None
+    path: str | None = None
+
+    @property
+    def auto_instance_type(self) -> bool:
+        return self.instance_type == "auto"
+
+    @property
+    def cloud(self) -> CloudProfile:
+        """The cloud profile of the chosen instance type (the first type when ``auto``)."""
+        name = self.catalog.instance_types[0] if self.auto_instance_type else self.instance_type
+        return self.cloud_for(name)
+
+    def cloud_for(self, instance_type: str) -> CloudProfile:
+        """The cloud profile of ``instance_type`` with this experiment's overrides applied."""
+        return self.catalog.get(instance_type, self.market, self.cloud_overrides)
+
+
+def _resolve(path_value: Any, base: Path, where: str) -> Path:
+    if not isinstance(path_value, str) or not path_value.strip():
+        raise SpecError(f"{where}: expected a path to a YAML file")
+    path = Path(path_value)
+    if not path.is_absolute():
+        path = (base / path).resolve()
+    if not path.is_file():
+        raise SpecError(f"{where}: no such file {path_value!r} (paths are relative to the experiment file)")
+    return path
+
+
+def _parse_spec(data: dict, where: str) -> ExperimentSpec:
+    given = [k for k in ("sha", "stages", "hyperband") if k in data]
+    if len(given) != 1:
+        raise SpecError(
+            f"{where}: give exactly one of `sha:`, `stages:` or `hyperband:` to define the job"
+            + (f" (found {', '.join(given)})" if given else "")
+        )
+    kind = given[0]
+    if kind == "sha":
+        sha = check_mapping(data["sha"], "sha", required=["num_trials", "min_iters", "max_iters"], optional=["eta"])
+        return ExperimentSpec.sha(
+            integer(sha["num_trials"], "sha.num_trials"), integer(sha["min_iters"], "sha.min_iters"),
+            integer(sha["max_iters"], "sha.max_iters"), _eta(sha.get("eta", 2), "sha.eta"),
+        )
+    if kind == "hyperband":
+        hb = check_mapping(data["hyperband"], "hyperband", required=["min_iters", "max_iters"], optional=["eta"])
+        brackets = ExperimentSpec.hyperband(
+            integer(hb["min_iters"], "hyperband.min_iters"), integer(hb["max_iters"], "hyperband.max_iters"),
+            _eta(hb.get("eta", 3), "hyperband.eta"),
+        )
+        return ExperimentSpec.chain(brackets)
+    stages = data["stages"]
+    if not isinstance(stages, list) or not stages:
+        raise SpecError("stages: expected a non-empty list such as [[32, 1], [10, 3]] or [{num_trials: 32, iters: 1}]")
+    spec = ExperimentSpec()
+    for i, stage in enumerate(stages):
+        if isinstance(stage, dict):
+            stage = check_mapping(stage, f"stages[{i}]", required=["num_trials", "iters"])
+            n, k = stage["num_trials"], stage["iters"]
+        elif isinstance(stage, list) and len(stage) == 2:
+            n, k = stage
+        else:
+            raise SpecError(f"stages[{i}]: expected [num_trials, iters] or {{num_trials: N, iters: K}}, got {stage!r}")
+        spec = spec.add_stage(integer(n, f"stages[{i}].num_trials"), integer(k, f"stages[{i}].iters"))
+    return spec
+
+
+def _eta(value: Any, where: str) -> int:
+    eta = integer(value, where, minimum=1)
+    if eta < 2:
+        raise SpecError(f"{where}: must be at least 2 (an eta of 1 never stops a trial), got {value!r}")
+    return eta
+
+
+def _parse_search_space(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError("search_space: expected a mapping of hyperparameter name to a list or {loguniform: [low, high]}")
+    for name, dom in value.items():
+        where = f"search_space.{name}"
+        if isinstance(dom, list):
+            if not dom:
+                raise SpecError(f"{where}: an empty list has nothing to choose from")
+        elif isinstance(dom, dict):
+            if len(dom) != 1:
+                raise SpecError(f"{where}: expected one sampler such as {{loguniform: [1e-4, 1e-1]}}, got {dom!r}")
+            (kind, args), = dom.items()
+            choice(kind, f"{where}", SAMPLERS)
+            if kind in ("choice", "grid"):
+                if not isinstance(args, list) or not args:
+                    raise SpecError(f"{where}.{kind}: expected a non-empty list")
+            elif kind == "randn":
+                if not isinstance(args, list) or len(args) != 2:
+                    raise SpecError(f"{where}.randn: expected [mean, std]")
+            else:
+                if not isinstance(args, list) or len(args) not in (2, 3):
+                    raise SpecError(f"{where}.{kind}: expected [low, high] (and a step q for q-samplers)")
+                low, high = (number(a, f"{where}.{kind}") for a in args[:2])
+                if high <= low:
+                    raise SpecError(f"{where}.{kind}: high {high:g} must exceed low {low:g}")
+                if kind in ("loguniform", "qloguniform") and low <= 0:
+                    raise SpecError(f"{where}.{kind}: low must be positive for a log scale, got {low:g}")
+        elif not isinstance(dom, (int, float, str, bool)):
+            raise SpecError(f"{where}: expected a constant, a list or a sampler mapping")
+    return dict(value)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Load and validate an experiment YAML file.
+
+    Raises:
+        SpecError: a one-line message naming the field, for any malformed input.
+    """
+    path = Path(path)
+    data = load_yaml(path, "experiment")
+    return experiment_from_dict(data, base=path.parent, path=str(path))
+
+
+def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = None) -> Experiment:
+    """Build an ``Experiment`` from its YAML mapping; relative paths resolve against ``base``."""
+    base = Path(base)
+    data = check_mapping(data, "experiment", required=["model_profile", "cloud"], optional=_TOP_OPTIONAL)
+    spec = _parse_spec(data, "experiment")
+
+    model_value = data["model_profile"]
+    if isinstance(model_value, dict):
+        model = ModelProfile.from_dict(model_value, "model_profile")
+    else:
+        model = ModelProfile.load(_resolve(model_value, base, "model_profile"))
+
+    cloud = check_mapping(data["cloud"], "cloud", required=["profile", "instance_type"], optional=["market", "overrides"])
+    catalog = CloudCatalog.load(_resolve(cloud["profile"], base, "cloud.profile"))
+    instance_type = str(cloud["instance_type"])
+    market = Market(choice(cloud.get("market", "on-demand"), "cloud.market", [m.value for m in Market]))
+    overrides = cloud.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise SpecError("cloud.overrides: expected a mapping such as {init_latency_s: {dist: constant, value: 15}}")
+
+    exp = Experiment(
+        name=str(data.get("name") or (Path(path).stem if path else "experiment")),
+        spec=spec,
+        model=model,
+        catalog=catalog,
+        instance_type=instance_type,
+        market=market,
+        cloud_overrides=dict(overrides),
+        deadline_s=parse_duration(data["deadline"], "deadline") if data.get("deadline") is not None else None,
+        policy=choice(data.get("policy", "optimal"), "policy", POLICIES),
+        samples=integer(data.get("samples", 1000), "samples"),
+        seed=integer(data.get("seed", 0), "seed", minimum=0),
+        confidence=_confidence(data.get("confidence")),
+        trainer=_trainer(data.get("trainer"), base),
+        search_space=_parse_search_space(data.get("search_space")),
+        metric=str(data.get("metric", "loss")),
+        mode=choice(data.get("mode", "min"), "mode", ["min", "max"]),
+        global_batch_size=integer(data["global_batch_size"], "global_batch_size") if data.get("global_batch_size") is not None else None,
+        path=path,
+    )
+    if not exp.auto_instance_type:
+        exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
+    else:
+        for name in catalog.instance_types:
+            exp.cloud_for(name)
+    return exp
+
+
+def _confidence(value: Any) -> float | None:
+    if value is None:
+        return None
+    conf = number(value, "confidence")
+    if not 0 < conf < 1:
+        raise SpecError(f"confidence: must be between 0 and 1 (e.g. 0.9 for P(JCT <= deadline) >= 90%), got {value!r}")
+    return conf
+
+
+def _trainer(value: Any, base: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TRAINER.match(value):
+        raise SpecError(f"trainer: expected `package.module:Name` or `path/to/file.py:Name`, got {value!r}")
+    file_part = value.split(":")[0]
+    if file_part.endswith(".py"):
+        file_path = Path(file_part)
+        if not file_path.is_absolute():
+            file_path = base / file_path
+        if not file_path.is_file():
+            raise SpecError(f"trainer: no such file {file_part!r} (paths are relative to the experiment file)")
+        return f"{file_path.resolve()}:{value.split(':')[1]}" if ":" in value else str(file_path.resolve())
+    return value

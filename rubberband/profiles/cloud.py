@@ -1,0 +1,270 @@
+"""Cloud profile: one instance type's GPUs, price, billing rules, latencies and data cost.
+
+Region files (``cloud_profiles/<provider>/<region>.yaml``) hold shared ``defaults`` and one
+entry per instance type; ``CloudProfile.load`` picks one type out of such a file, and
+``CloudCatalog`` lists them all (for ``instance_type="auto"``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.profiles.distributions import Constant, Distribution, Normal, parse_distribution
+from rubberband.schema import check_mapping, choice, did_you_mean, integer, load_yaml, number
+
+
+class BillingModel(enum.Enum):
+    """How compute is charged (paper §4.1)."""
+
+    PER_INSTANCE = "per_instance"
+    PER_FUNCTION = "per_function"
+
+
+class Market(enum.Enum):
+    """EC2 purchasing option."""
+
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+@dataclass(frozen=True)
+class Billing:
+    """Billing rules: per-instance time rounded up to ``granularity_s``, at least ``minimum_s``."""
+
+    model: BillingModel = BillingModel.PER_INSTANCE
+    granularity_s: float = 1.0
+    minimum_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        number(self.granularity_s, "billing.granularity_s", positive=True)
+        number(self.minimum_s, "billing.minimum_s", minimum=0)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "billing") -> Billing:
+        data = check_mapping(data, where, required=["model"], optional=["granularity_s", "minimum_s"])
+        model = BillingModel(choice(data["model"], f"{where}.model", [m.value for m in BillingModel]))
+        return cls(
+            model=model,
+            granularity_s=number(data.get("granularity_s", 1.0), f"{where}.granularity_s", positive=True),
+            minimum_s=number(data.get("minimum_s", 60.0), f"{where}.minimum_s", minimum=0),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.model is BillingModel.PER_FUNCTION:
+            return {"model": self.model.value}
+        return {"model": self.model.value, "granularity_s": self.granularity_s, "minimum_s": self.minimum_s}
+
+
+@dataclass(frozen=True)
+class DataCost:
+    """Dataset size and the price paid per GB each time an instance downloads it."""
+
+    dataset_gb: float = 0.0
+    price_usd_per_gb: float = 0.0
+
+    def __post_init__(self) -> None:
+        number(self.dataset_gb, "data.dataset_gb", minimum=0)
+        number(self.price_usd_per_gb, "data.price_usd_per_gb", minimum=0)
+
+    @property
+    def usd_per_launch(self) -> float:
+        return self.dataset_gb * self.price_usd_per_gb
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "data") -> DataCost:
+        data = check_mapping(data, where, optional=["dataset_gb", "price_usd_per_gb"])
+        return cls(
+            number(data.get("dataset_gb", 0.0), f"{where}.dataset_gb", minimum=0),
+            number(data.get("price_usd_per_gb", 0.0), f"{where}.price_usd_per_gb", minimum=0),
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"dataset_gb": self.dataset_gb, "price_usd_per_gb": self.price_usd_per_gb}
+
+
+_TYPE_REQUIRED = ["gpus_per_instance", "price_usd_per_hour"]
+_TYPE_OPTIONAL = [
+    "spot_price_usd_per_hour", "gpu_model", "gpu_memory_gb", "vcpus", "memory_gb",
+    "billing", "provision_latency_s", "init_latency_s", "data", "prices_as_of", "family",
+]
+_SINGLE_OPTIONAL = ["provider", "region", "instance_type", "market", *_TYPE_OPTIONAL]
+_DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data"]
+OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour"]
+
+
+@dataclass(frozen=True)
+class CloudProfile:
+    """One instance type of one region, as the simulator and planner see it (DESIGN §3)."""
+
+    instance_type: str
+    gpus_per_instance: int
+    price_usd_per_hour: float
+    provider: str = "aws"
+    region: str = "us-east-1"
+    spot_price_usd_per_hour: float | None = None
+    market: Market = Market.ON_DEMAND
+    billing: Billing = field(default_factory=Billing)
+    provision_latency_s: Distribution = field(default_factory=lambda: Normal(30.0, 5.0))
+    init_latency_s: Distribution = field(default_factory=lambda: Constant(60.0))
+    data: DataCost = field(default_factory=DataCost)
+    gpu_model: str | None = None
+    gpu_memory_gb: float | None = None
+    vcpus: int | None = None
+    memory_gb: float | None = None
+    prices_as_of: str | None = None
+
+    def __post_init__(self) -> None:
+        integer(self.gpus_per_instance, "gpus_per_instance")
+        number(self.price_usd_per_hour, "price_usd_per_hour", minimum=0)
+        if self.spot_price_usd_per_hour is not None:
+            number(self.spot_price_usd_per_hour, "spot_price_usd_per_hour", minimum=0)
+        if self.market is Market.SPOT and self.spot_price_usd_per_hour is None:
+            raise SpecError(f"market: spot chosen but {self.instance_type} has no spot_price_usd_per_hour; add one or use on-demand")
+
+    @property
+    def G(self) -> int:  # noqa: N802 - the paper's symbol
+        """GPUs per instance."""
+        return self.gpus_per_instance
+
+    @property
+    def hourly_usd(self) -> float:
+        """The hourly price of the chosen market."""
+        if self.market is Market.SPOT:
+            return float(self.spot_price_usd_per_hour)  # type: ignore[arg-type]
+        return float(self.price_usd_per_hour)
+
+    @property
+    def usd_per_second(self) -> float:
+        return self.hourly_usd / 3600.0
+
+    def replace(self, **changes: Any) -> CloudProfile:
+        """A copy with some fields changed (what-if analysis)."""
+        return replace(self, **changes)
+
+    # --- I/O ------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "cloud_profile") -> CloudProfile:
+        """Build from the single-instance-type shape of DESIGN §3."""
+        data = check_mapping(data, where, required=_TYPE_REQUIRED, optional=_SINGLE_OPTIONAL)
+        kwargs: dict[str, Any] = {
+            "instance_type": str(data.get("instance_type", "custom")),
+            "gpus_per_instance": integer(data["gpus_per_instance"], f"{where}.gpus_per_instance"),
+            "price_usd_per_hour": number(data["price_usd_per_hour"], f"{where}.price_usd_per_hour", minimum=0),
+            "provider": str(data.get("provider", "aws")),
+            "region": str(data.get("region", "us-east-1")),
+        }
+        if data.get("spot_price_usd_per_hour") is not None:
+            kwargs["spot_price_usd_per_hour"] = number(data["spot_price_usd_per_hour"], f"{where}.spot_price_usd_per_hour", minimum=0)
+        if "market" in data:
+            kwargs["market"] = Market(choice(data["market"], f"{where}.market", [m.value for m in Market]))
+        if "billing" in data:
+            kwargs["billing"] = Billing.from_dict(data["billing"], f"{where}.billing")
+        for key in ("provision_latency_s", "init_latency_s"):
+            if key in data:
+                kwargs[key] = parse_distribution(data[key], f"{where}.{key}")
+        if "data" in data:
+            kwargs["data"] = DataCost.from_dict(data["data"], f"{where}.data")
+        for key in ("gpu_model", "prices_as_of"):
+            if data.get(key) is not None:
+                kwargs[key] = str(data[key])
+        for key in ("gpu_memory_gb", "memory_gb"):
+            if data.get(key) is not None:
+                kwargs[key] = number(data[key], f"{where}.{key}", minimum=0)
+        if data.get("vcpus") is not None:
+            kwargs["vcpus"] = integer(data["vcpus"], f"{where}.vcpus")
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: str | Path, instance_type: str, market: str | Market = Market.ON_DEMAND) -> CloudProfile:
+        """Load one instance type from a region file (``cloud_profiles/aws/us-east-1.yaml``)."""
+        return CloudCatalog.load(path).get(instance_type, market=market)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "provider": self.provider,
+            "region": self.region,
+            "instance_type": self.instance_type,
+            "gpus_per_instance": self.gpus_per_instance,
+            "price_usd_per_hour": self.price_usd_per_hour,
+        }
+        if self.spot_price_usd_per_hour is not None:
+            out["spot_price_usd_per_hour"] = self.spot_price_usd_per_hour
+        out["market"] = self.market.value
+        out["billing"] = self.billing.to_dict()
+        out["provision_latency_s"] = self.provision_latency_s.to_dict()
+        out["init_latency_s"] = self.init_latency_s.to_dict()
+        out["data"] = self.data.to_dict()
+        for key in ("gpu_model", "gpu_memory_gb", "vcpus", "memory_gb", "prices_as_of"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class CloudCatalog:
+    """Every instance type of one region file."""
+
+    provider: str
+    region: str
+    types: dict[str, dict[str, Any]]
+    defaults: dict[str, Any]
+    prices_as_of: str | None = None
+    path: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "cloud_profile") -> CloudCatalog:
+        data = check_mapping(
+            data, where, required=["provider", "region", "instance_types"],
+            optional=["defaults", "prices_as_of", "source", "notes"],
+        )
+        defaults = check_mapping(data.get("defaults") or {}, f"{where}.defaults", optional=_DEFAULT_KEYS)
+        types = data["instance_types"]
+        if not isinstance(types, dict) or not types:
+            raise SpecError(f"{where}.instance_types: expected a mapping of instance type name to its entry")
+        for name, entry in types.items():
+            check_mapping(entry, f"{where}.instance_types.{name}", required=_TYPE_REQUIRED, optional=_TYPE_OPTIONAL)
+        catalog = cls(str(data["provider"]), str(data["region"]), dict(types), defaults,
+                      str(data["prices_as_of"]) if data.get("prices_as_of") else None, where)
+        for name in types:  # validate every entry up front, so a bad file fails at load
+            catalog.get(name)
+        return catalog
+
+    @classmethod
+    def load(cls, path: str | Path) -> CloudCatalog:
+        return cls.from_dict(load_yaml(path, "cloud_profile"), where=str(path))
+
+    @property
+    def instance_types(self) -> list[str]:
+        return list(self.types)
+
+    def get(
+        self, instance_type: str, market: str | Market = Market.ON_DEMAND, overrides: dict[str, Any] | None = None
+    ) -> CloudProfile:
+        """The ``CloudProfile`` of one instance type; unknown names get a did-you-mean hint.
+
+        ``overrides`` replaces fields of the entry (an experiment's dataset size, a measured
+        initialisation latency, another billing model); ``data`` is merged key by key.
+        """
+        if instance_type not in self.types:
+            raise SpecError(
+                f"instance_type: {instance_type!r} is not in {self.path or self.region}"
+                f"{did_you_mean(instance_type, self.types)}; known types: {', '.join(self.types)}"
+            )
+        if isinstance(market, str):
+            market = Market(choice(market, "market", [m.value for m in Market]))
+        entry = {**self.defaults, **self.types[instance_type]}
+        for key, value in (overrides or {}).items():
+            if key not in OVERRIDABLE:
+                raise SpecError(f"cloud.overrides.{key}: unknown key{did_you_mean(key, OVERRIDABLE)}; allowed keys: {', '.join(OVERRIDABLE)}")
+            if key == "data" and isinstance(value, dict) and isinstance(entry.get("data"), dict):
+                value = {**entry["data"], **value}
+            entry[key] = value
+        entry.update(provider=self.provider, region=self.region, instance_type=instance_type, market=market.value)
+        entry.setdefault("prices_as_of", self.prices_as_of)
+        if entry["prices_as_of"] is None:
+            entry.pop("prices_as_of")
+        return CloudProfile.from_dict(entry, where=f"{self.path}.instance_types.{instance_type}")

@@ -1,0 +1,135 @@
+"""Model profile: per-iteration latency by GPUs per trial, trial start-up and SYNC latency."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
+from rubberband.schema import check_mapping, integer, load_yaml
+
+_KEYS_REQUIRED = ["iter_latency_s"]
+_KEYS_OPTIONAL = [
+    "name", "description", "notes", "measured_on", "measured_at", "rubberband_version",
+    "global_batch_size", "trial_startup_s", "sync_s", "profiling",
+]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """How one model's training scales with GPUs (DESIGN §3).
+
+    ``iter_latency_s`` maps a profiled GPU count to the distribution of seconds per training
+    iteration at the fixed global batch size. Between profiled counts the mean and std
+    interpolate linearly in ``log2(GPUs)``; outside the profiled range there is no
+    extrapolation (``latency(m)`` raises ``SpecError``).
+    """
+
+    iter_latency_s: dict[int, Distribution]
+    trial_startup_s: Distribution = field(default_factory=lambda: Constant(0.0))
+    sync_s: Distribution = field(default_factory=lambda: Constant(0.0))
+    name: str = "model"
+    measured_on: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.iter_latency_s:
+            raise SpecError("iter_latency_s: needs at least one GPU count, e.g. {1: {dist: constant, value: 4.0}}")
+        cleaned = {}
+        for gpus, dist in self.iter_latency_s.items():
+            g = integer(gpus, f"iter_latency_s.{gpus}")
+            if not isinstance(dist, Distribution):
+                raise SpecError(f"iter_latency_s.{gpus}: expected a distribution")
+            cleaned[g] = dist
+        object.__setattr__(self, "iter_latency_s", dict(sorted(cleaned.items())))
+
+    @property
+    def gpu_counts(self) -> tuple[int, ...]:
+        """The profiled GPU counts, ascending."""
+        return tuple(self.iter_latency_s)
+
+    @property
+    def min_gpus(self) -> int:
+        return self.gpu_counts[0]
+
+    @property
+    def max_gpus(self) -> int:
+        return self.gpu_counts[-1]
+
+    def covers(self, gpus: int) -> bool:
+        """Whether ``gpus`` per trial lies in the profiled range."""
+        return self.min_gpus <= gpus <= self.max_gpus
+
+    def latency(self, gpus: int) -> Distribution:
+        """Seconds per iteration with ``gpus`` GPUs per trial (log2-interpolated).
+
+        Raises:
+            SpecError: if ``gpus`` is outside the profiled range.
+        """
+        if isinstance(gpus, bool) or int(gpus) != gpus:
+            raise SpecError(f"gpus per trial: expected an integer, got {gpus!r}")
+        gpus = int(gpus)
+        if gpus in self.iter_latency_s:
+            return self.iter_latency_s[gpus]
+        if not self.covers(gpus):
+            raise SpecError(
+                f"gpus per trial: {gpus} is outside the profiled range {self.min_gpus}..{self.max_gpus} of "
+                f"model profile {self.name!r}; profile more GPU counts or use an allocation in range"
+            )
+        counts = self.gpu_counts
+        hi = next(c for c in counts if c > gpus)
+        lo = max(c for c in counts if c < gpus)
+        t = (math.log2(gpus) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        a, b = self.iter_latency_s[lo], self.iter_latency_s[hi]
+        mean = (1 - t) * a.mean + t * b.mean
+        std = (1 - t) * a.std + t * b.std
+        return a.with_moments(mean, std)
+
+    # --- I/O ------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "model_profile") -> ModelProfile:
+        """Build from the YAML shape of DESIGN §3 (unknown keys rejected)."""
+        data = check_mapping(data, where, required=_KEYS_REQUIRED, optional=_KEYS_OPTIONAL)
+        lat = data["iter_latency_s"]
+        if not isinstance(lat, dict) or not lat:
+            raise SpecError(f"{where}.iter_latency_s: expected a mapping of GPU count to distribution, e.g. {{1: {{dist: normal, mean: 4.0, std: 0.4}}}}")
+        iter_latency = {}
+        for gpus, dist in lat.items():
+            g = integer(gpus if not isinstance(gpus, str) or not gpus.isdigit() else int(gpus), f"{where}.iter_latency_s.{gpus}")
+            iter_latency[g] = parse_distribution(dist, f"{where}.iter_latency_s.{gpus}")
+        measured_on = data.get("measured_on") or {}
+        if not isinstance(measured_on, dict):
+            raise SpecError(f"{where}.measured_on: expected a mapping such as {{provider: aws, instance_type: p3.8xlarge}}")
+        extra = {k: data[k] for k in _KEYS_OPTIONAL if k in data and k not in ("name", "measured_on", "trial_startup_s", "sync_s")}
+        return cls(
+            iter_latency_s=iter_latency,
+            trial_startup_s=parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s"),
+            sync_s=parse_distribution(data.get("sync_s", 0), f"{where}.sync_s"),
+            name=str(data.get("name", "model")),
+            measured_on=dict(measured_on),
+            extra=extra,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelProfile:
+        """Load a model profile YAML file."""
+        return cls.from_dict(load_yaml(path, "model_profile"), where=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.measured_on:
+            out["measured_on"] = dict(self.measured_on)
+        out.update(self.extra)
+        out["iter_latency_s"] = {g: d.to_dict() for g, d in self.iter_latency_s.items()}
+        out["trial_startup_s"] = self.trial_startup_s.to_dict()
+        out["sync_s"] = self.sync_s.to_dict()
+        return out
+
+    def replace(self, **changes: Any) -> ModelProfile:
+        """A copy with some fields changed."""
+        from dataclasses import replace
+
+        return replace(self, **changes)

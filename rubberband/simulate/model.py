@@ -1,0 +1,170 @@
+"""The execution and cost model of DESIGN §4, one stage at a time, vectorised over samples.
+
+A plan gives stage ``i`` an allocation of ``a_i`` GPUs for its ``n_i`` trials of ``k_i``
+iterations. With ``G`` GPUs per instance:
+
+* GPUs per trial: ``m = floor(a / n)`` if ``a >= n``, else ``m = 1`` and each of the ``a``
+  GPUs runs one trial at a time, taking the next queued trial as soon as it frees up.
+* Instances: trials with ``m <= G`` pack ``floor(G / m)`` to an instance; a trial with
+  ``m > G`` takes ``ceil(m / G)`` whole instances. A stage holds the fewest instances that
+  fit its running trials, unless the plan says more.
+* A stage that needs more instances than are held starts with one SCALE (provider
+  queueing, one draw) and one INIT_INSTANCE per new instance; its trials start once every
+  new instance is ready. TRAIN of a trial lasts ``trial_startup_s + k * L`` with ``L`` drawn
+  once per TRAIN node from ``iter_latency_s(m)``; a SYNC follows the last TRAIN.
+* Per-instance billing: an instance is billed from the end of the SCALE that launched it
+  until the SYNC after which it is released (most recently launched first), rounded up to
+  ``granularity_s`` and at least ``minimum_s``. Per-function billing charges only TRAIN
+  work: ``m * duration * price / G``. Each launch costs ``dataset_gb * price_usd_per_gb``.
+
+Random numbers are common across plans: every (seed, stage, component) has its own
+stream, and the j-th trial or j-th new instance of a stage always reads the j-th row of
+it, so two plans that differ in one stage see identical draws everywhere else. That is
+what lets the planner compare candidates fairly and add up per-stage means exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudProfile
+from rubberband.profiles.model import ModelProfile
+
+# Stream ids of the per-stage random components.
+_SCALE, _INIT, _TRAIN, _STARTUP, _SYNC = range(5)
+
+
+def gpus_per_trial(num_trials: int, allocation: int) -> int:
+    """``m``: ``floor(a / n)`` when every trial can run at once, else 1 (trials queue)."""
+    return allocation // num_trials if allocation >= num_trials else 1
+
+
+def running_trials(num_trials: int, allocation: int) -> int:
+    """How many trials run at the same time: all of them, or one per GPU when they queue."""
+    return num_trials if allocation >= num_trials else allocation
+
+
+def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int) -> int:
+    """Fewest instances that hold the stage's running trials with each trial's workers together."""
+    m = gpus_per_trial(num_trials, allocation)
+    slots = running_trials(num_trials, allocation)
+    if m <= gpus_per_instance:
+        return math.ceil(slots / (gpus_per_instance // m))
+    return slots * math.ceil(m / gpus_per_instance)
+
+
+@dataclass(frozen=True)
+class StageShape:
+    """The deterministic layout of one stage under an allocation."""
+
+    index: int
+    num_trials: int
+    iters: int
+    allocation: int
+    gpus_per_trial: int
+    running: int
+    instances_needed: int
+
+
+def stage_shape(index: int, num_trials: int, iters: int, allocation: object, model: ModelProfile,
+                cloud: CloudProfile) -> StageShape:
+    """Validate one stage's allocation and lay it out.
+
+    Raises:
+        SpecError: naming the stage and the valid range when the allocation is not a positive
+            integer or gives a GPU count per trial outside the model profile.
+    """
+    if isinstance(allocation, (bool, np.bool_)) or not isinstance(allocation, (int, np.integer)):
+        if isinstance(allocation, float) and allocation.is_integer():
+            allocation = int(allocation)
+        else:
+            raise SpecError(f"allocation[{index}]: expected a whole number of GPUs, got {allocation!r}")
+    allocation = int(allocation)
+    low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
+    high = num_trials * (model.max_gpus + 1) - 1
+    if not low <= allocation <= high:
+        raise SpecError(
+            f"allocation[{index}]: {allocation} GPUs for {num_trials} trials is outside the valid range "
+            f"{low}..{high} (model profile {model.name!r} covers {model.min_gpus}..{model.max_gpus} GPUs per trial)"
+        )
+    m = gpus_per_trial(num_trials, allocation)
+    model.latency(m)  # raises SpecError if m is outside the profile (e.g. a < n without a 1-GPU profile)
+    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation),
+                      instances_needed(num_trials, allocation, cloud.gpus_per_instance))
+
+
+class StageDraws:
+    """Common random numbers of one stage: every component has its own stream.
+
+    Draws are laid out one row per TRAIN node or per new instance, so the j-th trial reads
+    the same numbers whatever the allocation, and a second call returns cached arrays.
+    """
+
+    def __init__(self, seed: int, stage: int, samples: int):
+        self.seed, self.stage, self.samples = int(seed), int(stage), int(samples)
+        self._cache: dict[tuple, np.ndarray] = {}
+
+    def _rng(self, component: int) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=(self.stage, component))))
+
+    def scale(self, cloud: CloudProfile) -> np.ndarray:
+        """SCALE latency per sample (one draw per scale-up)."""
+        key = ("scale", cloud.provision_latency_s)
+        if key not in self._cache:
+            self._cache[key] = cloud.provision_latency_s.sample(self._rng(_SCALE), self.samples)
+        return self._cache[key]
+
+    def init_max(self, cloud: CloudProfile, count: int) -> np.ndarray:
+        """Time until ``count`` new instances are all initialised: max of ``count`` INIT draws."""
+        dist = cloud.init_latency_s
+        if dist.is_constant:
+            return np.full(self.samples, dist.mean)
+        key = ("init", dist)
+        cummax = self._cache.get(key)
+        if cummax is None or cummax.shape[0] < count:
+            draws = dist.sample(self._rng(_INIT), (count, self.samples))
+            cummax = np.maximum.accumulate(draws, axis=0)
+            self._cache[key] = cummax
+        return cummax[count - 1]
+
+    def sync(self, model: ModelProfile) -> np.ndarray:
+        """SYNC latency per sample."""
+        key = ("sync", model.sync_s)
+        if key not in self._cache:
+            self._cache[key] = model.sync_s.sample(self._rng(_SYNC), self.samples)
+        return self._cache[key]
+
+    def train_durations(self, model: ModelProfile, shape: StageShape) -> np.ndarray:
+        """TRAIN durations, shape ``(num_trials, samples)``: ``startup + k * L``, L per node."""
+        key = ("train", id(model), shape.num_trials, shape.iters, shape.gpus_per_trial)
+        if key not in self._cache:
+            lat = model.latency(shape.gpus_per_trial)
+            size = (shape.num_trials, self.samples)
+            durations = shape.iters * lat.sample(self._rng(_TRAIN), size)
+            startup = model.trial_startup_s
+            durations += startup.mean if startup.is_constant else startup.sample(self._rng(_STARTUP), size)
+            self._cache[key] = durations
+        return self._cache[key]
+
+    def train(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
+        """Makespan of the stage's TRAIN nodes and their summed duration, per sample.
+
+        When every trial runs at once the makespan is the slowest trial (a straggler holds
+        the stage). When trials queue (``a < n``), each GPU takes the next queued trial as
+        soon as it frees up: list scheduling in trial order.
+        """
+        durations = self.train_durations(model, shape)
+        total = durations.sum(axis=0)
+        if shape.running >= shape.num_trials:
+            return durations.max(axis=0), total
+        a = shape.running
+        free = durations[:a].copy()                     # (a, samples): when each GPU frees up
+        cols = np.arange(self.samples)
+        for j in range(a, shape.num_trials):
+            gpu = free.argmin(axis=0)
+            free[gpu, cols] += durations[j]
+        return free.max(axis=0), total

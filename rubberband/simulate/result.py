@@ -1,0 +1,95 @@
+"""Simulation results: per-sample JCT and cost with summaries and a per-stage breakdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StageStats:
+    """Mean behaviour of one stage over all samples."""
+
+    index: int
+    num_trials: int
+    iters: int
+    allocation: int
+    gpus_per_trial: int
+    instances: int
+    new_instances: int
+    mean_duration_s: float
+    mean_cost_usd: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """Per-sample job completion time and cost of one plan, with summaries.
+
+    ``jct_s`` and ``cost_usd`` are numpy arrays with one value per Monte-Carlo sample.
+    """
+
+    jct_s: np.ndarray
+    cost_usd: np.ndarray
+    allocation: tuple[int, ...]
+    instances: tuple[int, ...]
+    stages: tuple[StageStats, ...] = ()
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        return int(self.jct_s.shape[0])
+
+    @property
+    def mean_jct_s(self) -> float:
+        return float(self.jct_s.mean())
+
+    @property
+    def mean_cost_usd(self) -> float:
+        return float(self.cost_usd.mean())
+
+    @property
+    def p50_jct_s(self) -> float:
+        return float(np.percentile(self.jct_s, 50))
+
+    @property
+    def p90_jct_s(self) -> float:
+        return float(np.percentile(self.jct_s, 90))
+
+    @property
+    def p50_cost_usd(self) -> float:
+        return float(np.percentile(self.cost_usd, 50))
+
+    @property
+    def p90_cost_usd(self) -> float:
+        return float(np.percentile(self.cost_usd, 90))
+
+    def p_meet(self, deadline_s: float) -> float:
+        """Fraction of samples whose JCT is at most ``deadline_s``."""
+        return float(np.mean(self.jct_s <= deadline_s + 1e-9))
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "jct_s_mean": self.mean_jct_s, "jct_s_p50": self.p50_jct_s, "jct_s_p90": self.p90_jct_s,
+            "cost_usd_mean": self.mean_cost_usd, "cost_usd_p50": self.p50_cost_usd,
+            "cost_usd_p90": self.p90_cost_usd,
+        }
+
+    def to_dict(self, include_samples: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "allocation": list(self.allocation),
+            "instances": list(self.instances),
+            "samples": self.samples,
+            "seed": self.seed,
+            **self.summary(),
+            "stages": [s.to_dict() for s in self.stages],
+        }
+        if include_samples:
+            out["jct_s"] = self.jct_s.tolist()
+            out["cost_usd"] = self.cost_usd.tolist()
+        return out

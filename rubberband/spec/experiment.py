@@ -1,0 +1,191 @@
+"""The experiment specification: stages of (trials, iterations), SHA and HyperBand generators."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rubberband.errors import SpecError
+
+
+def _positive_int(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise SpecError(f"{field}: expected a positive integer, got {value!r}")
+    if int(value) <= 0:
+        raise SpecError(f"{field}: must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``num_trials`` trials each trained ``iters`` more iterations."""
+
+    num_trials: int
+    iters: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_trials", _positive_int(self.num_trials, "num_trials"))
+        object.__setattr__(self, "iters", _positive_int(self.iters, "iters"))
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A tuning job as a sequence of barrier-separated stages (paper Figure 6).
+
+    Stage ``i`` runs ``n_i`` trials for ``k_i`` more iterations each; a SYNC barrier ends each
+    stage and promotes the best trials. ``bracket_starts`` lists the stages where a new set of
+    trials is sampled (always stage 0; more for a HyperBand job run bracket after bracket).
+    Within a bracket the trial count never grows.
+
+    The object is immutable: ``add_stage`` returns a new spec, so calls chain.
+    """
+
+    stages: tuple[Stage, ...] = ()
+    bracket_starts: tuple[int, ...] = (0,)
+    eta: int | None = None
+
+    def __post_init__(self) -> None:
+        stages = tuple(s if isinstance(s, Stage) else Stage(*s) for s in self.stages)
+        object.__setattr__(self, "stages", stages)
+        starts = tuple(sorted(set(self.bracket_starts) | {0}))
+        object.__setattr__(self, "bracket_starts", starts)
+        if starts and stages and starts[-1] >= len(stages):
+            raise SpecError(f"bracket_starts: {starts[-1]} is past the last stage ({len(stages) - 1})")
+        if self.eta is not None and (isinstance(self.eta, bool) or not isinstance(self.eta, int) or self.eta < 2):
+            raise SpecError(f"eta: must be an integer of at least 2, got {self.eta!r}")
+        for i in range(1, len(stages)):
+            if i not in starts and stages[i].num_trials > stages[i - 1].num_trials:
+                raise SpecError(
+                    f"stages[{i}].num_trials: {stages[i].num_trials} is more than the "
+                    f"{stages[i - 1].num_trials} trials of stage {i - 1}; a stage can only keep "
+                    "trials of the stage before it"
+                )
+
+    # --- the paper's API -------------------------------------------------------------------
+    def add_stage(self, num_trials: int, iters: int) -> ExperimentSpec:
+        """Return a new spec with one more stage (chainable)."""
+        return ExperimentSpec(self.stages + (Stage(num_trials, iters),), self.bracket_starts, self.eta)
+
+    def num_stages(self) -> int:
+        """Number of stages."""
+        return len(self.stages)
+
+    def get_stage(self, index: int) -> tuple[int, int]:
+        """Return ``(num_trials, iters)`` of stage ``index``."""
+        if not 0 <= index < len(self.stages):
+            raise SpecError(f"stage index {index} out of range 0..{len(self.stages) - 1}")
+        stage = self.stages[index]
+        return stage.num_trials, stage.iters
+
+    # --- derived ---------------------------------------------------------------------------
+    @property
+    def trials(self) -> tuple[int, ...]:
+        """Trials per stage."""
+        return tuple(s.num_trials for s in self.stages)
+
+    @property
+    def iters(self) -> tuple[int, ...]:
+        """Iterations per trial, per stage."""
+        return tuple(s.iters for s in self.stages)
+
+    def total_iters(self) -> int:
+        """Total trial-iterations of the job (the work, independent of GPUs)."""
+        return sum(s.num_trials * s.iters for s in self.stages)
+
+    def brackets(self) -> list[ExperimentSpec]:
+        """Split a chained HyperBand job back into its SHA brackets."""
+        edges = list(self.bracket_starts) + [len(self.stages)]
+        return [ExperimentSpec(self.stages[a:b], (0,), self.eta) for a, b in zip(edges, edges[1:])]
+
+    def validate(self) -> ExperimentSpec:
+        """Raise ``SpecError`` unless the spec has at least one stage; return self."""
+        if not self.stages:
+            raise SpecError("stages: the experiment has no stages; add one with add_stage(num_trials, iters)")
+        return self
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    # --- generators ------------------------------------------------------------------------
+    @classmethod
+    def from_stages(cls, stages: Iterable[Sequence[int]]) -> ExperimentSpec:
+        """Build a spec from ``[(num_trials, iters), ...]``."""
+        spec = cls()
+        for i, stage in enumerate(stages):
+            if len(stage) != 2:
+                raise SpecError(f"stages[{i}]: expected [num_trials, iters], got {stage!r}")
+            spec = spec.add_stage(*stage)
+        return spec.validate()
+
+    @classmethod
+    def sha(cls, num_trials: int, min_iters: int, max_iters: int, eta: int = 2) -> ExperimentSpec:
+        """Successive Halving.
+
+        Stage ``i`` keeps ``n_i = floor(n_{i-1} / eta)`` trials (``n_0 = num_trials``) and trains
+        each ``min_iters * eta**i`` more iterations. The last stage is the first with a single
+        trial, or fewer than ``eta`` trials, or whose budget would reach ``max_iters``; it trains
+        its trials up to exactly ``max_iters`` iterations in total.
+
+        Example: ``sha(64, 4, 508, 2)`` has stages (64,4) (32,8) (16,16) (8,32) (4,64) (2,128) (1,256).
+        """
+        num_trials = _positive_int(num_trials, "num_trials")
+        min_iters = _positive_int(min_iters, "min_iters")
+        max_iters = _positive_int(max_iters, "max_iters")
+        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
+            raise SpecError(f"eta: must be an integer of at least 2 (the reduction factor), got {eta!r}")
+        if max_iters < min_iters:
+            raise SpecError(f"max_iters: {max_iters} is below min_iters {min_iters}; set max_iters >= min_iters")
+        stages: list[tuple[int, int]] = []
+        n, done, i = num_trials, 0, 0
+        while True:
+            budget = min_iters * eta**i
+            last = n == 1 or n < eta or done + budget >= max_iters
+            k = max_iters - done if last else budget
+            stages.append((n, k))
+            if last:
+                break
+            done += k
+            n //= eta
+            i += 1
+        return cls(tuple(Stage(*s) for s in stages), (0,), eta)
+
+    @classmethod
+    def hyperband(cls, min_iters: int, max_iters: int, eta: int = 3) -> list[ExperimentSpec]:
+        """HyperBand (Li et al., 2018): the list of its SHA brackets, most exploratory first.
+
+        With ``s_max = floor(log_eta(max_iters / min_iters))``, bracket ``s`` (from ``s_max`` down
+        to 0) starts ``ceil((s_max + 1) / (s + 1) * eta**s)`` trials at
+        ``max(min_iters, floor(max_iters / eta**s))`` iterations and is an SHA with ``eta``.
+        """
+        min_iters = _positive_int(min_iters, "min_iters")
+        max_iters = _positive_int(max_iters, "max_iters")
+        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
+            raise SpecError(f"eta: must be an integer of at least 2 (the reduction factor), got {eta!r}")
+        if max_iters < min_iters:
+            raise SpecError(f"max_iters: {max_iters} is below min_iters {min_iters}; set max_iters >= min_iters")
+        s_max = 0
+        while min_iters * eta ** (s_max + 1) <= max_iters:
+            s_max += 1
+        brackets = []
+        for s in range(s_max, -1, -1):
+            n = math.ceil((s_max + 1) / (s + 1) * eta**s)
+            r = max(min_iters, max_iters // eta**s)
+            brackets.append(cls.sha(n, r, max_iters, eta))
+        return brackets
+
+    @classmethod
+    def chain(cls, brackets: Sequence[ExperimentSpec]) -> ExperimentSpec:
+        """Run brackets one after another as a single job (each starts fresh trials)."""
+        stages: list[Stage] = []
+        starts: list[int] = []
+        for bracket in brackets:
+            starts.append(len(stages))
+            stages.extend(bracket.stages)
+        etas = {b.eta for b in brackets}
+        return cls(tuple(stages), tuple(starts), etas.pop() if len(etas) == 1 else None).validate()
+
+    def describe(self) -> str:
+        """A short human description, e.g. ``7 stages: 64x4 32x8 ...``."""
+        body = " ".join(f"{s.num_trials}x{s.iters}" for s in self.stages)
+        return f"{len(self.stages)} stages: {body}"
