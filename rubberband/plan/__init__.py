@@ -1,0 +1,9 @@
+"""The planner: cheapest allocation plan that meets a deadline (static, naive-elastic, greedy, optimal)."""
+
+from rubberband.plan.compile import compile_plan, fastest_plan
+from rubberband.plan.plan import Plan
+from rubberband.plan.policies import POLICIES, Candidate, get_policy, pareto_front, static_allocation
+from rubberband.plan.table import StageTable, valid_allocations
+
+__all__ = ["POLICIES", "Candidate", "Plan", "StageTable", "compile_plan", "fastest_plan", "get_policy",
+           "pareto_front", "static_allocation", "valid_allocations"]

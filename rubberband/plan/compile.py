@@ -1,0 +1,184 @@
+"""compile_plan: the cheapest plan that meets a deadline, under a named policy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rubberband.errors import InfeasibleDeadlineError, SpecError
+from rubberband.plan.plan import Plan
+from rubberband.plan.policies import Candidate, get_policy, pareto_front
+from rubberband.plan.table import StageTable
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
+from rubberband.profiles.model import ModelProfile
+from rubberband.simulate.engine import simulate
+from rubberband.spec.experiment import ExperimentSpec
+
+FINALISTS = 8          # cheapest candidates simulated in full to settle billing rounding
+MAX_CONFIDENCE_SIMS = 64
+
+
+def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog, deadline_s: float,
+                 policy: str = "optimal", samples: int = 200, seed: int = 0, confidence: float | None = None,
+                 instance_type: str | None = None, market: str | Market = Market.ON_DEMAND,
+                 compare: bool = False) -> Plan:
+    """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
+
+    Args:
+        spec: the job's stages.
+        model: the model profile.
+        cloud: one instance type's profile, or a whole region's ``CloudCatalog`` together
+            with ``instance_type`` (a name, or ``"auto"`` to plan on every type whose GPUs
+            the model profile was measured on and keep the cheapest).
+        deadline_s: the deadline in seconds.
+        policy: ``optimal`` (default), ``greedy``, ``static`` or ``naive-elastic``.
+        samples, seed: Monte-Carlo samples and seed; all candidates share the random numbers.
+        confidence: if given (e.g. 0.9), require P(JCT <= deadline) >= confidence in full
+            simulation instead of mean JCT <= deadline.
+        market: ``on-demand`` or ``spot`` when ``cloud`` is a catalog.
+        compare: also plan with every other policy and list them in ``plan.considered``.
+
+    Returns:
+        A new ``Plan`` (inputs are never modified).
+
+    Raises:
+        InfeasibleDeadlineError: no plan meets the deadline; names the shortest achievable JCT.
+        SpecError: bad arguments (unknown policy, non-positive deadline, ...).
+    """
+    get_policy(policy)
+    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not deadline_s > 0 or not math.isfinite(deadline_s):
+        raise SpecError(f"deadline_s: expected a positive number of seconds, got {deadline_s!r}")
+    if confidence is not None and not 0 < confidence < 1:
+        raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
+    if isinstance(cloud, CloudCatalog):
+        if not instance_type:
+            raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
+        if instance_type == "auto":
+            return _plan_auto(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market, compare)
+        cloud = cloud.get(instance_type, market)
+    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
+    if compare:
+        plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
+                                                                        samples, seed, confidence))
+    return plan
+
+
+def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None) -> Plan:
+    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed)
+    candidates = get_policy(policy)(table, deadline_s)
+    chosen = choose(table, candidates, deadline_s, confidence)
+    if chosen is None:
+        fastest = fastest_plan(table)
+        raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
+                                      detail=f" on {cloud.instance_type} (policy {policy}"
+                                             + (f", confidence {confidence:g}" if confidence else "") + ")")
+    candidate, result = chosen
+    return Plan(
+        allocation=candidate.allocation, instances=candidate.instances,
+        gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
+        deadline_s=float(deadline_s), policy=policy, spec=spec, cloud=cloud, confidence=confidence,
+        samples=samples, seed=seed, info={"note": candidate.note, "candidates": len(candidates)},
+    )
+
+
+def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
+           confidence: float | None) -> tuple[Candidate, object] | None:
+    """Simulate the cheapest candidates in full and keep the cheapest that meets the constraint.
+
+    With ``confidence=None`` the constraint is mean JCT <= deadline (exact from the table);
+    the ``FINALISTS`` cheapest feasible candidates by surrogate cost are simulated, since
+    billing rounding can reorder near-ties. With a confidence, candidates are simulated
+    cheapest first until ``FINALISTS`` of them reach P(JCT <= deadline) >= confidence.
+    """
+    eps = 1e-9 * deadline_s
+    pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
+    if confidence is None:
+        pool = [c for c in pool if c.jct_s <= deadline_s + eps]
+    best = None
+    found = sims = 0
+    for cand in pool:
+        if found >= FINALISTS or (confidence is not None and sims >= MAX_CONFIDENCE_SIMS):
+            break
+        result = simulate(table.spec, cand.allocation, table.model, table.cloud, samples=table.samples,
+                          seed=table.seed, instances=cand.instances, draws=table.draws)
+        sims += 1
+        ok = result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
+        if not ok:
+            continue
+        found += 1
+        if best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12:
+            best = (cand, result)
+    return best
+
+
+def fastest_plan(table: StageTable) -> Candidate:
+    """The plan with the shortest mean JCT (the end of the optimal Pareto front)."""
+    front = pareto_front(table)
+    scored = [(table.evaluate(a), a) for a in front]
+    (jct, cost), alloc = min(scored, key=lambda x: (x[0][0], x[0][1]))
+    return Candidate(alloc, tuple(table.need(i, a) for i, a in enumerate(alloc)), jct, cost)
+
+
+def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence) -> list[dict]:
+    from rubberband.plan.policies import POLICIES
+
+    table = StageTable(spec, model, cloud, samples=samples, seed=seed)
+    out = []
+    for name in POLICIES:
+        if name == policy:
+            continue
+        try:
+            out.append(_plan_one(spec, model, cloud, deadline_s, name, samples, seed, confidence, table).summary())
+        except InfeasibleDeadlineError as exc:
+            out.append({"policy": name, "instance_type": cloud.instance_type, "infeasible": str(exc)})
+    return out
+
+
+def _with_considered(plan: Plan, considered: list[dict]) -> Plan:
+    from dataclasses import replace
+
+    return replace(plan, considered=tuple(considered))
+
+
+def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[str]:
+    """Types of the catalog whose GPU model is the one the model profile was measured on."""
+    measured = model.measured_on or {}
+    gpu = measured.get("gpu_model")
+    if gpu is None and measured.get("instance_type") in catalog.types:
+        gpu = catalog.types[measured["instance_type"]].get("gpu_model")
+    if gpu is None:
+        raise SpecError(
+            f"instance_type: `auto` needs to know which GPU model profile {model.name!r} was measured on; "
+            "add measured_on.gpu_model (e.g. V100) or measured_on.instance_type to the model profile"
+        )
+    types = [name for name, entry in catalog.types.items() if str(entry.get("gpu_model")) == str(gpu)]
+    if not types:
+        raise SpecError(f"instance_type: no type in {catalog.path or catalog.region} has {gpu} GPUs, which profile {model.name!r} was measured on")
+    return types
+
+
+def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare) -> Plan:
+    plans, considered = [], []
+    for name in auto_instance_types(model, catalog):
+        cloud = catalog.get(name, market) if not isinstance(market, Market) or market is Market.ON_DEMAND or \
+            catalog.types[name].get("spot_price_usd_per_hour") is not None else None
+        if cloud is None:
+            continue
+        try:
+            plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
+        except InfeasibleDeadlineError as exc:
+            considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
+            continue
+        except SpecError as exc:  # e.g. the profile's GPU counts do not fit this type
+            considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
+            continue
+        plans.append(plan)
+        considered.append(plan.summary())
+    if not plans:
+        raise InfeasibleDeadlineError(deadline_s, math.inf, (), detail=" on any instance type: " + "; ".join(
+            c.get("infeasible", "") for c in considered))
+    best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
+    considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
+    if compare:
+        considered += [c for c in _other_policies(spec, model, best.cloud, deadline_s, policy, samples, seed, confidence)]
+    return _with_considered(best, considered)

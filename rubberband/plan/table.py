@@ -1,0 +1,181 @@
+"""Per-stage means of every candidate allocation, from common random numbers.
+
+Stages are separated by barriers, so a plan's mean JCT is the sum of its stages' mean
+durations, and (ignoring the rounding of billed time) its mean cost is the sum of per-stage
+costs. ``StageTable`` computes those per-stage quantities once for every valid allocation,
+from the same ``StageDraws`` that ``simulate`` uses, so the planner can score thousands of
+plans with table look-ups and every number it adds up is exactly what a full simulation
+with the same seed would average.
+
+Stage ``i``'s mean duration and surrogate cost, holding ``H`` instances after holding
+``H'`` in the stage before (``Δ = max(0, H - H')`` new instances):
+
+    D_i(a, Δ) = [Δ > 0] (E[SCALE] + E[max of Δ INIT]) + E[makespan_i(a)] + E[SYNC]
+    C_i(a, H, Δ) = p (H · D_i(a, Δ) − Δ · E[SCALE]) + Δ · data_usd       (per instance)
+    C_i(a)       = p / G · m · E[sum of TRAIN durations_i(a)] + Δ · data_usd   (per function)
+
+with ``p`` the price per instance-second. The true per-instance cost also rounds each
+instance's billed lifetime up to the granularity and to at least the minimum, which only
+adds (at most ``max(granularity_s, minimum_s)`` per launch): the surrogate is a lower bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rubberband.profiles.cloud import BillingModel, CloudProfile
+from rubberband.profiles.model import ModelProfile
+from rubberband.simulate.model import StageDraws, instances_needed, stage_shape
+from rubberband.spec.experiment import ExperimentSpec
+
+
+def valid_allocations(num_trials: int, model: ModelProfile) -> list[int]:
+    """Allocations that divide a stage's trials fairly (paper §4.3), ascending.
+
+    Factors of ``n`` (trials queue, one GPU each) when the profile has 1 GPU per trial, and
+    multiples ``n * m`` for every ``m`` in the profiled range.
+    """
+    out = set()
+    if model.min_gpus == 1:
+        out.update(d for d in range(1, num_trials + 1) if num_trials % d == 0)
+    out.update(num_trials * m for m in range(model.min_gpus, model.max_gpus + 1))
+    return sorted(out)
+
+
+@dataclass
+class StageEntry:
+    """Means of one stage under one allocation."""
+
+    allocation: int
+    gpus_per_trial: int
+    need: int                 # fewest instances
+    train_s: float            # E[makespan]
+    busy_usd: float           # per-function TRAIN cost, E[m * sum(durations)] * price / G
+
+
+class StageTable:
+    """Per-stage candidate allocations with their mean durations and costs.
+
+    Args:
+        spec, model, cloud: the job and its profiles.
+        samples, seed: Monte-Carlo samples and root seed (common random numbers).
+        allocations: optional candidate allocations per stage (default: ``valid_allocations``).
+    """
+
+    def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
+                 seed: int = 0, allocations: Sequence[Sequence[int]] | None = None):
+        self.spec, self.model, self.cloud = spec.validate(), model, cloud
+        self.samples, self.seed = int(samples), int(seed)
+        self.draws = [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
+        self.per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
+        self.usd_per_s = cloud.usd_per_second
+        self.data_usd = cloud.data.usd_per_launch
+        self.entries: list[dict[int, StageEntry]] = [{} for _ in spec.stages]
+        self._candidates: list[list[int]] = []
+        self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
+        self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
+        for i, stage in enumerate(spec.stages):
+            cands = allocations[i] if allocations is not None else valid_allocations(stage.num_trials, model)
+            self._candidates.append([int(a) for a in cands])
+            for a in self._candidates[i]:
+                self.entry(i, a)
+        self._init_cache: dict[tuple[int, int], float] = {}
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.entries)
+
+    def candidates(self, stage: int) -> list[int]:
+        """The valid allocations of a stage, ascending."""
+        return self._candidates[stage]
+
+    def entry(self, i: int, allocation: int) -> StageEntry:
+        """Means of stage ``i`` under ``allocation`` (any valid GPU count; computed once)."""
+        entry = self.entries[i].get(allocation)
+        if entry is None:
+            stage = self.spec.stages[i]
+            shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
+            makespan, total = self.draws[i].train(self.model, shape)
+            busy = float(total.mean()) * shape.gpus_per_trial * self.usd_per_s / self.cloud.gpus_per_instance
+            entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy)
+            self.entries[i][int(allocation)] = entry
+        return entry
+
+    def need(self, stage: int, allocation: int) -> int:
+        """Fewest instances stage ``stage`` needs under ``allocation``."""
+        return instances_needed(self.spec.stages[stage].num_trials, allocation, self.cloud.gpus_per_instance)
+
+    def init_s(self, stage: int, new: int) -> float:
+        """E[max of ``new`` INIT draws] of a stage (0 when nothing is launched)."""
+        if new <= 0:
+            return 0.0
+        key = (stage, new)
+        if key not in self._init_cache:
+            self._init_cache[key] = float(self.draws[stage].init_max(self.cloud, new).mean())
+        return self._init_cache[key]
+
+    def stage(self, i: int, allocation: int, held: int, previous: int) -> tuple[float, float]:
+        """Mean duration and surrogate cost of stage ``i`` (see the module docstring)."""
+        entry = self.entry(i, allocation)
+        new = max(0, held - previous)
+        duration = entry.train_s + self.sync_s[i]
+        if new:
+            duration += self.scale_s[i] + self.init_s(i, new)
+        if self.per_instance:
+            cost = self.usd_per_s * (held * duration - new * self.scale_s[i])
+        else:
+            cost = entry.busy_usd
+        return duration, cost + new * self.data_usd
+
+    def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:
+        """Mean JCT and surrogate mean cost of a whole plan, by adding up its stages."""
+        held = [self.need(i, a) for i, a in enumerate(allocation)] if held is None else held
+        jct = cost = 0.0
+        previous = 0
+        for i, (a, h) in enumerate(zip(allocation, held)):
+            d, c = self.stage(i, a, h, previous)
+            jct += d
+            cost += c
+            previous = h
+        return jct, cost
+
+    def queue_bound_s(self, allocation: Sequence[int]) -> float:
+        """A cheap lower bound on a plan's mean JCT, computed without simulating its stages.
+
+        Each stage lasts at least its average load per GPU slot, ``n * E[duration] / slots``,
+        which prunes hopelessly small allocations before their queues are simulated.
+        """
+        total = 0.0
+        for i, a in enumerate(allocation):
+            entry = self.entries[i].get(a)
+            if entry is not None:
+                total += entry.train_s + self.sync_s[i]
+                continue
+            stage = self.spec.stages[i]
+            m = max(1, a // stage.num_trials) if a >= stage.num_trials else 1
+            slots = min(a, stage.num_trials)
+            duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(m).mean
+            total += stage.num_trials * duration / slots + self.sync_s[i]
+        return total
+
+    def min_stage_s(self, i: int) -> float:
+        """A lower bound on stage ``i``'s mean duration (fastest allocation, no scale-up)."""
+        return min(e.train_s for e in (self.entry(i, a) for a in self._candidates[i])) + self.sync_s[i]
+
+    def min_stage_usd(self, i: int) -> float:
+        """A lower bound on stage ``i``'s surrogate cost."""
+        if self.per_instance:
+            return min(self.usd_per_s * e.need * (e.train_s + self.sync_s[i]) for e in (self.entry(i, a) for a in self._candidates[i]))
+        return min(e.busy_usd for e in (self.entry(i, a) for a in self._candidates[i]))
+
+    def suffix_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Lower bounds on the time and cost of stages ``i..end``, per ``i`` (length stages+1)."""
+        t = np.zeros(self.num_stages + 1)
+        c = np.zeros(self.num_stages + 1)
+        for i in range(self.num_stages - 1, -1, -1):
+            t[i] = t[i + 1] + self.min_stage_s(i)
+            c[i] = c[i + 1] + self.min_stage_usd(i)
+        return t, c
