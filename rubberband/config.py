@@ -49,6 +49,13 @@ class Experiment:
     mode: str = "min"
     global_batch_size: int | None = None
     path: str | None = None
+    sha: dict[str, int] | None = None
+
+    def spec_with_trials(self, num_trials: int) -> ExperimentSpec:
+        """The same SHA job started with another number of trials (what-if sweeps)."""
+        if not self.sha:
+            raise SpecError("--trials: sweeping the number of trials needs an experiment defined with `sha:`")
+        return ExperimentSpec.sha(num_trials, self.sha["min_iters"], self.sha["max_iters"], self.sha.get("eta", 2))
 
     @property
     def auto_instance_type(self) -> bool:
@@ -204,6 +211,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         mode=choice(data.get("mode", "min"), "mode", ["min", "max"]),
         global_batch_size=integer(data["global_batch_size"], "global_batch_size") if data.get("global_batch_size") is not None else None,
         path=path,
+        sha=dict(data["sha"]) if "sha" in data else None,
     )
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time

@@ -145,3 +145,209 @@ def summary_line(result, deadline: float | None) -> str:
 
 simulate_cmd.arguments = _simulate_args  # type: ignore[attr-defined]
 command("simulate", "predict JCT and cost of one allocation by Monte-Carlo simulation")(simulate_cmd)
+
+
+# --- plan ---------------------------------------------------------------------------------------
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    _experiment_arg(p)
+    p.add_argument("--deadline", help="deadline, e.g. 20m, 90s, 1.5h (default: the experiment's)")
+    p.add_argument("--policy", help="optimal (default), greedy, static or naive-elastic")
+    p.add_argument("--confidence", type=float, help="require P(JCT <= deadline) >= this, e.g. 0.9")
+    p.add_argument("--instance-type", help="an instance type of the cloud profile, or `auto` for the cheapest")
+    p.add_argument("--market", choices=["on-demand", "spot"], help="purchasing option (default: the experiment's)")
+    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
+    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
+
+
+def plan_from_args(args: argparse.Namespace, exp: Experiment):
+    """Plan an experiment with the CLI's overrides; compare every policy."""
+    from rubberband.plan import compile_plan
+    from rubberband.profiles.cloud import Market
+
+    deadline = _deadline(args, exp)
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
+    instance_type = getattr(args, "instance_type", None) or exp.instance_type
+    market = Market(args.market) if getattr(args, "market", None) else exp.market
+    if market is not exp.market:
+        from dataclasses import replace
+
+        exp = replace(exp, market=market)
+    cloud = exp.catalog.with_overrides(exp.cloud_overrides) if instance_type == "auto" else exp.cloud_for(instance_type)
+    confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
+    return compile_plan(
+        exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
+        samples=getattr(args, "samples", None) or exp.samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
+        confidence=confidence, instance_type=instance_type if instance_type == "auto" else None,
+        market=market, compare=True,
+    )
+
+
+def plan_table(plan) -> str:
+    p = plan.predicted
+    return render(
+        ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", "mean time", "stage cost"],
+        [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, s.instances,
+          format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in p.stages],
+        title=f"plan ({plan.policy}) on {plan.instance_type} x{max(plan.instances)} at most, "
+              f"{plan.cloud.market.value} {format_usd(plan.cloud.hourly_usd)}/h, deadline {format_duration(plan.deadline_s)}"
+              + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
+    )
+
+
+def considered_table(plan) -> str:
+    chosen = plan.predicted.mean_cost_usd
+    rows = []
+    for c in plan.considered:
+        if "infeasible" in c:
+            rows.append([c["policy"], c["instance_type"], "-", "infeasible", "-", "-", "-", "-", ""])
+            continue
+        mark = "*" if (c["policy"] == plan.policy and c["instance_type"] == plan.instance_type) else ""
+        rows.append([c["policy"], c["instance_type"], max(c["instances"]), format_duration(c["jct_s_mean"]),
+                     format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
+                     f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
+    return render(["policy", "instance type", "max inst", "JCT mean", "JCT p90", "cost mean", "cost p90",
+                   "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+
+
+def plan_cmd(args: argparse.Namespace) -> int:
+    exp = load_experiment(args.experiment)
+    plan = plan_from_args(args, exp)
+    text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s), "", considered_table(plan)]
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(plan.to_json())
+        text.append(f"\nwrote {args.out}")
+    payload = plan.to_dict()
+    payload["predicted"].pop("jct_s")
+    payload["predicted"].pop("cost_usd")
+    emit(args, {"experiment": exp.name, **payload}, "\n".join(text))
+    return 0
+
+
+plan_cmd.arguments = _plan_args  # type: ignore[attr-defined]
+command("plan", "find the cheapest plan that meets the deadline, and compare every policy")(plan_cmd)
+
+
+# --- whatif -------------------------------------------------------------------------------------
+def _whatif_args(p: argparse.ArgumentParser) -> None:
+    _experiment_arg(p)
+    p.add_argument("--deadline", help="deadline or sweep START:STOP:STEP, e.g. 90m:160m:10m")
+    p.add_argument("--trials", help="numbers of trials to sweep, e.g. 32,64,128 (SHA experiments)")
+    p.add_argument("--init-latency", help="instance initialisation latencies to sweep, e.g. 1s,10s,100s")
+    p.add_argument("--billing", help="billing models to sweep: per_instance,per_function")
+    p.add_argument("--data-price", help="data prices in USD/GB to sweep, e.g. 0,0.01,0.16")
+    p.add_argument("--dataset-gb", help="dataset sizes in GB to sweep, e.g. 0.15,150")
+    p.add_argument("--instance-type", help="instance types to sweep, e.g. p3.2xlarge,p3.8xlarge")
+    p.add_argument("--straggler-std", help="std of seconds per iteration to sweep, e.g. 1,5,10")
+    p.add_argument("--policies", help="policies to compare (default: all)")
+    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
+    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--plot", metavar="PNG", help="plot cost per policy over the first swept axis")
+
+
+def _floats(text: str, field: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"{field}: expected comma-separated numbers, got {text!r}") from None
+
+
+def whatif_cmd(args: argparse.Namespace) -> int:
+    from rubberband.plan import POLICIES, saving, whatif
+    from rubberband.units import parse_range
+
+    exp = load_experiment(args.experiment)
+    vary: dict[str, list] = {}
+    deadline = exp.deadline_s
+    if args.deadline:
+        values = parse_range(args.deadline, "--deadline")
+        if len(values) == 1:
+            deadline = values[0]
+        else:
+            vary["deadline_s"] = values
+    if args.trials:
+        vary["num_trials"] = _int_list(args.trials, "--trials")
+    if args.init_latency:
+        vary["init_latency_s"] = [parse_duration(v, "--init-latency") if v.strip() not in ("0", "0s") else 0.0
+                                  for v in args.init_latency.split(",")]
+    if args.billing:
+        vary["billing"] = [v.strip() for v in args.billing.split(",")]
+        for v in vary["billing"]:
+            if v not in ("per_instance", "per_function"):
+                raise SpecError(f"--billing: unknown billing model {v!r}; choose per_instance or per_function")
+    if args.data_price:
+        vary["data_price_usd_per_gb"] = _floats(args.data_price, "--data-price")
+    if args.dataset_gb:
+        vary["dataset_gb"] = _floats(args.dataset_gb, "--dataset-gb")
+    if args.instance_type:
+        vary["instance_type"] = [v.strip() for v in args.instance_type.split(",")]
+        for v in vary["instance_type"]:
+            exp.cloud_for(v)
+    if args.straggler_std:
+        vary["straggler_std"] = _floats(args.straggler_std, "--straggler-std")
+    if not vary:
+        raise SpecError("whatif: nothing to sweep; pass e.g. --deadline 90m:160m:10m or --init-latency 1s,10s,100s")
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
+    policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
+    base_type = exp.catalog.instance_types[0] if exp.auto_instance_type else exp.instance_type
+    scenarios = whatif(exp.spec, exp.model, exp.cloud_for(base_type), deadline, vary, policies,
+                       samples=args.samples or 200, seed=args.seed if args.seed is not None else exp.seed,
+                       spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for)
+    axes = list(vary)
+    rows = []
+    for sc in scenarios:
+        cells = [_fmt_axis(a, sc.values[a]) for a in axes]
+        cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
+        ratio = saving(sc) if "static" in policies and "optimal" in policies else None
+        cells.append(f"{ratio:.2f}x" if ratio else "-")
+        rows.append(cells)
+    text = render(axes + [f"{p} cost" for p in policies] + ["static/optimal"], rows,
+                  title=f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
+    payload = {"experiment": exp.name, "axes": axes, "policies": policies, "scenarios": [s.to_dict() for s in scenarios]}
+    if args.plot:
+        plot_whatif(scenarios, axes[0], policies, args.plot, title=exp.name)
+        text += f"\nwrote {args.plot}"
+        payload["plot"] = args.plot
+    emit(args, payload, text)
+    return 0
+
+
+def _fmt_axis(axis: str, value) -> str:
+    if axis in ("deadline_s", "init_latency_s"):
+        return format_duration(float(value))
+    return str(value)
+
+
+def plot_whatif(scenarios, axis: str, policies, path: str, title: str = "") -> None:
+    """Cost per policy over one swept axis, as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecError("--plot: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
+    xs = [s.values[axis] for s in scenarios]
+    numeric = all(isinstance(x, (int, float)) for x in xs)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for p in policies:
+        ys = [s.costs[p] if s.costs[p] is not None else float("nan") for s in scenarios]
+        xv = [x / 60 if axis == "deadline_s" else x for x in xs] if numeric else list(range(len(xs)))
+        ax.plot(xv, ys, marker="o", label=p)
+    if not numeric:
+        ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    ax.set_xlabel("deadline (min)" if axis == "deadline_s" else axis)
+    ax.set_ylabel("mean cost (USD)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+whatif_cmd.arguments = _whatif_args  # type: ignore[attr-defined]
+command("whatif", "sweep deadline, trials, latency, billing, data price or instance type and compare policies")(whatif_cmd)

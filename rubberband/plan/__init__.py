@@ -2,8 +2,15 @@
 
 from rubberband.plan.compile import compile_plan, fastest_plan
 from rubberband.plan.plan import Plan
-from rubberband.plan.policies import POLICIES, Candidate, get_policy, pareto_front, static_allocation
+from rubberband.plan.policies import (
+           POLICIES,
+           Candidate,
+           get_policy,
+           pareto_front,
+           static_allocation,
+)
 from rubberband.plan.table import StageTable, valid_allocations
+from rubberband.plan.whatif import Scenario, saving, whatif
 
 __all__ = ["POLICIES", "Candidate", "Plan", "StageTable", "compile_plan", "fastest_plan", "get_policy",
-           "pareto_front", "static_allocation", "valid_allocations"]
+           "pareto_front", "static_allocation", "valid_allocations", "Scenario", "saving", "whatif"]

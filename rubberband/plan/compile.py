@@ -64,7 +64,12 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None) -> Plan:
-    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed)
+    return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence)
+
+
+def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None) -> Plan:
+    """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
+    spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
     candidates = get_policy(policy)(table, deadline_s)
     chosen = choose(table, candidates, deadline_s, confidence)
     if chosen is None:
@@ -141,7 +146,11 @@ def _with_considered(plan: Plan, considered: list[dict]) -> Plan:
 
 
 def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[str]:
-    """Types of the catalog whose GPU model is the one the model profile was measured on."""
+    """Types of the catalog with the GPU model the profile was measured on, at least as wide.
+
+    The scaling curve holds for trials laid out as they were when profiled; a type with fewer
+    GPUs per instance would spread the same trial over more instances.
+    """
     measured = model.measured_on or {}
     gpu = measured.get("gpu_model")
     if gpu is None and measured.get("instance_type") in catalog.types:
@@ -151,7 +160,12 @@ def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[str]
             f"instance_type: `auto` needs to know which GPU model profile {model.name!r} was measured on; "
             "add measured_on.gpu_model (e.g. V100) or measured_on.instance_type to the model profile"
         )
-    types = [name for name, entry in catalog.types.items() if str(entry.get("gpu_model")) == str(gpu)]
+    # A trial wider than one instance spreads over more instances on a smaller type than on
+    # the profiled one, and pays network costs the profile never saw: keep types at least as
+    # wide as the profiled one.
+    min_g = catalog.types.get(measured.get("instance_type"), {}).get("gpus_per_instance", 1)
+    types = [name for name, entry in catalog.types.items()
+             if str(entry.get("gpu_model")) == str(gpu) and entry["gpus_per_instance"] >= min_g]
     if not types:
         raise SpecError(f"instance_type: no type in {catalog.path or catalog.region} has {gpu} GPUs, which profile {model.name!r} was measured on")
     return types

@@ -1,6 +1,13 @@
 """Model and cloud profiles and the latency distributions they are made of."""
 
-from rubberband.profiles.cloud import Billing, BillingModel, CloudCatalog, CloudProfile, DataCost, Market
+from rubberband.profiles.cloud import (
+    Billing,
+    BillingModel,
+    CloudCatalog,
+    CloudProfile,
+    DataCost,
+    Market,
+)
 from rubberband.profiles.distributions import (
     Constant,
     Distribution,

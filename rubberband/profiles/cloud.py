@@ -214,6 +214,11 @@ class CloudCatalog:
     defaults: dict[str, Any]
     prices_as_of: str | None = None
     path: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> CloudCatalog:
+        """A catalog whose every type gets ``overrides`` (an experiment's latencies, data size)."""
+        return replace(self, overrides={**self.overrides, **overrides})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "cloud_profile") -> CloudCatalog:
@@ -257,7 +262,7 @@ class CloudCatalog:
         if isinstance(market, str):
             market = Market(choice(market, "market", [m.value for m in Market]))
         entry = {**self.defaults, **self.types[instance_type]}
-        for key, value in (overrides or {}).items():
+        for key, value in {**self.overrides, **(overrides or {})}.items():
             if key not in OVERRIDABLE:
                 raise SpecError(f"cloud.overrides.{key}: unknown key{did_you_mean(key, OVERRIDABLE)}; allowed keys: {', '.join(OVERRIDABLE)}")
             if key == "data" and isinstance(value, dict) and isinstance(entry.get("data"), dict):

@@ -1,0 +1,114 @@
+"""What-if analysis: plan the same job under changed deadlines, trial counts, latencies, prices."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rubberband.errors import InfeasibleDeadlineError, SpecError
+from rubberband.plan.compile import plan_on_table
+from rubberband.plan.policies import POLICIES
+from rubberband.plan.table import StageTable
+from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost
+from rubberband.profiles.distributions import Constant
+from rubberband.profiles.model import ModelProfile
+from rubberband.schema import did_you_mean
+from rubberband.spec.experiment import ExperimentSpec
+
+AXES = ("deadline_s", "num_trials", "init_latency_s", "billing", "data_price_usd_per_gb", "dataset_gb",
+        "instance_type", "straggler_std")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One point of a sweep: the inputs planned and each policy's mean cost (None if infeasible)."""
+
+    values: dict[str, Any]
+    costs: dict[str, float | None]
+    jcts: dict[str, float | None]
+    allocations: dict[str, tuple[int, ...] | None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.values, "cost_usd": self.costs, "jct_s": self.jcts,
+                "allocation": {k: list(v) if v else None for k, v in self.allocations.items()}}
+
+
+def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float,
+           vary: Mapping[str, Sequence[Any]], policies: Sequence[str] = tuple(POLICIES), samples: int = 200,
+           seed: int = 0, spec_for_trials: Callable[[int], ExperimentSpec] | None = None,
+           cloud_for_type: Callable[[str], CloudProfile] | None = None) -> list[Scenario]:
+    """Plan the job for every combination of the swept values, with every policy.
+
+    Args:
+        vary: axis name -> values; axes: ``deadline_s``, ``num_trials`` (needs
+            ``spec_for_trials``), ``init_latency_s`` (constant seconds), ``billing``
+            (``per_instance`` / ``per_function``), ``data_price_usd_per_gb``, ``dataset_gb``,
+            ``instance_type`` (needs ``cloud_for_type``), ``straggler_std`` (std of the
+            iteration latency at every GPU count, seconds).
+        policies: policy names to compare.
+
+    Returns:
+        One ``Scenario`` per combination, in sweep order.
+    """
+    for axis in vary:
+        if axis not in AXES:
+            raise SpecError(f"whatif: unknown axis {axis!r}{did_you_mean(axis, AXES)}; choose from {', '.join(AXES)}")
+    for name in policies:
+        if name not in POLICIES:
+            raise SpecError(f"policy: unknown policy {name!r}{did_you_mean(name, POLICIES)}; choose one of {', '.join(POLICIES)}")
+    axes = list(vary)
+    out = []
+    tables: dict[tuple, StageTable] = {}     # the deadline does not change a table: share it
+    for combo in itertools.product(*(vary[a] for a in axes)):
+        values = dict(zip(axes, combo))
+        s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type)
+        key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
+        if key not in tables:
+            tables[key] = StageTable(s, m, c, samples=samples, seed=seed)
+        costs, jcts, allocs = {}, {}, {}
+        for name in policies:
+            try:
+                plan = plan_on_table(tables[key], d, name)
+                costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
+            except InfeasibleDeadlineError:
+                costs[name] = jcts[name] = allocs[name] = None
+        out.append(Scenario(values, costs, jcts, allocs))
+    return out
+
+
+def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type):
+    for axis, value in values.items():
+        if axis == "deadline_s":
+            deadline_s = float(value)
+        elif axis == "num_trials":
+            if spec_for_trials is None:
+                raise SpecError("whatif: sweeping num_trials needs an SHA experiment")
+            spec = spec_for_trials(int(value))
+        elif axis == "instance_type":
+            if cloud_for_type is None:
+                raise SpecError("whatif: sweeping instance_type needs a cloud catalog")
+            cloud = cloud_for_type(str(value))
+    for axis, value in values.items():
+        if axis == "init_latency_s":
+            cloud = cloud.replace(init_latency_s=Constant(float(value)))
+        elif axis == "billing":
+            billing = value if isinstance(value, Billing) else Billing(BillingModel(value), cloud.billing.granularity_s, cloud.billing.minimum_s)
+            cloud = cloud.replace(billing=billing)
+        elif axis == "data_price_usd_per_gb":
+            cloud = cloud.replace(data=DataCost(cloud.data.dataset_gb, float(value)))
+        elif axis == "dataset_gb":
+            cloud = cloud.replace(data=DataCost(float(value), cloud.data.price_usd_per_gb))
+        elif axis == "straggler_std":
+            model = model.replace(iter_latency_s={g: d.with_moments(d.mean, float(value)) for g, d in model.iter_latency_s.items()})
+    return spec, model, cloud, deadline_s
+
+
+def saving(scenario: Scenario, baseline: str = "static", policy: str = "optimal") -> float | None:
+    """How many times cheaper ``policy`` is than ``baseline`` in a scenario."""
+    a, b = scenario.costs.get(policy), scenario.costs.get(baseline)
+    if not a or b is None or not math.isfinite(a):
+        return None
+    return b / a
