@@ -1,0 +1,1 @@
+"""Small real example jobs that run on this machine's CPU."""

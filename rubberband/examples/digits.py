@@ -1,0 +1,42 @@
+"""Demo job: an MLP on scikit-learn's bundled 8x8 digits data (1,797 images; no download)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rubberband.execute.trainer import Trainer
+
+
+class DigitsMLP(Trainer):
+    """A two-layer MLP classifying handwritten digits; tuned over lr, momentum and width."""
+
+    global_batch_size = 64
+    steps_per_iter = 20
+    metric = "val_loss"
+    mode = "min"
+
+    def build_data(self, config: dict[str, Any]):
+        import numpy as np
+        import torch
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+        y = torch.tensor(digits.target, dtype=torch.long)
+        order = torch.from_numpy(np.random.default_rng(0).permutation(len(y)))  # fixed split
+        x, y = x[order], y[order]
+        cut = int(0.8 * len(y))
+        return (torch.utils.data.TensorDataset(x[:cut], y[:cut]),
+                torch.utils.data.TensorDataset(x[cut:], y[cut:]))
+
+    def build_model(self, config: dict[str, Any]):
+        import torch.nn as nn
+
+        hidden = int(config.get("hidden", 64))
+        return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+
+    def build_optimizer(self, model, config: dict[str, Any]):
+        import torch
+
+        return torch.optim.SGD(model.parameters(), lr=float(config.get("lr", 0.05)),
+                               momentum=float(config.get("momentum", 0.9)))
