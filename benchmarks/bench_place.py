@@ -1,0 +1,112 @@
+"""Benchmark the placement policy on a SHA job of 1024 trials over 256 nodes of 8 GPUs.
+
+Run with ``.venv/bin/python benchmarks/bench_place.py``. Prints three plain-text tables:
+
+1. SHA(1024, eta=2) where each stage halves the trials and doubles their GPUs (1024x1,
+   512x2, ..., 1x1024 — always 1024 of the cluster's 2048 GPUs): placement time, moves and
+   releasable nodes per stage.
+2. The same SHA job with a fixed 1 GPU per trial, where survivors keep their slots and end
+   up scattered, followed at each stage by ``scale_down_plan`` to the fewest nodes that hold
+   them (pack before release): moves and release counts with their times.
+3. The first placement timed over several repeats (the target is under 100 ms).
+
+Survivors are drawn with a seeded ``numpy.random.Generator`` so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from rubberband.place import place, scale_down_plan
+
+NUM_TRIALS = 1024
+NUM_NODES = 256
+GPUS_PER_NODE = 8
+ETA = 2
+SEED = 0
+REPEATS = 5
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.1f}"
+
+
+def _survivors(rng: np.random.Generator, alive: list[int]) -> list[int]:
+    """The trials SHA promotes: a random 1/eta of those alive, kept in id order."""
+    keep = rng.choice(len(alive), size=len(alive) // ETA, replace=False)
+    return [alive[i] for i in sorted(keep)]
+
+
+def growing_trials(nodes: list[tuple[str, int]]) -> None:
+    rng = np.random.default_rng(SEED)
+    capacity = NUM_NODES * GPUS_PER_NODE
+    print(f"SHA({NUM_TRIALS} trials, eta={ETA}) on {NUM_NODES} nodes x {GPUS_PER_NODE} GPUs; "
+          "each stage halves the trials and doubles GPUs per trial")
+    print(f"{'stage':>5} {'trials':>6} {'GPUs/trial':>10} {'place ms':>8} {'moves':>6} "
+          f"{'nodes used':>10} {'releasable':>10} {'unplaced':>8}")
+    alive, gpus, previous, stage = list(range(NUM_TRIALS)), 1, None, 0
+    while alive and len(alive) * gpus <= capacity:
+        demands = dict.fromkeys(alive, gpus)
+        start = time.perf_counter()
+        p = place(demands, nodes, previous)
+        took = time.perf_counter() - start
+        print(f"{stage:>5} {len(alive):>6} {gpus:>10} {_ms(took)} {len(p.moves(previous)):>6} "
+              f"{len(p.nodes_used()):>10} {len(p.releasable(nodes)):>10} {len(p.unplaced):>8}")
+        if len(alive) == 1:
+            break
+        alive, gpus, previous, stage = _survivors(rng, alive), gpus * ETA, p, stage + 1
+    print()
+
+
+def fixed_trials(nodes: list[tuple[str, int]]) -> None:
+    rng = np.random.default_rng(SEED)
+    print("Same SHA job with 1 GPU per trial: survivors stay put, then scale_down_plan packs "
+          "them onto the fewest nodes before release")
+    print(f"{'stage':>5} {'trials':>6} {'place ms':>8} {'moves':>6} {'nodes used':>10} "
+          f"{'plan ms':>8} {'target':>6} {'moved':>6} {'released':>8}")
+    alive, previous, stage = list(range(NUM_TRIALS)), None, 0
+    current = list(nodes)
+    while alive:
+        demands = dict.fromkeys(alive, 1)
+        start = time.perf_counter()
+        p = place(demands, current, previous)
+        took = time.perf_counter() - start
+        target = math.ceil(len(alive) / GPUS_PER_NODE)
+        start = time.perf_counter()
+        plan = scale_down_plan(p, current, target)
+        planned = time.perf_counter() - start
+        print(f"{stage:>5} {len(alive):>6} {_ms(took)} {len(p.moves(previous)):>6} "
+              f"{len(p.nodes_used()):>10} {_ms(planned)} {target:>6} {len(plan.moved):>6} "
+              f"{len(plan.release):>8}")
+        if len(alive) == 1:
+            break
+        # The executor releases the planned nodes; the next stage starts from the packed placement.
+        current = [n for n in current if n[0] in set(plan.keep)]
+        alive, previous, stage = _survivors(rng, alive), plan.placement, stage + 1
+    print()
+
+
+def first_placement(nodes: list[tuple[str, int]]) -> None:
+    demands = dict.fromkeys(range(NUM_TRIALS), 1)
+    runs = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        place(demands, nodes)
+        runs.append(time.perf_counter() - start)
+    print(f"First placement, {NUM_TRIALS} x 1 GPU on {NUM_NODES} x {GPUS_PER_NODE}: "
+          f"best {min(runs) * 1e3:.1f} ms, median {sorted(runs)[len(runs) // 2] * 1e3:.1f} ms "
+          f"over {REPEATS} runs (target < 100 ms)")
+
+
+def main() -> None:
+    nodes = [(f"node{i:03d}", GPUS_PER_NODE) for i in range(NUM_NODES)]
+    growing_trials(nodes)
+    fixed_trials(nodes)
+    first_placement(nodes)
+
+
+if __name__ == "__main__":
+    main()
