@@ -121,7 +121,7 @@ def _parse_spec(data: dict, where: str) -> ExperimentSpec:
 
 
 def _eta(value: Any, where: str) -> int:
-    eta = integer(value, where, minimum=1)
+    eta = integer(value, where, minimum=-(2**63))
     if eta < 2:
         raise SpecError(f"{where}: must be at least 2 (an eta of 1 never stops a trial), got {value!r}")
     return eta

@@ -49,7 +49,7 @@ def number(value: Any, where: str, *, minimum: float | None = None, positive: bo
 
 def integer(value: Any, where: str, *, minimum: int = 1) -> int:
     """Check an integer of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         raise SpecError(f"{where}: expected an integer, got {value!r}")
     if value < minimum:
         raise SpecError(f"{where}: must be at least {minimum}, got {value!r}")

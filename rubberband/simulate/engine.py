@@ -34,10 +34,12 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
     if instances is None:
         held = [s.instances_needed for s in shapes]
     else:
-        if isinstance(instances, (str, bytes)) or len(instances) != len(shapes):
+        if isinstance(instances, (str, bytes)) or not isinstance(instances, Sequence | np.ndarray) or len(instances) != len(shapes):
             raise SpecError(f"instances: expected {len(shapes)} instance counts, one per stage, got {instances!r}")
         held = []
         for shape, count in zip(shapes, instances):
+            if isinstance(count, float) and count.is_integer():
+                count = int(count)
             if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < shape.instances_needed:
                 raise SpecError(
                     f"instances[{shape.index}]: {count!r} cannot hold stage {shape.index}; it needs at least "
@@ -47,11 +49,12 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
     return shapes, held
 
 
-def _billed_seconds(lifetime: np.ndarray, cloud: CloudProfile) -> np.ndarray:
-    """Billed seconds of instances alive ``lifetime`` seconds: rounded up, at least the minimum."""
-    g = cloud.billing.granularity_s
-    rounded = np.ceil(np.round(lifetime / g, 9)) * g
-    return np.maximum(rounded, cloud.billing.minimum_s)
+def billed_seconds(lifetime, billing):
+    """Billed seconds of instances alive ``lifetime`` seconds: rounded up to the billing
+    granularity, and at least the billing minimum (DESIGN §4)."""
+    g = billing.granularity_s
+    rounded = np.ceil(np.round(np.asarray(lifetime, dtype=float) / g, 9)) * g
+    return np.maximum(rounded, billing.minimum_s)
 
 
 def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
@@ -136,7 +139,7 @@ def _release(stack: list[tuple[int, np.ndarray]], count: int, now: np.ndarray, c
         group, launched = stack.pop()
         take = min(group, count)
         lifetime = now - launched
-        extra += take * (_billed_seconds(lifetime, cloud) - lifetime) * cloud.usd_per_second
+        extra += take * (billed_seconds(lifetime, cloud.billing) - lifetime) * cloud.usd_per_second
         if group > take:
             stack.append((group - take, launched))
         count -= take

@@ -78,14 +78,15 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
         SpecError: naming the stage and the valid range when the allocation is not a positive
             integer or gives a GPU count per trial outside the model profile.
     """
+    low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
+    high = num_trials * (model.max_gpus + 1) - 1
     if isinstance(allocation, (bool, np.bool_)) or not isinstance(allocation, (int, np.integer)):
         if isinstance(allocation, float) and allocation.is_integer():
             allocation = int(allocation)
         else:
-            raise SpecError(f"allocation[{index}]: expected a whole number of GPUs, got {allocation!r}")
+            raise SpecError(f"allocation[{index}]: expected a whole number of GPUs in {low}..{high} for "
+                            f"{num_trials} trials, got {allocation!r}")
     allocation = int(allocation)
-    low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
-    high = num_trials * (model.max_gpus + 1) - 1
     if not low <= allocation <= high:
         raise SpecError(
             f"allocation[{index}]: {allocation} GPUs for {num_trials} trials is outside the valid range "
@@ -146,7 +147,7 @@ class StageDraws:
 
     def train_durations(self, model: ModelProfile, shape: StageShape) -> np.ndarray:
         """TRAIN durations, shape ``(num_trials, samples)``: ``startup + k * L``, L per node."""
-        key = ("train", id(model), shape.num_trials, shape.iters, shape.gpus_per_trial)
+        key = ("train", model.latency(shape.gpus_per_trial), model.trial_startup_s, shape.num_trials, shape.iters)
         if key not in self._cache:
             lat = model.latency(shape.gpus_per_trial)
             size = (shape.num_trials, self.samples)
@@ -167,10 +168,15 @@ class StageDraws:
         total = durations.sum(axis=0)
         if shape.running >= shape.num_trials:
             return durations.max(axis=0), total
-        a = shape.running
-        free = durations[:a].T.copy()                   # (samples, a), a C-ordered copy: the cache stays intact
-        rows = np.arange(self.samples)
-        for j in range(a, shape.num_trials):
-            gpu = free.argmin(axis=1)                   # contiguous rows: ~4x faster than axis 0
-            free[rows, gpu] += durations[j]
-        return free.max(axis=1), total
+        return list_schedule(durations, shape.running), total
+
+
+def list_schedule(durations: np.ndarray, gpus: int) -> np.ndarray:
+    """Makespan per sample of ``n`` trials on ``gpus`` GPUs, each GPU taking the next queued
+    trial as soon as it frees up (trials in order; ``durations`` has shape ``(n, samples)``)."""
+    free = durations[:gpus].T.copy()                # (samples, gpus), a C-ordered copy: the cache stays intact
+    rows = np.arange(durations.shape[1])
+    for j in range(gpus, durations.shape[0]):
+        gpu = free.argmin(axis=1)                   # contiguous rows: ~4x faster than axis 0
+        free[rows, gpu] += durations[j]
+    return free.max(axis=1)

@@ -10,7 +10,7 @@ from rubberband.errors import SpecError
 
 
 def _positive_int(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         raise SpecError(f"{field}: expected a positive integer, got {value!r}")
     if int(value) <= 0:
         raise SpecError(f"{field}: must be a positive integer, got {value!r}")
