@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.plan.plan import Plan
-from rubberband.plan.policies import Candidate, get_policy, pareto_front
+from rubberband.plan.policies import Candidate, choose, get_policy, pareto_front, static_candidates
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulate.engine import simulate
 from rubberband.spec.experiment import ExperimentSpec
-
-FINALISTS = 8          # cheapest candidates simulated in full to settle billing rounding
-MAX_CONFIDENCE_SIMS = 64
 
 
 def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog, deadline_s: float,
@@ -86,42 +81,12 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
     )
 
 
-def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
-           confidence: float | None) -> tuple[Candidate, object] | None:
-    """Simulate the cheapest candidates in full and keep the cheapest that meets the constraint.
-
-    With ``confidence=None`` the constraint is mean JCT <= deadline (exact from the table);
-    the ``FINALISTS`` cheapest feasible candidates by surrogate cost are simulated, since
-    billing rounding can reorder near-ties. With a confidence, candidates are simulated
-    cheapest first until ``FINALISTS`` of them reach P(JCT <= deadline) >= confidence.
-    """
-    eps = 1e-9 * deadline_s
-    pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
-    if confidence is None:
-        pool = [c for c in pool if c.jct_s <= deadline_s + eps]
-    best = None
-    found = sims = 0
-    for cand in pool:
-        if found >= FINALISTS or (confidence is not None and sims >= MAX_CONFIDENCE_SIMS):
-            break
-        result = simulate(table.spec, cand.allocation, table.model, table.cloud, samples=table.samples,
-                          seed=table.seed, instances=cand.instances, draws=table.draws)
-        sims += 1
-        ok = result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
-        if not ok:
-            continue
-        found += 1
-        if best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12:
-            best = (cand, result)
-    return best
-
-
 def fastest_plan(table: StageTable) -> Candidate:
-    """The plan with the shortest mean JCT (the end of the optimal Pareto front)."""
-    front = pareto_front(table)
-    scored = [(table.evaluate(a), a) for a in front]
-    (jct, cost), alloc = min(scored, key=lambda x: (x[0][0], x[0][1]))
-    return Candidate(alloc, tuple(table.need(i, a) for i, a in enumerate(alloc)), jct, cost)
+    """The plan with the shortest mean JCT: the end of the optimal Pareto front, or a static
+    cluster (which holds instances across stages and so skips later scale-ups)."""
+    cands = [Candidate(a, tuple(table.need(i, x) for i, x in enumerate(a)), *table.evaluate(a)) for a in pareto_front(table)]
+    cands += static_candidates(table)
+    return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 
 
 def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence) -> list[dict]:

@@ -8,14 +8,18 @@ and keeps the cheapest one that meets the constraint.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
+from rubberband.simulate.engine import simulate
+
+MAX_FULL_SIMULATIONS = 200
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,34 @@ def _candidate(table: StageTable, allocation, instances=None, note: str = "") ->
     return Candidate(allocation, tuple(int(h) for h in instances), jct, cost, note)
 
 
+def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
+           confidence: float | None) -> tuple[Candidate, Any] | None:
+    """Simulate candidates in full, cheapest surrogate first, and keep the cheapest that meets
+    the constraint.
+
+    The surrogate cost is a lower bound on the billed cost (rounding only adds), so once the
+    next candidate's surrogate is at least the best billed cost found, no later one can win:
+    the search stops there, exact, after a handful of simulations under per-second billing
+    and more under coarse billing (at most ``MAX_FULL_SIMULATIONS``). With
+    ``confidence=None`` the constraint is mean JCT <= deadline (exact from the table, since
+    mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
+    """
+    eps = 1e-9 * deadline_s
+    pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
+    if confidence is None:
+        pool = [c for c in pool if c.jct_s <= deadline_s + eps]
+    best = None
+    for sims, cand in enumerate(pool):
+        if sims >= MAX_FULL_SIMULATIONS or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
+            break
+        result = simulate(table.spec, cand.allocation, table.model, table.cloud, samples=table.samples,
+                          seed=table.seed, instances=cand.instances, draws=table.draws)
+        ok = result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
+        if ok and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
+            best = (cand, result)
+    return best
+
+
 # --- static ---------------------------------------------------------------------------------
 def static_allocation(table: StageTable, k: int) -> tuple[int, ...] | None:
     """Each stage shares all ``k`` instances' GPUs fairly (paper §3.2).
@@ -86,7 +118,7 @@ def static_allocation(table: StageTable, k: int) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def _static_table(table: StageTable, deadline_s: float = math.inf) -> list[Candidate]:
+def static_candidates(table: StageTable, deadline_s: float = math.inf) -> list[Candidate]:
     G = table.cloud.gpus_per_instance
     k_max = max(table.need(i, max(table.candidates(i))) for i in range(table.num_stages))
     out = []
@@ -101,7 +133,7 @@ def _static_table(table: StageTable, deadline_s: float = math.inf) -> list[Candi
 @policy("static")
 def static_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
     """The cheapest fixed cluster of K instances that meets the deadline (paper §3.2 baseline)."""
-    return _static_table(table, deadline_s)
+    return static_candidates(table, deadline_s)
 
 
 # --- naive elastic --------------------------------------------------------------------------
@@ -165,10 +197,10 @@ def greedy_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
     Guarantee (the paper's): never worse than the warm start; the best static plan itself is
     kept among the candidates, so greedy is never worse than ``static``.
     """
-    statics = [c for c in _static_table(table, deadline_s) if c.jct_s <= deadline_s]
-    if not statics:
+    chosen = choose(table, static_candidates(table, deadline_s), deadline_s, None)
+    if chosen is None:
         return []
-    best_static = min(statics, key=lambda c: c.cost_usd)
+    best_static = chosen[0]
     k = best_static.instances[0]
     out = [best_static]
     for mult in (1, 2, 3):
@@ -190,8 +222,9 @@ def optimal_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
     """Exact search over every valid allocation vector (dynamic programming over stages).
 
     Guarantee: returns the Pareto front of (mean JCT, surrogate mean cost) over *all* valid
-    allocation vectors (each stage's factors and multiples of its trial count, fewest
-    instances per stage) whose mean JCT meets ``deadline_s``. Mean JCT is exactly additive
+    allocation vectors (``valid_allocations``: each stage's factors and multiples of its trial
+    count and queueing on whole instances, with the fewest instances per stage) whose mean
+    JCT meets ``deadline_s``, plus every static cluster. Mean JCT is exactly additive
     over stages, so feasibility is exact for the given samples and seed. The surrogate cost
     bills instance-seconds without rounding; the true cost adds at most
     ``max(granularity_s, minimum_s)`` of billing per instance launch, which ``choose``
@@ -202,7 +235,9 @@ def optimal_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
     (time, cost) pair, pruned by lower bounds on the remaining stages' time.
     """
     front = pareto_front(table, deadline_s)
-    return [_candidate(table, alloc) for alloc in front]
+    # Static clusters hold instances across stages (the DP holds the fewest per stage), so
+    # they join the candidates: optimal is never worse than static, HyperBand included.
+    return [_candidate(table, alloc) for alloc in front] + static_candidates(table, deadline_s)
 
 
 def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[tuple[int, ...]]:
@@ -215,7 +250,7 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
     H = np.zeros(1, dtype=np.int64)
     history: list[tuple[np.ndarray, np.ndarray]] = []   # per stage: (parent, allocation) of kept points
     for i in range(table.num_stages):
-        cands = np.array(table.candidates(i), dtype=np.int64)
+        cands = np.array(table.candidates(i, deadline_s), dtype=np.int64)
         needs = np.array([table.need(i, a) for a in cands], dtype=np.int64)
         prev_states, inverse = np.unique(H, return_inverse=True)
         dur = np.empty((len(prev_states), len(cands)))

@@ -32,15 +32,25 @@ from rubberband.simulate.model import StageDraws, instances_needed, stage_shape
 from rubberband.spec.experiment import ExperimentSpec
 
 
-def valid_allocations(num_trials: int, model: ModelProfile) -> list[int]:
+def valid_allocations(num_trials: int, model: ModelProfile, gpus_per_instance: int | None = None) -> list[int]:
     """Allocations that divide a stage's trials fairly (paper §4.3), ascending.
 
     Factors of ``n`` (trials queue, one GPU each) when the profile has 1 GPU per trial, and
-    multiples ``n * m`` for every ``m`` in the profiled range.
+    multiples ``n * m`` for every ``m`` in the profiled range. With ``gpus_per_instance``
+    ``G``, queueing on whole instances (``k * G < n`` GPUs) is valid too: those are the
+    allocations a static cluster of ``k`` instances gives, so the search covers static plans.
     """
     out = set()
     if model.min_gpus == 1:
         out.update(d for d in range(1, num_trials + 1) if num_trials % d == 0)
+        if gpus_per_instance:
+            # For each number of rounds r, the fewest whole instances that run n trials in r
+            # rounds: more GPUs in the same rounds cost more instances for (almost) no time.
+            for rounds in range(2, num_trials + 1):
+                a = -(-num_trials // rounds)
+                a = -(-a // gpus_per_instance) * gpus_per_instance
+                if a < num_trials:
+                    out.add(a)
     out.update(num_trials * m for m in range(model.min_gpus, model.max_gpus + 1))
     return sorted(out)
 
@@ -77,20 +87,35 @@ class StageTable:
         self._candidates: list[list[int]] = []
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
+        self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
         for i, stage in enumerate(spec.stages):
-            cands = allocations[i] if allocations is not None else valid_allocations(stage.num_trials, model)
+            cands = allocations[i] if allocations is not None else valid_allocations(stage.num_trials, model, cloud.gpus_per_instance)
             self._candidates.append([int(a) for a in cands])
-            for a in self._candidates[i]:
-                self.entry(i, a)
+            parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
+            self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
         self._init_cache: dict[tuple[int, int], float] = {}
 
     @property
     def num_stages(self) -> int:
         return len(self.entries)
 
-    def candidates(self, stage: int) -> list[int]:
-        """The valid allocations of a stage, ascending."""
-        return self._candidates[stage]
+    def candidates(self, stage: int, deadline_s: float = float("inf")) -> list[int]:
+        """The valid allocations of a stage, ascending; with a deadline, without queued
+        allocations that cannot meet it even if every other stage ran at its fastest
+        (their queues are never simulated)."""
+        if deadline_s == float("inf"):
+            return self._candidates[stage]
+        others = sum(self.fast_s) - self.fast_s[stage]
+        n = self.spec.stages[stage].num_trials
+        return [a for a in self._candidates[stage]
+                if a >= n or a in self.entries[stage] or self.queue_bound_s_stage(stage, a) + others <= deadline_s]
+
+    def queue_bound_s_stage(self, i: int, allocation: int) -> float:
+        """Lower bound on stage ``i``'s mean duration under a queued allocation: its average load."""
+        stage = self.spec.stages[i]
+        slots = min(allocation, stage.num_trials)
+        duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(1).mean
+        return stage.num_trials * duration / slots + self.sync_s[i]
 
     def entry(self, i: int, allocation: int) -> StageEntry:
         """Means of stage ``i`` under ``allocation`` (any valid GPU count; computed once)."""
@@ -167,9 +192,15 @@ class StageTable:
 
     def min_stage_usd(self, i: int) -> float:
         """A lower bound on stage ``i``'s surrogate cost."""
+        # Over the allocations computed so far plus a bound for queued ones: every instance a
+        # queued allocation holds is busy at least its share of the stage's work.
+        n = self.spec.stages[i].num_trials
+        work = n * (self.model.trial_startup_s.mean + self.spec.stages[i].iters * self.model.latency(self.model.min_gpus).mean)
         if self.per_instance:
-            return min(self.usd_per_s * e.need * (e.train_s + self.sync_s[i]) for e in (self.entry(i, a) for a in self._candidates[i]))
-        return min(e.busy_usd for e in (self.entry(i, a) for a in self._candidates[i]))
+            known = min(self.usd_per_s * e.need * (e.train_s + self.sync_s[i]) for e in self.entries[i].values())
+            queued = self.usd_per_s * work / self.cloud.gpus_per_instance if self.model.min_gpus == 1 else known
+            return min(known, queued)
+        return min(min(e.busy_usd for e in self.entries[i].values()), self.usd_per_s * work / self.cloud.gpus_per_instance)
 
     def suffix_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Lower bounds on the time and cost of stages ``i..end``, per ``i`` (length stages+1)."""
