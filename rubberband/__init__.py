@@ -1,25 +1,41 @@
-"""rubberband: cheapest elastic plan for a hyperparameter tuning job that must meet a deadline."""
+"""rubberband: cheapest elastic plan for a hyperparameter tuning job that must meet a deadline.
 
-from rubberband.config import Experiment, load_experiment
-from rubberband.errors import InfeasibleDeadlineError, ProviderError, RubberbandError, SpecError
-from rubberband.plan import Plan, compile_plan, whatif
-from rubberband.profiles import (
-    Billing,
-    BillingModel,
-    CloudCatalog,
-    CloudProfile,
-    DataCost,
-    Market,
-    ModelProfile,
-)
-from rubberband.simulate import SimResult, build_dag, simulate
-from rubberband.spec import ExperimentSpec, Stage
+Names are imported on first use, so ``import rubberband`` stays cheap for the CLI and for
+the executor's worker processes (which only need the trainer and the worker code).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Billing", "BillingModel", "CloudCatalog", "CloudProfile", "DataCost", "Experiment", "ExperimentSpec",
-    "InfeasibleDeadlineError", "Market", "ModelProfile", "Plan", "ProviderError", "RubberbandError",
-    "SimResult", "SpecError", "Stage", "__version__", "build_dag", "compile_plan", "load_experiment",
-    "simulate", "whatif",
-]
+_EXPORTS = {
+    "Experiment": "rubberband.config", "load_experiment": "rubberband.config",
+    "InfeasibleDeadlineError": "rubberband.errors", "ProviderError": "rubberband.errors",
+    "RubberbandError": "rubberband.errors", "SpecError": "rubberband.errors",
+    "Plan": "rubberband.plan", "compile_plan": "rubberband.plan", "whatif": "rubberband.plan",
+    "Billing": "rubberband.profiles", "BillingModel": "rubberband.profiles", "CloudCatalog": "rubberband.profiles",
+    "CloudProfile": "rubberband.profiles", "DataCost": "rubberband.profiles", "Market": "rubberband.profiles",
+    "ModelProfile": "rubberband.profiles",
+    "SimResult": "rubberband.simulate", "build_dag": "rubberband.simulate", "simulate": "rubberband.simulate",
+    "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec",
+    "Placement": "rubberband.place", "place": "rubberband.place",
+    "Trainer": "rubberband.execute", "execute": "rubberband.execute",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rubberband' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -2,4 +2,11 @@
 
 from rubberband.execute.trainer import Trainer
 
-__all__ = ["Trainer"]
+
+def execute(*args, **kwargs):
+    """Run a plan for real; see ``rubberband.execute.run.execute``."""
+    from rubberband.execute.run import execute as _execute
+
+    return _execute(*args, **kwargs)
+
+__all__ = ["Trainer", "execute"]

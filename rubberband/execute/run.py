@@ -1,0 +1,184 @@
+"""rb.execute: run a plan for real on a provider and report actual JCT and cost."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.execute.driver import Driver, best_trial
+from rubberband.execute.ledger import Ledger
+from rubberband.execute.report import RunResult
+from rubberband.plan.plan import Plan
+from rubberband.schema import did_you_mean
+
+log = logging.getLogger("rubberband.execute")
+PROVIDERS = ("local",)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = "local", metric: str | None = None,
+            mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
+            on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None) -> RunResult:
+    """Run ``plan`` for real and return what happened next to what was predicted.
+
+    Args:
+        plan: from ``compile_plan``.
+        trainer: a ``rubberband.execute.Trainer`` (class, instance or ``module:Name``).
+        search_space: Ray Tune domains, YAML samplers or lists per hyperparameter.
+        provider: ``local`` (Ray nodes on this machine with logical GPUs).
+        metric, mode: what to rank trials by (default: the trainer's).
+        seed: samples the configs and seeds the workers.
+        runs_dir: the run writes ``<runs_dir>/<run_id>/`` (checkpoints, ledger, result.json).
+        latency_scale: multiplies the provider's provisioning and initialisation latencies.
+
+    Every instance launched is released when the run ends, fails or is interrupted.
+    """
+    if provider not in PROVIDERS:
+        raise SpecError(f"provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; choose one of {', '.join(PROVIDERS)}")
+    from rubberband.execute.worker import load_trainer
+
+    trainer_obj = load_trainer(trainer)
+    metric = metric or getattr(trainer_obj, "metric", "val_loss")
+    mode = mode or getattr(trainer_obj, "mode", "min")
+    run_id = run_id or new_run_id()
+    run_dir = Path(runs_dir).resolve() / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(plan.to_json())
+    return _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, latency_scale, on_event)
+
+
+def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, latency_scale, on_event) -> RunResult:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from rubberband.execute.ray_runner import RayClusterPort, RayTrialRunner
+    from rubberband.providers.local import LocalCluster
+
+    cluster = LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
+    ended = None
+    driver = None
+    try:
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events)
+        runner = RayTrialRunner(trainer, seed=seed)
+        driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
+                        checkpoint_dir=run_dir / "checkpoints", on_event=on_event)
+        outcome = driver.run()
+        ended = time.time()
+        port.shutdown()
+        _wait_released(cluster, timeout_s=30)
+    finally:
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            stop_time = time.time()
+            cluster.stop()
+    return _report(plan, driver, outcome, cluster.read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+
+
+def _wait_released(cluster, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        state: dict[str, str] = {}
+        for e in cluster.read_events():
+            state[e["instance"]] = e["event"]
+        if all(v == "terminated" for v in state.values()):
+            return
+        time.sleep(0.2)
+
+
+def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float, stop_time: float,
+                       stage_windows: list[tuple[float, float]]) -> Ledger:
+    """Build the ledger from the provider's own timestamps (seconds since the run started)."""
+    ledger = Ledger(plan.cloud, stage_windows=stage_windows)
+
+    def stage_at(t: float) -> int:
+        for i, (_, b) in enumerate(stage_windows):
+            if t <= b:
+                return i
+        return max(0, len(stage_windows) - 1)
+
+    for e in events:
+        t = e["t"] - started
+        inst = e["instance"]
+        if e["event"] == "request":
+            ledger.request(inst, t, stage_at(t)).provider_id = e.get("node_id")
+        elif inst in ledger.instances:
+            rec = ledger.instances[inst]
+            if e["event"] == "running":
+                rec.launched_s = t
+            elif e["event"] == "started":
+                rec.ready_s = t
+            elif e["event"] == "terminated":
+                rec.released_s, rec.stage_released = t, stage_at(t)
+    for rec in ledger.instances.values():
+        if rec.released_s is None:   # stopped with the cluster
+            rec.released_s = stop_time - started
+            rec.stage_released = stage_at(rec.released_s)
+    return ledger
+
+
+def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, metric, mode) -> RunResult:
+    started = outcome.started_at
+    windows = [(s.start_s, s.end_s) for s in outcome.stages]
+    ledger = ledger_from_events(plan, events, started, stop_time, windows)
+    from rubberband.execute.ledger import TrialRun
+
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"]) for r in outcome.train_runs]
+    last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
+    jct = outcome.ended_at - started
+    costs = ledger.stage_costs(now=last_release)
+    stages = []
+    for rec, pred in zip(outcome.stages, plan.predicted.stages):
+        stages.append({
+            "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
+            "promoted": rec.promoted,
+            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
+            "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index]},
+        })
+    best = best_trial(outcome.trials, mode)
+    result = RunResult(
+        run_id=run_id, run_dir=str(run_dir),
+        best={"trial": best.id, "config": best.config, "metric": best.metric, "metric_name": metric, "step": best.step} if best else {},
+        predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
+        actual={"jct_s": jct, "cost_usd": ledger.cost_usd(now=last_release)},
+        stages=stages,
+        trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
+                       "history": t.history, "restarts": t.restarts} for t in outcome.trials.values()},
+        ledger=ledger.to_dict(now=last_release),
+        plan=plan.summary(),
+    )
+    result.save()
+    return result
+
+
+def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
+    """Plain progress lines (one per event)."""
+    stream = stream or sys.stderr
+    t0 = time.time()
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        stamp = f"[{time.time() - t0:7.1f}s]"
+        if kind == "stage":
+            print(f"{stamp} stage {data['index']}: {data['trials']} trials x {data['iters']} iters, "
+                  f"{data['gpus_per_trial']} GPU(s)/trial on {data['instances']} instance(s)", file=stream, flush=True)
+        elif kind == "trial":
+            print(f"{stamp}   trial {data['trial']} done: metric {data['metric']:.4g} at step {data['step']}", file=stream, flush=True)
+        elif kind == "sync":
+            print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
+        elif kind == "recover":
+            print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+
+    return on_event

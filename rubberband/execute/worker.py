@@ -1,0 +1,176 @@
+"""One DDP worker of a trial: a Ray actor that builds the user's model and trains it.
+
+A trial is a gang of these actors, one per GPU (logical GPUs on this machine), joined by a
+torch.distributed process group — gloo on CPU, NCCL when CUDA is present. The global batch
+size stays fixed whatever the gang's size: each of ``w`` workers processes ``B / w``
+samples per optimizer step, in micro-batches of at most ``max_micro_batch`` with gradient
+accumulation. Rank 0 evaluates and checkpoints; every rank restores from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import io
+import os
+import socket
+import time
+from datetime import timedelta
+from typing import Any
+
+from rubberband.errors import SpecError
+
+
+def load_trainer(trainer: Any):
+    """Instantiate a trainer from ``module:Name``, ``path/file.py:Name``, a class or an instance."""
+    if not isinstance(trainer, str):
+        return trainer() if isinstance(trainer, type) else trainer
+    module_name, _, attr = trainer.partition(":")
+    if not attr:
+        raise SpecError(f"trainer: expected `module:Name`, got {trainer!r}")
+    try:
+        if module_name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(f"rb_user_trainer_{abs(hash(module_name))}", module_name)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        else:
+            module = importlib.import_module(module_name)
+        cls = getattr(module, attr)
+    except (ImportError, AttributeError, FileNotFoundError) as exc:
+        raise SpecError(f"trainer: cannot load {trainer!r}: {exc}") from None
+    return cls() if isinstance(cls, type) else cls
+
+
+class DDPWorker:
+    """A worker of one trial's gang (wrapped with ``ray.remote`` by the runner)."""
+
+    def __init__(self, trainer: Any, config: dict[str, Any], rank: int, world: int, seed: int):
+        import torch
+
+        torch.set_num_threads(1)
+        self.trainer = load_trainer(trainer)
+        self.config, self.rank, self.world, self.seed = dict(config), rank, world, seed
+        self.step = 0
+        self.epoch = 0
+        self.model = self.ddp = self.opt = None
+        self._batches = None
+        self.distributed = False
+
+    def node_info(self) -> dict[str, Any]:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "pid": os.getpid()}
+
+    def free_port(self) -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def setup(self, master_port: int | None, checkpoint: bytes | None) -> float:
+        """Join the gang's process group, build model and optimizer, restore; return seconds taken."""
+        import torch
+        import torch.distributed as dist
+
+        t0 = time.perf_counter()
+        if self.world > 1:
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=self.rank,
+                                    world_size=self.world, timeout=timedelta(seconds=60))
+            self.distributed = True
+        self._build(checkpoint)
+        return time.perf_counter() - t0
+
+    def reset(self, config: dict[str, Any], checkpoint: bytes | None) -> float:
+        """Take over another trial in this same gang (actor reuse): the process group stays."""
+        t0 = time.perf_counter()
+        self.ddp = self.opt = self.model = None
+        self.config, self.step, self.epoch = dict(config), 0, 0
+        self._build(checkpoint)
+        return time.perf_counter() - t0
+
+    def _build(self, checkpoint: bytes | None) -> None:
+        import torch
+
+        torch.manual_seed(self.seed)
+        if getattr(self, "train_set", None) is None or getattr(self, "_data_config", None) != self.config:
+            self.train_set, self.val_set = self.trainer.build_data(self.config)
+            self._data_config = dict(self.config)
+        self.model = self.trainer.build_model(self.config)
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if self.distributed else self.model
+        self.opt = self.trainer.build_optimizer(self.model, self.config)
+        if checkpoint is not None:
+            state = torch.load(io.BytesIO(checkpoint), weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self._batches = self._batch_iter()
+
+    def _batch_iter(self):
+        import torch
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+
+        B = int(self.trainer.global_batch_size)
+        if B % self.world:
+            raise SpecError(f"global_batch_size: {B} is not divisible by {self.world} workers; use a multiple")
+        sampler = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank, shuffle=True,
+                                     seed=self.seed, drop_last=True)
+        generator = torch.Generator().manual_seed(self.seed)
+        while True:
+            sampler.set_epoch(self.epoch)
+            yield from DataLoader(self.train_set, batch_size=B // self.world, sampler=sampler, drop_last=True,
+                                  generator=generator)
+            self.epoch += 1
+
+    def train(self, iters: int) -> dict[str, Any]:
+        """Run ``iters`` iterations of ``steps_per_iter`` optimizer steps; rank 0 also evaluates."""
+        import contextlib
+
+        micro = getattr(self.trainer, "max_micro_batch", None)
+        times = []
+        for _ in range(int(iters)):
+            t0 = time.perf_counter()
+            for _ in range(int(self.trainer.steps_per_iter)):
+                x, y = next(self._batches)
+                chunks = list(zip(x.split(micro), y.split(micro))) if micro else [(x, y)]
+                self.opt.zero_grad(set_to_none=True)
+                for j, (cx, cy) in enumerate(chunks):
+                    sync = j == len(chunks) - 1 or not self.distributed
+                    ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
+                    with ctx:
+                        loss = self.trainer.loss(self.ddp(cx), cy) * (len(cy) / len(y))
+                        loss.backward()
+                self.opt.step()
+                self.step += 1
+            times.append(time.perf_counter() - t0)
+        out: dict[str, Any] = {"step": self.step, "iter_times": times}
+        if self.rank == 0:
+            out["metrics"] = self.trainer.evaluate(self.model, self.val_set)
+        return out
+
+    def checkpoint(self) -> bytes:
+        import torch
+
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                    "epoch": self.epoch, "config": self.config}, buf)
+        return buf.getvalue()
+
+    def param_digest(self) -> list[float]:
+        """Sum and sum of squares of all parameters (equal across ranks of a healthy gang)."""
+        import torch
+
+        with torch.no_grad():
+            flat = torch.cat([p.detach().flatten().double() for p in self.model.parameters()])
+        return [float(flat.sum()), float((flat * flat).sum()), self.step]
+
+    def shutdown(self) -> None:
+        # Free DDP before destroying the group: the other order can hang in gloo's destructor.
+        import torch.distributed as dist
+
+        self.ddp = self.opt = None
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
+        self.distributed = False

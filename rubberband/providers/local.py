@@ -1,0 +1,230 @@
+"""The `local` provider: a Ray cluster on this machine whose instances are autoscaled raylets.
+
+The head node is started with ``ray start --head --autoscaling-config`` in a session of its
+own, so Ray's real autoscaler (v2) launches and terminates worker nodes through
+``LocalNodeProvider``. A state file under ``~/.rubberband/local/`` records every cluster we
+started (session id, port, run directory), so ``rubberband down --provider local`` finds and
+stops a cluster even when the driver that started it was killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import ProviderError
+from rubberband.profiles.cloud import CloudProfile
+
+FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
+STATE_ROOT = Path(os.environ.get("RUBBERBAND_STATE_DIR", Path.home() / ".rubberband")) / "local"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_type_name(instance_type: str) -> str:
+    """Ray node type names may not contain dots."""
+    return instance_type.replace(".", "_")
+
+
+def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, port: int, state_dir: str,
+                       latency_scale: float, seed: int, idle_timeout_s: float) -> dict[str, Any]:
+    """A Ray cluster config (Ray's own format) for the local provider."""
+    worker = node_type_name(cloud.instance_type)
+    return {
+        "cluster_name": cluster,
+        "max_workers": max_instances,
+        "idle_timeout_minutes": idle_timeout_s / 60.0,
+        "upscaling_speed": 1000,
+        "provider": {
+            "type": "external",
+            "module": "rubberband.providers.local_node_provider.LocalNodeProvider",
+            "gcs_address": f"127.0.0.1:{port}",
+            "state_dir": state_dir,
+            "latency_scale": latency_scale,
+            "seed": seed,
+            "provision_latency_s": cloud.provision_latency_s.to_dict(),
+            "init_latency_s": cloud.init_latency_s.to_dict(),
+            "use_node_id_as_ip": True,
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+            "launch_multiple": True,
+            "head_node_id": FAKE_HEAD_NODE_ID,
+        },
+        "auth": {"ssh_user": "ubuntu"},
+        "docker": {},
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 1}, "node_config": {}, "max_workers": 0},
+            worker: {
+                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, "object_store_memory": 100 * 1024 * 1024},
+                "node_config": {"InstanceType": cloud.instance_type},
+                "min_workers": 0,
+                "max_workers": max_instances,
+            },
+        },
+        "head_node_type": "ray.head.default",
+        "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+    }
+
+
+@dataclass
+class LocalCluster:
+    """A running local cluster: its head's session, port and run directory."""
+
+    run_id: str
+    run_dir: Path
+    port: int
+    sid: int
+    temp_dir: str
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def events_path(self) -> Path:
+        return self.run_dir / "provider" / "events.jsonl"
+
+    @classmethod
+    def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
+              latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0) -> LocalCluster:
+        """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``."""
+        run_dir = Path(run_dir).resolve()
+        (run_dir / "provider").mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        temp_dir = f"/tmp/rb-{run_id[-8:]}"
+        cfg_path = run_dir / "cluster.json"
+        cfg = autoscaling_config(f"rb-{run_id}", cloud, max_instances, port, str(run_dir / "provider"),
+                                 latency_scale, seed, idle_timeout_s)
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        env = {
+            **os.environ,
+            "RAY_FAKE_CLUSTER": "1",
+            "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+            "RAY_enable_autoscaler_v2": "1",
+            "RAY_CLOUD_INSTANCE_ID": FAKE_HEAD_NODE_ID,
+            "RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "disabled",
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
+        }
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        cmd = [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
+               f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+               "--include-dashboard=false"]
+        log = open(run_dir / "ray-start.log", "w")
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        cluster = cls(run_id, run_dir, port, proc.pid, temp_dir)
+        cluster._save_state()
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            cluster.stop()
+            raise ProviderError(f"local provider: `ray start --head` did not finish in {timeout_s:.0f}s; see {run_dir / 'ray-start.log'}") from None
+        if rc != 0:
+            cluster.stop()
+            raise ProviderError(f"local provider: `ray start --head` failed (exit {rc}); see {run_dir / 'ray-start.log'}")
+        return cluster
+
+    # --- state file: lets `down` find clusters a killed driver left behind -------------------
+    def _save_state(self) -> None:
+        STATE_ROOT.mkdir(parents=True, exist_ok=True)
+        (STATE_ROOT / f"{self.run_id}.json").write_text(json.dumps(
+            {"run_id": self.run_id, "run_dir": str(self.run_dir), "port": self.port, "sid": self.sid,
+             "temp_dir": self.temp_dir, "started_at": time.time()}))
+
+    @classmethod
+    def known(cls) -> list[LocalCluster]:
+        """Every cluster recorded in the state directory."""
+        out = []
+        for path in sorted(STATE_ROOT.glob("*.json")) if STATE_ROOT.exists() else []:
+            try:
+                d = json.loads(path.read_text())
+                out.append(cls(d["run_id"], Path(d["run_dir"]), int(d["port"]), int(d["sid"]), d["temp_dir"]))
+            except (ValueError, KeyError, OSError):
+                path.unlink(missing_ok=True)
+        return out
+
+    def processes(self) -> list[int]:
+        """PIDs of every process of this cluster (its session)."""
+        return _session_pids(self.sid)
+
+    def stop(self, grace_s: float = 5.0) -> int:
+        """Stop every process of the cluster (SIGTERM, then SIGKILL); return how many there were."""
+        pids = self.processes()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            deadline = time.time() + (grace_s if sig == signal.SIGTERM else 2.0)
+            while time.time() < deadline and _alive(pids):
+                time.sleep(0.1)
+            pids = [p for p in pids if _alive([p])]
+            if not pids:
+                break
+        (STATE_ROOT / f"{self.run_id}.json").unlink(missing_ok=True)
+        return len(pids)
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """The provider's event log (request / running / started / terminated)."""
+        if not self.events_path.exists():
+            return []
+        events = []
+        for line in self.events_path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            state, session = fields[0], int(fields[3])
+        except (OSError, IndexError, ValueError):
+            continue
+        if session == sid and state != "Z" and int(entry) != os.getpid():
+            pids.append(int(entry))
+    return pids
+
+
+def _alive(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def down_all() -> list[dict[str, Any]]:
+    """Stop every local cluster rubberband started; return what was stopped."""
+    stopped = []
+    for cluster in LocalCluster.known():
+        count = len(cluster.processes())
+        cluster.stop()
+        stopped.append({"run_id": cluster.run_id, "processes": count, "run_dir": str(cluster.run_dir)})
+    return stopped

@@ -1,0 +1,97 @@
+"""Ray node provider of the `local` provider: instances are raylets started on this machine.
+
+Loaded by Ray's autoscaler (``provider: {type: external, module: ...}``) inside the head
+node's monitor process. Each launched node waits out a provisioning latency (request →
+running) and an initialisation latency (running → ready), drawn from the cloud profile's
+distributions and multiplied by ``latency_scale``, before its raylet joins the cluster with
+the instance type's logical GPUs. Every node carries a unique custom resource
+``rb-instance-<n>`` so the executor can pin a trial's workers to it, and every request,
+running, ready and terminate is appended to ``<state_dir>/events.jsonl`` with a wall-clock
+timestamp: the provider's own record for the ledger and the profiler.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+import time
+
+import numpy as np
+from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+from rubberband.profiles.distributions import parse_distribution
+
+INSTANCE_RESOURCE_PREFIX = "rb-instance-"
+
+
+class LocalNodeProvider(FakeMultiNodeProvider):
+    """FakeMultiNodeProvider with cloud-like latencies, per-instance resources and an event log."""
+
+    def __init__(self, provider_config, cluster_name):
+        super().__init__(provider_config, cluster_name)
+        self._state_dir = provider_config["state_dir"]
+        os.makedirs(self._state_dir, exist_ok=True)
+        self._events_path = os.path.join(self._state_dir, "events.jsonl")
+        self._scale = float(provider_config.get("latency_scale", 1.0))
+        self._provision = parse_distribution(provider_config.get("provision_latency_s", 0), "provision_latency_s")
+        self._init = parse_distribution(provider_config.get("init_latency_s", 0), "init_latency_s")
+        self._rng = np.random.default_rng(int(provider_config.get("seed", 0)))
+        self._counter = 0
+        self._event_lock = threading.Lock()
+
+    def _event(self, **fields) -> None:
+        fields["t"] = time.time()
+        with self._event_lock, open(self._events_path, "a") as fh:
+            fh.write(json.dumps(fields) + "\n")
+            fh.flush()
+
+    def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
+        with self.lock:
+            node_id = self._next_hex_node_id()
+            self._counter += 1
+            instance = f"{INSTANCE_RESOURCE_PREFIX}{self._counter}"
+            resources = copy.deepcopy(resources)
+            resources[instance] = 1000
+            self._nodes[node_id] = {"tags": {**tags, "rb-instance": instance, TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE],
+                                             "ray-node-kind": "worker", "ray-node-name": node_id,
+                                             "ray-node-status": "up-to-date"},
+                                    "node": None, "cancelled": False}
+            provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
+            init = max(0.0, float(self._init.sample(self._rng, 1)[0]) * self._scale)
+        self._event(event="request", node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
+        threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision, init),
+                         daemon=True).start()
+
+    def _boot(self, node_id, instance, node_config, tags, resources, labels, provision, init):
+        time.sleep(provision)
+        with self.lock:
+            if node_id not in self._nodes:
+                return
+        self._event(event="running", node_id=node_id, instance=instance)
+        time.sleep(init)
+        with self.lock:
+            if node_id not in self._nodes:
+                return
+            # Start the raylet exactly as the fake provider does, under the id we registered.
+            saved_next = self._next_node_id
+            self._next_node_id = int(node_id[-5:]) - 1
+            placeholder = self._nodes.pop(node_id)
+            try:
+                FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
+            finally:
+                self._next_node_id = saved_next
+            self._nodes[node_id]["tags"].update(placeholder["tags"])
+        self._event(event="started", node_id=node_id, instance=instance)
+
+    def terminate_node(self, node_id):
+        with self.lock:
+            entry = self._nodes.pop(node_id, None)
+        if entry is None:
+            return
+        instance = entry["tags"].get("rb-instance")
+        if entry.get("node") is not None:
+            self._terminate_node(entry)
+        self._event(event="terminated", node_id=node_id, instance=instance)
