@@ -351,3 +351,65 @@ def plot_whatif(scenarios, axis: str, policies, path: str, title: str = "") -> N
 
 whatif_cmd.arguments = _whatif_args  # type: ignore[attr-defined]
 command("whatif", "sweep deadline, trials, latency, billing, data price or instance type and compare policies")(whatif_cmd)
+
+
+# --- run / down ---------------------------------------------------------------------------------
+def _run_args(p: argparse.ArgumentParser) -> None:
+    _experiment_arg(p)
+    p.add_argument("--provider", default="local", help="where to run: local (default)")
+    p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
+    p.add_argument("--policy", help="planning policy (default: the experiment's)")
+    p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
+    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
+    p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
+    p.add_argument("--latency-scale", type=float, default=1.0, help="scale the local provider's latencies")
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    from rubberband.execute.run import execute, progress_printer
+    from rubberband.plan.plan import Plan
+
+    exp = load_experiment(args.experiment)
+    if not exp.trainer:
+        raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
+    if args.plan:
+        try:
+            plan = Plan.from_json(open(args.plan).read())
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {exc}") from None
+    else:
+        args.instance_type = args.market = args.confidence = None
+        plan = plan_from_args(args, exp)
+    if not args.json:
+        print(plan_table(plan))
+        print(summary_line(plan.predicted, plan.deadline_s))
+        print()
+    result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
+                     seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
+                     latency_scale=args.latency_scale, on_event=None if args.json else progress_printer())
+    emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
+    return 0
+
+
+run_cmd.arguments = _run_args  # type: ignore[attr-defined]
+command("run", "plan the job and run it for real, then report predicted vs actual")(run_cmd)
+
+
+def _down_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--provider", default="local", help="local (default)")
+
+
+def down_cmd(args: argparse.Namespace) -> int:
+    if args.provider != "local":
+        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local")
+    from rubberband.providers.local import down_all
+
+    stopped = down_all()
+    text = "\n".join(f"stopped local cluster {s['run_id']} ({s['processes']} processes)" for s in stopped) or "nothing to stop"
+    emit(args, {"provider": args.provider, "stopped": stopped}, text)
+    return 0
+
+
+down_cmd.arguments = _down_args  # type: ignore[attr-defined]
+command("down", "stop every cluster and instance rubberband started")(down_cmd)

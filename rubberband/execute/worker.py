@@ -174,3 +174,9 @@ class DDPWorker:
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
         self.distributed = False
+
+
+def preload() -> None:
+    """Ray worker setup hook: import torch once per worker process, before any trial needs it."""
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
