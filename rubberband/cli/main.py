@@ -77,6 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rubberband ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
     except Exception as exc:  # a bug, not bad input: still one line, with a way to see more
         if args.debug:
             raise

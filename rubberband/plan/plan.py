@@ -72,6 +72,7 @@ class Plan:
             "gpus_per_trial": list(self.gpus_per_trial),
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
             "bracket_starts": list(self.spec.bracket_starts),
+            "eta": self.spec.eta,
             "cloud": self.cloud.to_dict(),
             "predicted": {
                 **self.predicted.summary(),
@@ -92,7 +93,8 @@ class Plan:
     def from_json(cls, text: str) -> Plan:
         """Rebuild a plan written by ``to_json``."""
         data = json.loads(text)
-        spec = ExperimentSpec(tuple(Stage(n, k) for n, k in data["stages"]), tuple(data.get("bracket_starts", [0])))
+        spec = ExperimentSpec(tuple(Stage(n, k) for n, k in data["stages"]), tuple(data.get("bracket_starts", [0])),
+                              data.get("eta"))
         pred = data["predicted"]
         stats = tuple(StageStats(**s) for s in pred["stages"])
         predicted = SimResult(np.asarray(pred["jct_s"], float), np.asarray(pred["cost_usd"], float),

@@ -88,9 +88,19 @@ class StageTable:
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
+        base = [allocations[i] if allocations is not None else valid_allocations(s.num_trials, model, cloud.gpus_per_instance)
+                for i, s in enumerate(spec.stages)]
+        G = cloud.gpus_per_instance
         for i, stage in enumerate(spec.stages):
-            cands = allocations[i] if allocations is not None else valid_allocations(stage.num_trials, model, cloud.gpus_per_instance)
-            self._candidates.append([int(a) for a in cands])
+            cands = set(base[i])
+            if allocations is None and model.min_gpus == 1:
+                # Queue on exactly as many instances as a neighbouring stage holds: keeping (or
+                # pre-launching) them can beat the fewest instances for the rounds.
+                for j in (i - 1, i + 1):
+                    if 0 <= j < len(base):
+                        n_j = spec.stages[j].num_trials
+                        cands.update(h * G for h in {instances_needed(n_j, a, G) for a in base[j]} if h * G < stage.num_trials)
+            self._candidates.append(sorted(int(a) for a in cands))
             parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
             self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
         self._init_cache: dict[tuple[int, int], float] = {}
