@@ -87,7 +87,6 @@ class Driver:
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
         self.placement = Placement()
-        self.idle: list[Any] = []      # running gangs no trial uses now, kept for reuse
 
     # --- helpers -----------------------------------------------------------------------------
     def _emit(self, kind: str, **data: Any) -> None:
@@ -112,58 +111,24 @@ class Driver:
         if trial.id in self.placement.assignments:
             self.placement = _without(self.placement, [trial.id])
 
-    def _park(self, trial: TrialState) -> None:
-        """Keep a trial's gang running for another trial of the same size (actor reuse)."""
-        if trial.gang is not None:
-            self.idle.append(trial.gang)
-            trial.gang, trial.instances = None, ()
-        if trial.id in self.placement.assignments:
-            self.placement = _without(self.placement, [trial.id])
-
-    def _stop_idle(self, keep: Callable[[Any], bool] = lambda gang: False) -> None:
-        still = []
-        for gang in self.idle:
-            if keep(gang):
-                still.append(gang)
-            else:
-                self.runner.stop(gang)
-        self.idle = still
-
     def _instances_of(self, placement: Placement, trial: str) -> tuple[str, ...]:
         return tuple(str(node) for node, _ in placement.slots(trial))
 
     def _launch_all(self, tids: Sequence[str]) -> None:
-        """Give each trial a gang on its placed instances: its own, a parked one, or a new one."""
+        """Give each trial a gang on its placed instances: keep its own when it is already
+        there, else release the old one first (its workers go back to the warm pool)."""
         wanted = {tid: self._instances_of(self.placement, tid) for tid in tids}
-        fresh = []
         for tid in tids:
             trial = self.trials[tid]
-            if trial.gang is not None and trial.instances == wanted[tid]:
-                continue
-            self._park_gang_only(trial)
+            if trial.gang is not None and trial.instances != wanted[tid]:
+                self.runner.stop(trial.gang)
+                trial.gang, trial.instances = None, ()
         for tid in tids:
             trial = self.trials[tid]
-            if trial.gang is not None:
-                continue
-            match = next((g for g in self.idle if tuple(g.instances) == wanted[tid]), None)
-            if match is None:
-                fresh.append(tid)
-                continue
-            self.idle.remove(match)
-            trial.gang = self.runner.reassign(match, tid, trial.config, trial.checkpoint)
-            trial.instances = wanted[tid]
-        if fresh:
-            self._stop_idle()          # free the GPUs parked gangs hold before starting new gangs
-        for tid in fresh:
-            trial = self.trials[tid]
-            trial.gang = self.runner.start(tid, trial.config, wanted[tid], trial.checkpoint)
-            trial.instances = wanted[tid]
-            self._emit("gang", trial=tid, instances=list(wanted[tid]))
-
-    def _park_gang_only(self, trial: TrialState) -> None:
-        if trial.gang is not None:
-            self.idle.append(trial.gang)
-            trial.gang, trial.instances = None, ()
+            if trial.gang is None:
+                trial.gang = self.runner.start(tid, trial.config, wanted[tid], trial.checkpoint)
+                trial.instances = wanted[tid]
+                self._emit("gang", trial=tid, instances=list(wanted[tid]))
 
     def _launch(self, trial: TrialState, instances: tuple[str, ...]) -> Any:
         """Resume one trial on ``instances`` (after its gang was lost)."""
@@ -171,7 +136,6 @@ class Driver:
             return trial.gang
         if trial.gang is not None:
             self.runner.stop(trial.gang)
-        self._stop_idle(keep=lambda gang: not set(gang.instances) & set(instances))
         trial.gang = self.runner.start(trial.id, trial.config, instances, trial.checkpoint)
         trial.instances = instances
         self._emit("gang", trial=trial.id, instances=list(instances))
@@ -205,6 +169,7 @@ class Driver:
             self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count)
             self.cluster.scale_to(count, stage=i)
             nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
+            self.runner.warm(nodes)        # part of initialising a new instance: one warm worker per GPU
             self._run_stage(i, stage.iters, active, slots, m, nodes, started)
             # SYNC: rank and promote within the bracket.
             next_same = i + 1 < spec.num_stages() and (i + 1) not in spec.bracket_starts
@@ -214,7 +179,7 @@ class Driver:
                 if tid not in keep:
                     trial = self.trials[tid]
                     trial.eliminated_after = i
-                    self._park(trial)
+                    self._stop_gang(trial)
             next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else 0
             if next_count < count:
                 current = self.cluster.nodes()
@@ -223,14 +188,15 @@ class Driver:
                     trial = self.trials[tid]
                     if any(inst not in kept for inst in trial.instances):
                         self._stop_gang(trial)      # checkpointed every iteration: resumes next stage
-                self._stop_idle(keep=lambda gang, kept=kept: all(inst in kept for inst in gang.instances))
+                for node in current[next_count:]:
+                    self.runner.release_instance(node.name)
                 self.cluster.release_to(kept, stage=i)
             self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep)))
             self._emit("sync", index=i, promoted=keep)
             active = keep
         for trial in self.trials.values():
             self._stop_gang(trial)
-        self._stop_idle()
+        self.runner.shutdown()
         return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
 
     def _run_stage(self, index: int, iters: int, active: list[str], slots: int, m: int, nodes: list[Node],
@@ -248,7 +214,7 @@ class Driver:
             raise ProviderError(f"stage {index}: cannot place trials {list(self.placement.unplaced)} on {len(nodes)} instances")
         for tid in active:
             if tid not in first:
-                self._park(self.trials[tid])
+                self._stop_gang(self.trials[tid])
         queue = queue[slots:]
         remaining: dict[str, int] = {}
         began: dict[str, float] = {}
@@ -310,6 +276,8 @@ class Driver:
         self._stop_gang(trial)
         count = len(node_pairs)
         nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
+        self.runner.forget_dead([n.name for n in nodes])
+        self.runner.warm(nodes)
         pairs = [(n.name, n.gpus) for n in nodes]
         others = [t for t in self.placement.trials() if t != trial.id]
         alive_nodes = {n for n, _ in pairs}

@@ -22,13 +22,25 @@ INSTANCE_PREFIX = "rb-instance-"
 
 
 @dataclass(eq=False)
+class Worker:
+    """A warm worker actor, pinned to one GPU of one instance by its own placement group."""
+
+    actor: Any
+    pg: Any
+    instance: str
+
+
+@dataclass(eq=False)
 class Gang:
-    """One trial's workers: a placement group with one GPU bundle per worker."""
+    """One trial's workers, all on the instances the placement controller chose."""
 
     trial: str
-    actors: list[Any]
-    pg: Any
+    workers: list[Worker]
     instances: tuple[str, ...]
+
+    @property
+    def actors(self) -> list[Any]:
+        return [w.actor for w in self.workers]
 
 
 @dataclass(eq=False)
@@ -41,43 +53,113 @@ class GangFuture:
 
 
 class RayTrialRunner:
-    """Starts each trial as a gang of ``DDPWorker`` actors pinned to the placement's instances."""
+    """Runs trials as gangs of warm ``DDPWorker`` actors pinned to the placement's instances.
+
+    Each worker holds one GPU of one instance through a one-bundle placement group that also
+    asks for the instance's own resource (``rb-instance-<n>``), so a gang sits exactly where
+    the placement controller put it. Workers are started once per GPU when an instance joins
+    (``warm``: process start, torch import, the trainer's ``prepare``) and then reused trial
+    after trial, like Ray Tune's ``reuse_actors``; a resize forms a new gang from warm
+    workers and restores the checkpoint.
+    """
 
     def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0):
         self.trainer, self.seed, self.timeout_s = trainer, seed, timeout_s
         self._worker_cls = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0, max_task_retries=0)(DDPWorker)
+        self.pool: dict[str, list[Worker]] = {}
+        self.busy: set[Worker] = set()
 
-    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> Gang:
-        bundles = [{"GPU": 1, inst: 0.001} for inst in instances]
-        strategy = "STRICT_PACK" if len(set(instances)) == 1 else "PACK"
-        pg = placement_group(bundles, strategy=strategy)
+    # --- warm workers --------------------------------------------------------------------
+    def _new_worker(self, instance: str) -> Worker:
+        pg = placement_group([{"GPU": 1, instance: 0.001}], strategy="STRICT_PACK")
         try:
             ray.get(pg.ready(), timeout=self.timeout_s)
         except Exception as exc:
             remove_placement_group(pg)
-            raise ProviderError(f"trial {trial}: its {len(bundles)} GPUs on {sorted(set(instances))} never became available: {exc}") from exc
-        world = len(bundles)
-        actors = [
-            self._worker_cls.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
-                name=None,
-            ).remote(self.trainer, config, rank, world, self.seed)
-            for rank in range(world)
-        ]
-        gang = Gang(trial, actors, pg, tuple(instances))
+            raise ProviderError(f"instance {instance}: no free GPU for a worker: {exc}") from exc
+        actor = self._worker_cls.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+        ).remote(self.trainer, self.seed)
+        return Worker(actor, pg, instance)
+
+    def warm(self, nodes: Sequence[Node]) -> float:
+        """Start one warm worker per GPU of every node that has none yet; return seconds taken."""
+        t0 = time.time()
+        fresh = []
+        for node in nodes:
+            have = len(self.pool.get(node.name, ())) + sum(1 for w in self.busy if w.instance == node.name)
+            for _ in range(node.gpus - have):
+                fresh.append(self._new_worker(node.name))
+        if fresh:
+            ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
+            for w in fresh:
+                self.pool.setdefault(w.instance, []).append(w)
+        return time.time() - t0
+
+    def _kill(self, worker: Worker) -> None:
+        self.busy.discard(worker)
         try:
-            port = ray.get(actors[0].free_port.remote(), timeout=self.timeout_s) if world > 1 else None
-            ckpt = ray.put(checkpoint) if checkpoint is not None else None
-            ray.get([a.setup.remote(port, ckpt) for a in actors], timeout=self.timeout_s)
+            ray.kill(worker.actor, no_restart=True)
         except Exception:
-            self.stop(gang)
+            pass
+        try:
+            remove_placement_group(worker.pg)
+        except Exception:
+            pass
+
+    def release_instance(self, instance: str) -> None:
+        """Stop the warm workers of an instance about to be released (so it is idle)."""
+        for w in self.pool.pop(instance, []):
+            self._kill(w)
+        for w in [w for w in self.busy if w.instance == instance]:
+            self._kill(w)
+
+    def forget_dead(self, alive: Sequence[str]) -> None:
+        """Drop workers of instances that are gone (a lost node)."""
+        for inst in [i for i in self.pool if i not in alive]:
+            for w in self.pool.pop(inst):
+                self._kill(w)
+        for w in [w for w in self.busy if w.instance not in alive]:
+            self._kill(w)
+
+    def shutdown(self) -> None:
+        for inst in list(self.pool):
+            self.release_instance(inst)
+        for w in list(self.busy):
+            self._kill(w)
+
+    # --- gangs ---------------------------------------------------------------------------
+    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> Gang:
+        workers, fresh = [], []
+        for inst in instances:
+            free = self.pool.get(inst)
+            if free:
+                workers.append(free.pop())
+            else:
+                w = self._new_worker(inst)
+                workers.append(w)
+                fresh.append(w)
+        self.busy.update(workers)
+        gang = Gang(trial, workers, tuple(instances))
+        try:
+            if fresh:
+                ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
+            if len(workers) > 1:
+                port = ray.get(workers[0].actor.free_port.remote(), timeout=self.timeout_s)
+                ray.get([w.actor.join.remote(rank, len(workers), port) for rank, w in enumerate(workers)],
+                        timeout=self.timeout_s)
+            ckpt = ray.put(checkpoint) if checkpoint is not None else None
+            ray.get([w.actor.assign.remote(config, ckpt) for w in workers], timeout=self.timeout_s)
+        except Exception:
+            for w in workers:
+                self._kill(w)
             raise
         return gang
 
     def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
         """Hand a gang's running workers to another trial (no process or group restart)."""
         ckpt = ray.put(checkpoint) if checkpoint is not None else None
-        ray.get([a.reset.remote(config, ckpt) for a in gang.actors], timeout=self.timeout_s)
+        ray.get([a.assign.remote(config, ckpt) for a in gang.actors], timeout=self.timeout_s)
         gang.trial = trial
         return gang
 
@@ -103,19 +185,16 @@ class RayTrialRunner:
         return ray.get([a.param_digest.remote() for a in gang.actors], timeout=self.timeout_s)
 
     def stop(self, gang: Gang) -> None:
+        """Release a gang's workers back to the warm pool (or kill them if they are unhealthy)."""
         try:
-            ray.get([a.shutdown.remote() for a in gang.actors], timeout=10)
-        except Exception:  # a dead gang cannot shut down cleanly; killing it is enough
-            pass
-        for actor in gang.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
-        try:
-            remove_placement_group(gang.pg)
-        except Exception:
-            pass
+            ray.get([a.leave.remote() for a in gang.actors], timeout=30)
+        except Exception:  # a dead or stuck gang cannot leave cleanly; replace its workers
+            for w in gang.workers:
+                self._kill(w)
+            return
+        for w in gang.workers:
+            self.busy.discard(w)
+            self.pool.setdefault(w.instance, []).append(w)
 
 
 class RayClusterPort:
@@ -128,15 +207,17 @@ class RayClusterPort:
     def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2):
         self.G = gpus_per_instance
         self._events = events or (lambda: [])
+        self._require_ready = events is not None    # the provider says when initialisation ends
         self.poll_s = poll_s
 
     def _alive(self) -> list[Node]:
+        ready = {e["instance"] for e in self._events() if e.get("event") == "ready"}
         out = []
         for n in ray.nodes():
             if not n.get("Alive"):
                 continue
             names = [k for k in n.get("Resources", {}) if k.startswith(INSTANCE_PREFIX)]
-            if names and n["Resources"].get("GPU", 0) > 0:
+            if names and n["Resources"].get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready):
                 out.append(Node(names[0], int(n["Resources"]["GPU"])))
         return sorted(out, key=lambda node: int(node.name[len(INSTANCE_PREFIX):]))
 

@@ -119,7 +119,7 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
             rec = ledger.instances[inst]
             if e["event"] == "running":
                 rec.launched_s = t
-            elif e["event"] == "started":
+            elif e["event"] == "ready":
                 rec.ready_s = t
             elif e["event"] == "terminated":
                 rec.released_s, rec.stage_released = t, stage_at(t)

@@ -28,6 +28,9 @@ class Trainer:
     metric: str = "val_loss"
     mode: str = "min"
 
+    def prepare(self) -> None:
+        """Once per worker process, before any trial: import heavy modules, cache data."""
+
     def build_model(self, config: dict[str, Any]):
         raise NotImplementedError("Trainer.build_model(config) must return a torch.nn.Module")
 

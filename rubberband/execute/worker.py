@@ -42,19 +42,40 @@ def load_trainer(trainer: Any):
 
 
 class DDPWorker:
-    """A worker of one trial's gang (wrapped with ``ray.remote`` by the runner)."""
+    """A warm worker on one GPU of one instance (wrapped with ``ray.remote`` by the runner).
 
-    def __init__(self, trainer: Any, config: dict[str, Any], rank: int, world: int, seed: int):
+    Workers outlive trials: the runner keeps them warm per instance (torch imported, the
+    trainer's ``prepare`` done) and hands them to trial after trial. A gang of ``m`` workers
+    on one instance ``join`` a process group, ``assign`` builds the trial's model (wrapped in
+    DDP when the gang has several workers) and restores its checkpoint, and ``leave``
+    dissolves the group again.
+    """
+
+    def __init__(self, trainer: Any, seed: int):
         import torch
 
         torch.set_num_threads(1)
         self.trainer = load_trainer(trainer)
-        self.config, self.rank, self.world, self.seed = dict(config), rank, world, seed
-        self.step = 0
-        self.epoch = 0
+        self.seed = seed
+        self.rank, self.world = 0, 1
+        self.config: dict[str, Any] = {}
+        self.step = self.epoch = 0
         self.model = self.ddp = self.opt = None
+        self.train_set = self.val_set = None
+        self._data_config: dict[str, Any] | None = None
         self._batches = None
         self.distributed = False
+
+    def warmup(self) -> float:
+        """Import what training needs, once per process; return seconds taken."""
+        t0 = time.perf_counter()
+        import torch.distributed  # noqa: F401
+        import torch.nn.parallel  # noqa: F401
+
+        prepare = getattr(self.trainer, "prepare", None)
+        if callable(prepare):
+            prepare()
+        return time.perf_counter() - t0
 
     def node_info(self) -> dict[str, Any]:
         import ray
@@ -67,45 +88,38 @@ class DDPWorker:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
 
-    def setup(self, master_port: int | None, checkpoint: bytes | None) -> float:
-        """Join the gang's process group, build model and optimizer, restore; return seconds taken."""
+    def join(self, rank: int, world: int, master_port: int) -> None:
+        """Join a gang's process group: gloo on CPU, NCCL when CUDA is present."""
         import torch
         import torch.distributed as dist
 
-        t0 = time.perf_counter()
-        if self.world > 1:
-            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=self.rank,
-                                    world_size=self.world, timeout=timedelta(seconds=60))
-            self.distributed = True
-        self._build(checkpoint)
-        return time.perf_counter() - t0
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
+                                world_size=world, timeout=timedelta(seconds=60))
+        self.rank, self.world, self.distributed = rank, world, True
 
-    def reset(self, config: dict[str, Any], checkpoint: bytes | None) -> float:
-        """Take over another trial in this same gang (actor reuse): the process group stays."""
+    def assign(self, config: dict[str, Any], checkpoint: bytes | None) -> float:
+        """Take a trial: build its model and optimizer and restore its checkpoint."""
+        import torch
+
         t0 = time.perf_counter()
         self.ddp = self.opt = self.model = None
         self.config, self.step, self.epoch = dict(config), 0, 0
-        self._build(checkpoint)
-        return time.perf_counter() - t0
-
-    def _build(self, checkpoint: bytes | None) -> None:
-        import torch
-
         torch.manual_seed(self.seed)
-        if getattr(self, "train_set", None) is None or getattr(self, "_data_config", None) != self.config:
+        if self.train_set is None or self._data_config != self.config:
             self.train_set, self.val_set = self.trainer.build_data(self.config)
             self._data_config = dict(self.config)
         self.model = self.trainer.build_model(self.config)
-        self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if self.distributed else self.model
         self.opt = self.trainer.build_optimizer(self.model, self.config)
         if checkpoint is not None:
             state = torch.load(io.BytesIO(checkpoint), weights_only=False)
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if self.distributed else self.model
         self._batches = self._batch_iter()
+        return time.perf_counter() - t0
 
     def _batch_iter(self):
         import torch
@@ -166,17 +180,17 @@ class DDPWorker:
             flat = torch.cat([p.detach().flatten().double() for p in self.model.parameters()])
         return [float(flat.sum()), float((flat * flat).sum()), self.step]
 
-    def shutdown(self) -> None:
+    def leave(self) -> None:
+        """Drop the trial and dissolve the process group (back to a lone warm worker)."""
         # Free DDP before destroying the group: the other order can hang in gloo's destructor.
         import torch.distributed as dist
 
-        self.ddp = self.opt = None
+        self.ddp = self.opt = self.model = None
+        self._batches = None
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
-        self.distributed = False
+        self.rank, self.world, self.distributed = 0, 1, False
 
 
-def preload() -> None:
-    """Ray worker setup hook: import torch once per worker process, before any trial needs it."""
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
+
+

@@ -1,13 +1,14 @@
 """Ray node provider of the `local` provider: instances are raylets started on this machine.
 
 Loaded by Ray's autoscaler (``provider: {type: external, module: ...}``) inside the head
-node's monitor process. Each launched node waits out a provisioning latency (request →
-running) and an initialisation latency (running → ready), drawn from the cloud profile's
-distributions and multiplied by ``latency_scale``, before its raylet joins the cluster with
-the instance type's logical GPUs. Every node carries a unique custom resource
-``rb-instance-<n>`` so the executor can pin a trial's workers to it, and every request,
-running, ready and terminate is appended to ``<state_dir>/events.jsonl`` with a wall-clock
-timestamp: the provider's own record for the ledger and the profiler.
+node's monitor process. Each launched node first waits out a provisioning latency (request →
+running) drawn from the cloud profile and multiplied by ``latency_scale`` — the cloud's
+queueing, emulated. Initialisation (running → ready) is real work on this machine: starting
+the node's raylet, then the executor warming one worker per GPU; its measured distribution
+is what ``cloud_profiles/local/local.yaml`` records. Every node carries a unique custom
+resource ``rb-instance-<n>`` so the executor can pin a trial's workers to it, and every
+request, running, ready and terminate is appended to ``<state_dir>/events.jsonl`` with a
+wall-clock timestamp: the provider's own record for the ledger and the profiler.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         self._events_path = os.path.join(self._state_dir, "events.jsonl")
         self._scale = float(provider_config.get("latency_scale", 1.0))
         self._provision = parse_distribution(provider_config.get("provision_latency_s", 0), "provision_latency_s")
-        self._init = parse_distribution(provider_config.get("init_latency_s", 0), "init_latency_s")
         self._rng = np.random.default_rng(int(provider_config.get("seed", 0)))
         self._counter = 0
         self._event_lock = threading.Lock()
@@ -60,18 +60,16 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                                              "ray-node-status": "up-to-date"},
                                     "node": None, "cancelled": False}
             provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
-            init = max(0.0, float(self._init.sample(self._rng, 1)[0]) * self._scale)
         self._event(event="request", node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
-        threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision, init),
+        threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision),
                          daemon=True).start()
 
-    def _boot(self, node_id, instance, node_config, tags, resources, labels, provision, init):
+    def _boot(self, node_id, instance, node_config, tags, resources, labels, provision):
         time.sleep(provision)
         with self.lock:
             if node_id not in self._nodes:
                 return
         self._event(event="running", node_id=node_id, instance=instance)
-        time.sleep(init)
         with self.lock:
             if node_id not in self._nodes:
                 return
@@ -84,7 +82,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             finally:
                 self._next_node_id = saved_next
             self._nodes[node_id]["tags"].update(placeholder["tags"])
-        self._event(event="started", node_id=node_id, instance=instance)
+        self._event(event="ready", node_id=node_id, instance=instance)
 
     def terminate_node(self, node_id):
         with self.lock:
