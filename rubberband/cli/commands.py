@@ -360,6 +360,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
     p.add_argument("--policy", help="planning policy (default: the experiment's)")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
+    p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
@@ -367,8 +368,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_cmd(args: argparse.Namespace) -> int:
-    from rubberband.execute.run import execute, progress_printer
+    import signal
+
+    from rubberband.execute.run import _raise_interrupt, execute, progress_printer
     from rubberband.plan.plan import Plan
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
     exp = load_experiment(args.experiment)
     if not exp.trainer:
@@ -378,6 +383,11 @@ def run_cmd(args: argparse.Namespace) -> int:
             plan = Plan.from_json(open(args.plan).read())
         except (OSError, ValueError, KeyError) as exc:
             raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {exc}") from None
+    elif args.allocation:
+        from rubberband.plan import plan_allocation
+
+        plan = plan_allocation(exp.spec, _int_list(args.allocation, "--allocation"), exp.model, exp.cloud,
+                               _deadline(args, exp) or float("inf"), samples=args.samples or exp.samples, seed=exp.seed)
     else:
         args.instance_type = args.market = args.confidence = None
         plan = plan_from_args(args, exp)

@@ -45,6 +45,7 @@ class TrialState:
     history: list[dict[str, Any]] = field(default_factory=list)
     eliminated_after: int | None = None
     restarts: int = 0
+    ranks_in_sync: bool = True     # every multi-worker gang's ranks held identical parameters
 
 
 @dataclass
@@ -244,6 +245,11 @@ class Driver:
                     continue
                 self._save_checkpoint(trial, res.checkpoint)
                 trial.step = res.step
+                if res.digests and len(res.digests) > 1:
+                    first = res.digests[0]
+                    trial.ranks_in_sync = trial.ranks_in_sync and all(
+                        d is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(a)) for a, b in zip(d, first))
+                        for d in res.digests)
                 remaining[tid] -= 1
                 if remaining[tid] > 0:
                     pending[self.runner.train(trial.gang, 1)] = tid
@@ -254,6 +260,7 @@ class Driver:
                 trial.metric = float(res.metrics[self.metric])
                 end = self.clock() - started
                 trial.history.append({"stage": index, "iters": iters, "gpus": m, "step": trial.step,
+                                      "instances": list(trial.instances), "restarts": trial.restarts,
                                       "start_s": began[tid], "end_s": end, **trial.metrics})
                 self.train_runs.append({"trial": tid, "stage": index, "gpus": m, "start_s": began[tid], "end_s": end, "iters": iters})
                 self._emit("trial", trial=tid, stage=index, metric=trial.metric, step=trial.step)

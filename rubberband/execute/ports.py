@@ -28,6 +28,7 @@ class TrainResult:
     iter_times: list[float]
     metrics: dict[str, float]
     checkpoint: bytes | None = None
+    digests: list[list[float]] | None = None     # per rank: parameter sum, sum of squares, step
 
 
 class Clock(Protocol):

@@ -177,8 +177,9 @@ class RayTrialRunner:
     def result(self, future: GangFuture) -> TrainResult:
         out = ray.get(future.rank0, timeout=self.timeout_s)
         rest = ray.get(future.others, timeout=self.timeout_s)
+        digests = [out.get("digest")] + [o.get("digest") for o in rest[:-1]]
         return TrainResult(step=int(out["step"]), iter_times=list(out["iter_times"]),
-                           metrics=dict(out.get("metrics", {})), checkpoint=rest[-1])
+                           metrics=dict(out.get("metrics", {})), checkpoint=rest[-1], digests=digests)
 
     def digests(self, gang: Gang) -> list[list[float]]:
         """Parameter digests of every rank (identical in a healthy gang)."""

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,8 +70,12 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
     cluster = LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
     ended = None
     driver = None
+    previous_sigterm = None
     try:
         ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        if threading.current_thread() is threading.main_thread():
+            # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
+            previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
         port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events)
         runner = RayTrialRunner(trainer, seed=seed)
         driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
@@ -85,7 +91,13 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
         finally:
             stop_time = time.time()
             cluster.stop()
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, previous_sigterm)
     return _report(plan, driver, outcome, cluster.read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _wait_released(cluster, timeout_s: float) -> None:
@@ -156,7 +168,8 @@ def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, me
         actual={"jct_s": jct, "cost_usd": ledger.cost_usd(now=last_release)},
         stages=stages,
         trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": t.history, "restarts": t.restarts} for t in outcome.trials.values()},
+                       "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync}
+                for t in outcome.trials.values()},
         ledger=ledger.to_dict(now=last_release),
         plan=plan.summary(),
     )

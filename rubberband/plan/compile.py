@@ -161,3 +161,19 @@ def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confiden
     if compare:
         considered += [c for c in _other_policies(spec, model, best.cloud, deadline_s, policy, samples, seed, confidence)]
     return _with_considered(best, considered)
+
+
+def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int], model: ModelProfile,
+                    cloud: CloudProfile, deadline_s: float, instances: tuple[int, ...] | list[int] | None = None,
+                    samples: int = 200, seed: int = 0) -> Plan:
+    """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction.
+
+    Raises:
+        SpecError: for an invalid allocation or instance vector.
+    """
+    from rubberband.simulate.engine import simulate
+
+    result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances)
+    return Plan(allocation=result.allocation, instances=result.instances,
+                gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
+                deadline_s=float(deadline_s), policy="manual", spec=spec, cloud=cloud, samples=samples, seed=seed)

@@ -104,6 +104,7 @@ class LocalCluster:
         """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``."""
         run_dir = Path(run_dir).resolve()
         (run_dir / "provider").mkdir(parents=True, exist_ok=True)
+        reap_orphans()
         port = _free_port()
         temp_dir = f"/tmp/rb-{run_id[-8:]}"
         cfg_path = run_dir / "cluster.json"
@@ -122,9 +123,12 @@ class LocalCluster:
             "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]),
         }
         ray_bin = str(Path(sys.executable).with_name("ray"))
+        # Fail fast on a lost node (default detection takes ~15 s).
+        system = json.dumps({"health_check_period_ms": 1000, "health_check_failure_threshold": 3,
+                             "health_check_timeout_ms": 1000})
         cmd = [ray_bin, "start", "--head", f"--port={port}", "--num-cpus=1", "--num-gpus=0",
                f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-               "--include-dashboard=false"]
+               "--include-dashboard=false", f"--system-config={system}"]
         log = open(run_dir / "ray-start.log", "w")
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         cluster = cls(run_id, run_dir, port, proc.pid, temp_dir)
@@ -144,7 +148,7 @@ class LocalCluster:
         STATE_ROOT.mkdir(parents=True, exist_ok=True)
         (STATE_ROOT / f"{self.run_id}.json").write_text(json.dumps(
             {"run_id": self.run_id, "run_dir": str(self.run_dir), "port": self.port, "sid": self.sid,
-             "temp_dir": self.temp_dir, "started_at": time.time()}))
+             "temp_dir": self.temp_dir, "started_at": time.time(), "driver_pid": os.getpid()}))
 
     @classmethod
     def known(cls) -> list[LocalCluster]:
@@ -153,7 +157,9 @@ class LocalCluster:
         for path in sorted(STATE_ROOT.glob("*.json")) if STATE_ROOT.exists() else []:
             try:
                 d = json.loads(path.read_text())
-                out.append(cls(d["run_id"], Path(d["run_dir"]), int(d["port"]), int(d["sid"]), d["temp_dir"]))
+                cluster = cls(d["run_id"], Path(d["run_dir"]), int(d["port"]), int(d["sid"]), d["temp_dir"])
+                cluster.driver_pid = int(d.get("driver_pid", 0))
+                out.append(cluster)
             except (ValueError, KeyError, OSError):
                 path.unlink(missing_ok=True)
         return out
@@ -218,6 +224,16 @@ def _alive(pids: list[int]) -> bool:
         except OSError:
             continue
     return False
+
+
+def reap_orphans() -> list[str]:
+    """Stop clusters whose driver is gone (killed with SIGKILL); return their run ids."""
+    reaped = []
+    for cluster in LocalCluster.known():
+        if getattr(cluster, "driver_pid", 0) and not _alive([cluster.driver_pid]):
+            cluster.stop()
+            reaped.append(cluster.run_id)
+    return reaped
 
 
 def down_all() -> list[dict[str, Any]]:

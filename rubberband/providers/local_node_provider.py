@@ -82,7 +82,34 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             finally:
                 self._next_node_id = saved_next
             self._nodes[node_id]["tags"].update(placeholder["tags"])
-        self._event(event="ready", node_id=node_id, instance=instance)
+        raylet = self._raylet(self._nodes.get(node_id, {}).get("node"))
+        self._event(event="ready", node_id=node_id, instance=instance, raylet_pid=raylet.pid if raylet else None)
+
+    @staticmethod
+    def _raylet(node):
+        if node is None:
+            return None
+        infos = node.all_processes.get("raylet") or []
+        return infos[0].process if infos else None
+
+    def non_terminated_nodes(self, tag_filters):
+        # A node whose raylet died behind our back (a crash, or a test pulling the plug) is
+        # gone: say so, so that the autoscaler launches a replacement for the request.
+        with self.lock:
+            lost = [nid for nid, entry in self._nodes.items()
+                    if entry.get("node") is not None and self._raylet(entry["node"]) is not None
+                    and self._raylet(entry["node"]).poll() is not None]
+            gone = []
+            for nid in lost:
+                entry = self._nodes.pop(nid)
+                gone.append((nid, entry["tags"].get("rb-instance")))
+                try:
+                    self._terminate_node(entry)
+                except Exception:
+                    pass
+        for nid, instance in gone:
+            self._event(event="terminated", node_id=nid, instance=instance, reason="lost")
+        return super().non_terminated_nodes(tag_filters)
 
     def terminate_node(self, node_id):
         with self.lock:

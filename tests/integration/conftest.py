@@ -1,0 +1,48 @@
+"""Shared set-up of the integration tests: they start real Ray clusters, one at a time."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state(tmp_path, monkeypatch):
+    """Each test records its clusters in its own state directory, and must leave none running."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("RUBBERBAND_STATE_DIR", str(state))
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    import rubberband.providers.local as local
+
+    monkeypatch.setattr(local, "STATE_ROOT", state / "local")
+    yield state
+    leftovers = local.LocalCluster.known()
+    running = [c.run_id for c in leftovers if c.processes()]
+    for c in leftovers:
+        c.stop()
+    assert not running, f"clusters left running: {running}"
+
+
+def trainer(name: str) -> str:
+    return f"{HERE / 'tiny_trainer.py'}:{name}"
+
+
+@pytest.fixture
+def cloud():
+    import rubberband as rb
+
+    return rb.CloudProfile.load(ROOT / "cloud_profiles" / "local" / "local.yaml", "local.2gpu")
+
+
+@pytest.fixture
+def model():
+    import rubberband as rb
+
+    return rb.ModelProfile.load(ROOT / "profiles" / "demo_digits_local.yaml")
+
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -1,0 +1,105 @@
+"""The executor end to end on the local provider: Ray's autoscaler, warm DDP gangs, real PyTorch."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import rubberband as rb
+from rubberband.execute.run import execute
+from rubberband.plan import plan_allocation
+from rubberband.providers.local import LocalCluster
+
+from .conftest import ROOT, trainer
+from .tiny_trainer import Slow
+
+pytestmark = pytest.mark.integration
+
+SPACE = {"lr": {"loguniform": [0.01, 0.3]}, "hidden": [32, 64]}
+
+
+def _overlaps(runs):
+    """Most TRAIN runs in flight at once."""
+    events = sorted([(r["start_s"], 1) for r in runs] + [(r["end_s"], -1) for r in runs], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, delta in events:
+        now += delta
+        most = max(most, now)
+    return most
+
+
+def test_queue_then_resize_continues_from_the_checkpoint(tmp_path, model, cloud):
+    # Stage 0: 3 trials queue on 2 GPUs (1 each). Stage 1: the best trial gets both GPUs (DDP).
+    spec = rb.ExperimentSpec.from_stages([(3, 2), (1, 2)])
+    plan = plan_allocation(spec, (2, 2), model, cloud, deadline_s=600, samples=50)
+    assert plan.gpus_per_trial == (1, 2)
+    result = execute(plan, trainer("Tiny"), SPACE, metric="val_loss", mode="min", seed=1,
+                     runs_dir=tmp_path / "runs", latency_scale=0.2)
+
+    stage0 = [r for r in result.ledger["trials"] if r["stage"] == 0]
+    assert len(stage0) == 3 and _overlaps(stage0) == 2          # the third trial waited for a free GPU
+    first_two_end = sorted(r["end_s"] for r in stage0)[:2]
+    third_start = max(r["start_s"] for r in stage0)
+    assert third_start >= min(first_two_end) - 1e-6
+
+    winner = result.trials[result.best["trial"]]
+    h0, h1 = winner["history"]
+    assert (h0["gpus"], h1["gpus"]) == (1, 2)
+    assert h0["step"] == 2 * 5 and h1["step"] == 4 * 5             # resumed from step 10, not from 0
+    assert winner["ranks_in_sync"] is True                          # both DDP ranks held identical parameters
+    losers = [t for t in result.trials.values() if t is not winner]
+    assert all(t["eliminated_after"] == 0 for t in losers)
+    assert result.best["metric"] == min(t["metric"] for t in result.trials.values() if t["step"] == 20)
+
+    assert result.ledger["instances"] and all(i["released_s"] is not None for i in result.ledger["instances"])
+    assert result.actual["cost_usd"] > 0 and result.actual["jct_s"] > 0
+    assert (tmp_path / "runs" / result.run_id / "result.json").exists()
+    assert list((tmp_path / "runs" / result.run_id / "checkpoints").glob("*.pt"))
+
+
+def test_a_lost_node_mid_stage_resumes_the_trial_from_its_checkpoint(tmp_path, model):
+    cloud = rb.CloudProfile.load(ROOT / "cloud_profiles" / "local" / "local.yaml", "local.1gpu")
+    spec = rb.ExperimentSpec.from_stages([(2, 8)])
+    plan = plan_allocation(spec, (2,), model.replace(iter_latency_s={1: model.iter_latency_s[1]}), cloud,
+                           deadline_s=600, samples=50)
+    assert plan.instances == (2,)
+    run_id = "lost-node-test"
+    run_dir = tmp_path / "runs" / run_id
+    killed = {}
+
+    def pull_the_plug(kind, data):
+        if kind == "gang" and data["trial"] == "t000" and not killed:
+            instance = data["instances"][0]
+
+            def later():
+                ckpt = run_dir / "checkpoints" / "t000.pt"
+                deadline = time.time() + 60
+                while not ckpt.exists() and time.time() < deadline:
+                    time.sleep(0.05)
+                cluster = LocalCluster.known()[0]
+                pid = next(e["raylet_pid"] for e in cluster.read_events()
+                           if e["event"] == "ready" and e["instance"] == instance)
+                os.kill(pid, signal.SIGKILL)
+                killed["instance"] = instance
+
+            threading.Thread(target=later, daemon=True).start()
+
+    result = execute(plan, trainer("Slow"), SPACE, metric="val_loss", seed=2, runs_dir=tmp_path / "runs",
+                     latency_scale=0.2, on_event=pull_the_plug, run_id=run_id)
+    assert killed, "the test never found the node to kill"
+    t0 = result.trials["t000"]
+    assert t0["restarts"] >= 1
+    assert t0["step"] == 8 * Slow.steps_per_iter                     # the job completed every iteration
+    lost = [i for i in result.ledger["instances"] if i["instance_id"] == killed["instance"]]
+    assert lost and lost[0]["released_s"] is not None
+    assert len(result.ledger["instances"]) >= 3                      # a replacement was launched and billed
+
+
+def test_an_exception_releases_every_node(tmp_path, model, cloud):
+    spec = rb.ExperimentSpec.from_stages([(2, 1)])
+    plan = plan_allocation(spec, (2,), model, cloud, deadline_s=600, samples=20)
+    with pytest.raises(Exception, match="boom"):
+        execute(plan, trainer("Failing"), SPACE, runs_dir=tmp_path / "runs", latency_scale=0.2)
+    assert LocalCluster.known() == []          # the cluster was stopped and its state file removed
