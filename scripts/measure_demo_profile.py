@@ -4,11 +4,11 @@
 Starts a local cluster of the demo experiment's instance type, and measures with the real
 executor pieces (the local provider, Ray's autoscaler, warm DDP worker gangs):
 
-* the provider's latencies: request -> running (emulated provisioning) and running -> ready
-  with warm workers (real: raylet start plus worker warm-up), over two launches;
-* per GPUs-per-trial count (1, 2, ... up to the instance's GPUs): trial start-up (a gang
-  formed from warm workers, checkpoint restored) and seconds per iteration, with the instance
-  full of such gangs as a stage would run them, warm-up iterations dropped.
+* initialisation, running -> ready with warm workers (real: raylet start plus worker warm-up),
+  over two launches;
+* per GPUs-per-trial count (1, 2, ... up to the instance's GPUs): trial start-up and seconds
+  per iteration, from TRAIN durations of small stages run by the real driver (trials of k and
+  of k + iters iterations, queued on one instance full of such gangs): d = startup + k * L.
 
 Writes the model profile (``profiles/demo_digits_local.yaml``) and the measured
 initialisation latency into ``cloud_profiles/local/local.yaml``. Until the profiler issue
@@ -42,11 +42,11 @@ def _normal(samples: list[float]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("experiment", nargs="?", default=str(ROOT / "experiments" / "demo.yaml"))
-    parser.add_argument("--iters", type=int, default=6, help="iterations per measurement (first dropped)")
+    parser.add_argument("--iters", type=int, default=4, help="extra iterations of the long trials (>= 1)")
     parser.add_argument("--repeats", type=int, default=3, help="gang starts per GPU count")
     args = parser.parse_args(argv)
-    if args.iters < 2:
-        print("error: --iters must be at least 2 (the first iteration is dropped as warm-up)", file=sys.stderr)
+    if args.iters < 1:
+        print("error: --iters must be at least 1", file=sys.stderr)
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -54,49 +54,70 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     import rubberband as rb
+    from rubberband.execute.driver import Driver
     from rubberband.execute.ray_runner import RayClusterPort, RayTrialRunner
-    from rubberband.execute.search_space import sample_configs
+    from rubberband.plan import plan_allocation
     from rubberband.providers.local import LocalCluster
 
     exp = rb.load_experiment(args.experiment)
     cloud = exp.cloud
     G = cloud.gpus_per_instance
-    config = sample_configs(exp.search_space, 1, seed=exp.seed)[0]
     run_id = "measure-" + time.strftime("%H%M%S")
     run_dir = ROOT / "runs" / run_id
     t_start = time.time()
     cluster = LocalCluster.start(run_id, run_dir, cloud, max_instances=2, seed=exp.seed)
-    init, provision, startup, latency = [], [], {}, {}
+    init, startup, latency = [], [], {}
     try:
         ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-        port = RayClusterPort(G, events=cluster.read_events)
+        port = RayClusterPort(G, events=cluster.read_events, release_file=str(run_dir / "provider" / "release.json"))
         runner = RayTrialRunner(exp.trainer, seed=exp.seed)
-        for count in (1, 2):        # two launches: request -> running -> ready with warm workers
-            port.scale_to(count, 0)
-            nodes = port.wait_nodes(count, 300)
-            runner.warm(nodes)
-            warm_at = time.time()
-            new = nodes[-1].name
-            events = {e["event"]: e["t"] for e in cluster.read_events() if e["instance"] == new}
-            provision.append(events["running"] - events["request"])
-            init.append(warm_at - events["running"])
-            print(f"instance {new}: provisioning {provision[-1]:.2f}s, initialisation {init[-1]:.2f}s", flush=True)
-        inst = nodes[0].name
+        warmed: dict[str, float] = {}
+
+        def on_event(kind, data):
+            if kind == "nodes":
+                for inst in data["instances"]:
+                    warmed.setdefault(inst, data["at"])
+
+        def mini_run(trials: int, iters: int, gpus: int) -> list[dict]:
+            """One stage through the real driver: TRAIN durations as the executor sees them."""
+            spec = rb.ExperimentSpec.from_stages([(trials, iters)])
+            plan = plan_allocation(spec, (gpus,), exp.model.replace(iter_latency_s={1: exp.model.iter_latency_s[1]})
+                                   if gpus <= trials else exp.model, cloud, deadline_s=3600, samples=10)
+            driver = Driver(plan, port, runner, exp.search_space, exp.metric, exp.mode, seed=exp.seed,
+                            on_event=on_event, keep_warm=True)
+            return driver.run().train_runs
+
+        # Two launches: request -> running is the provider's (emulated) provisioning;
+        # running -> warm workers is initialisation.
+        for count in (1, 2):
+            mini_run(G * count, 1, G * count)
+        for e in cluster.read_events():
+            if e["event"] == "running" and e["instance"] in warmed:
+                init.append(warmed[e["instance"]] - e["t"])
+        print(f"initialisation (running -> warm workers): {', '.join(f'{x:.2f}s' for x in init)}", flush=True)
+        nodes = port.nodes()
+        for node in nodes[1:]:
+            runner.release_instance(node.name)
+        port.release_to([nodes[0].name], 0)
+        port.wait_nodes(1, 120)
         m = 1
         while m <= min(G, exp.model.max_gpus):
-            starts, iters = [], []
-            for _ in range(args.repeats):
-                t0 = time.time()
-                gangs = [runner.start(f"m{m}-{k}", config, [inst] * m, None) for k in range(G // m)]
-                starts.append((time.time() - t0) / len(gangs))
-                futures = [runner.train(g, args.iters) for g in gangs]
-                for f in futures:
-                    iters.extend(runner.result(f).iter_times[1:])
-                for g in gangs:
-                    runner.stop(g)
-            startup[m], latency[m] = starts, iters
-            print(f"{m} GPU(s)/trial: start-up {statistics.fmean(starts):.3f}s, "
-                  f"iteration {statistics.fmean(iters):.4f}s +- {statistics.pstdev(iters):.4f}", flush=True)
+            # Trials of k and 3k iterations queue on one instance full of m-GPU gangs; the TRAIN
+            # durations d = startup + k L give L and the start-up by difference.
+            per = {}
+            for k in (1, 1 + args.iters):
+                durations = []
+                for _ in range(args.repeats):
+                    runs = mini_run(2 * (G // m), k, G) if m == 1 else mini_run(1, k, m)
+                    durations += [r["end_s"] - r["start_s"] for r in runs]
+                per[k] = durations
+            k0, k1 = sorted(per)
+            iter_s = (statistics.fmean(per[k1]) - statistics.fmean(per[k0])) / (k1 - k0)
+            start_s = max(0.0, statistics.fmean(per[k0]) - k0 * iter_s)
+            spread = statistics.pstdev([d / k1 for d in per[k1]]) if len(per[k1]) > 1 else 0.0
+            latency[m] = {"dist": "normal", "mean": round(iter_s, 4), "std": round(spread, 4)}
+            startup.append(start_s)
+            print(f"{m} GPU(s)/trial: start-up {start_s:.3f}s, iteration {iter_s:.4f}s +- {spread:.4f}", flush=True)
             m *= 2
         runner.shutdown()
     finally:
@@ -106,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     took = time.time() - t_start
 
     trainer_name = exp.trainer.split(":")[-1] if exp.trainer else "trainer"
-    all_starts = [s for v in startup.values() for s in v]
     profile = {
         "name": Path(exp.model.name).name,
         "description": f"{trainer_name} on this machine's CPU, measured by scripts/measure_demo_profile.py",
@@ -115,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "rubberband_version": rb.__version__,
         "profiling": {"seconds": round(took, 1), "iters": args.iters, "repeats": args.repeats},
-        "iter_latency_s": {m: _normal(v) for m, v in latency.items()},
-        "trial_startup_s": _normal(all_starts),
+        "iter_latency_s": latency,
+        "trial_startup_s": {"dist": "constant", "value": round(statistics.fmean(startup), 4)},
         "sync_s": {"dist": "constant", "value": 0.05},
     }
     model_path = Path(args.experiment).resolve().parent / _model_path(args.experiment)

@@ -75,7 +75,8 @@ class Driver:
     def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
                  metric: str, mode: str = "min", seed: int = 0, clock: Callable[[], float] = time.time,
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
-                 wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None):
+                 wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 keep_warm: bool = False):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self.plan, self.cluster, self.runner = plan, cluster, runner
@@ -84,6 +85,7 @@ class Driver:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.node_timeout_s, self.wait_timeout_s = node_timeout_s, wait_timeout_s
         self.on_event = on_event or (lambda kind, data: None)
+        self.keep_warm = keep_warm      # leave the runner's warm workers up (back-to-back runs)
         self.trials: dict[str, TrialState] = {}
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
@@ -170,7 +172,8 @@ class Driver:
             self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count)
             self.cluster.scale_to(count, stage=i)
             nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
-            self.runner.warm(nodes)        # part of initialising a new instance: one warm worker per GPU
+            warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
+            self._emit("nodes", stage=i, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
             self._run_stage(i, stage.iters, active, slots, m, nodes, started)
             # SYNC: rank and promote within the bracket.
             next_same = i + 1 < spec.num_stages() and (i + 1) not in spec.bracket_starts
@@ -181,7 +184,7 @@ class Driver:
                     trial = self.trials[tid]
                     trial.eliminated_after = i
                     self._stop_gang(trial)
-            next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else 0
+            next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else (count if self.keep_warm else 0)
             if next_count < count:
                 current = self.cluster.nodes()
                 kept = [n.name for n in current[:next_count]]
@@ -197,7 +200,8 @@ class Driver:
             active = keep
         for trial in self.trials.values():
             self._stop_gang(trial)
-        self.runner.shutdown()
+        if not self.keep_warm:
+            self.runner.shutdown()
         return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
 
     def _run_stage(self, index: int, iters: int, active: list[str], slots: int, m: int, nodes: list[Node],

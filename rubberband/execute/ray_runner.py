@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the executor needs Ray: pip install 'rubberband[ray,torch]'") from exc
 
 INSTANCE_PREFIX = "rb-instance-"
+SLOT_RESOURCE = "rb-slot"
 
 
 @dataclass(eq=False)
@@ -205,8 +208,11 @@ class RayClusterPort:
     ``rb-instance-<n>``; nodes are ordered oldest first by ``<n>``.
     """
 
-    def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2):
+    def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2,
+                 release_file: str | None = None):
         self.G = gpus_per_instance
+        self.release_file = release_file
+        self.released: set[str] = set()
         self._events = events or (lambda: [])
         self._require_ready = events is not None    # the provider says when initialisation ends
         self.poll_s = poll_s
@@ -218,7 +224,8 @@ class RayClusterPort:
             if not n.get("Alive"):
                 continue
             names = [k for k in n.get("Resources", {}) if k.startswith(INSTANCE_PREFIX)]
-            if names and n["Resources"].get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready):
+            if (names and n["Resources"].get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready)
+                    and names[0] not in self.released):
                 out.append(Node(names[0], int(n["Resources"]["GPU"])))
         return sorted(out, key=lambda node: int(node.name[len(INSTANCE_PREFIX):]))
 
@@ -228,7 +235,10 @@ class RayClusterPort:
     def scale_to(self, count: int, stage: int) -> None:
         from ray.autoscaler.sdk import request_resources
 
-        request_resources(bundles=[{"GPU": self.G}] * count)
+        # One never-used `rb-slot` per instance: the request means "this many instances",
+        # whether or not their GPUs are held by warm workers, so busy nodes count and only
+        # nodes we emptied on purpose are idle and get released.
+        request_resources(bundles=[{SLOT_RESOURCE: 1}] * count)
 
     def wait_nodes(self, count: int, timeout_s: float) -> list[Node]:
         deadline = time.time() + timeout_s
@@ -241,7 +251,15 @@ class RayClusterPort:
             time.sleep(self.poll_s)
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
+        """Release every instance not in ``keep``: lower the request, and have the provider
+        terminate exactly those (listed in its release file)."""
         self.scale_to(len(keep), stage)
+        self.released |= {n.name for n in self._alive() if n.name not in set(keep)}
+        if self.release_file:
+            tmp = self.release_file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(sorted(self.released), fh)
+            os.replace(tmp, self.release_file)
 
     def shutdown(self) -> None:
         try:

@@ -76,7 +76,8 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
         if threading.current_thread() is threading.main_thread():
             # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
             previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
-        port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events)
+        port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
+                              release_file=str(cluster.run_dir / "provider" / "release.json"))
         runner = RayTrialRunner(trainer, seed=seed)
         driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
                         checkpoint_dir=run_dir / "checkpoints", on_event=on_event)

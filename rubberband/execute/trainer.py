@@ -21,12 +21,15 @@ class Trainer:
             whatever the number of GPUs a trial gets.
         steps_per_iter: optimizer steps in one iteration (the unit of the experiment spec).
         metric, mode: default metric to rank trials by and whether lower (``min``) is better.
+        data_depends_on_config: ``False`` lets a warm worker keep its datasets from trial to
+            trial (they are built once, in ``prepare`` or by the first trial).
     """
 
     global_batch_size: int = 64
     steps_per_iter: int = 10
     metric: str = "val_loss"
     mode: str = "min"
+    data_depends_on_config: bool = True
 
     def prepare(self) -> None:
         """Once per worker process, before any trial: import heavy modules, cache data."""

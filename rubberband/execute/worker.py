@@ -75,6 +75,9 @@ class DDPWorker:
         prepare = getattr(self.trainer, "prepare", None)
         if callable(prepare):
             prepare()
+        if not getattr(self.trainer, "data_depends_on_config", True):
+            self.train_set, self.val_set = self.trainer.build_data({})
+            self._data_config = {}
         return time.perf_counter() - t0
 
     def node_info(self) -> dict[str, Any]:
@@ -107,7 +110,8 @@ class DDPWorker:
         self.ddp = self.opt = self.model = None
         self.config, self.step, self.epoch = dict(config), 0, 0
         torch.manual_seed(self.seed)
-        if self.train_set is None or self._data_config != self.config:
+        depends = getattr(self.trainer, "data_depends_on_config", True)
+        if self.train_set is None or (depends and self._data_config != self.config):
             self.train_set, self.val_set = self.trainer.build_data(self.config)
             self._data_config = dict(self.config)
         self.model = self.trainer.build_model(self.config)

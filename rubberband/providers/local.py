@@ -67,7 +67,10 @@ def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, po
         "available_node_types": {
             "ray.head.default": {"resources": {"CPU": 1}, "node_config": {}, "max_workers": 0},
             worker: {
-                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, "object_store_memory": 100 * 1024 * 1024},
+                # `rb-slot` is never used by a task: asking the autoscaler for N bundles of it
+                # means "N instances", whatever their GPUs are busy with.
+                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, "rb-slot": 1,
+                              "object_store_memory": 100 * 1024 * 1024},
                 "node_config": {"InstanceType": cloud.instance_type},
                 "min_workers": 0,
                 "max_workers": max_instances,

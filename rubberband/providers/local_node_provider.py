@@ -92,7 +92,25 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         infos = node.all_processes.get("raylet") or []
         return infos[0].process if infos else None
 
+    def _released(self) -> set[str]:
+        path = os.path.join(self._state_dir, "release.json")
+        try:
+            with open(path) as fh:
+                return set(json.load(fh))
+        except (OSError, ValueError):
+            return set()
+
     def non_terminated_nodes(self, tag_filters):
+        # Instances the executor released (it emptied them at a SYNC and listed them in
+        # release.json) are terminated now, most recently launched first as the executor
+        # chose them; Ray's idle-timeout would keep a node that a resource request still
+        # fits on, and would pick which node goes by itself.
+        released = self._released()
+        if released:
+            with self.lock:
+                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in released]
+            for nid in doomed:
+                self.terminate_node(nid)
         # A node whose raylet died behind our back (a crash, or a test pulling the plug) is
         # gone: say so, so that the autoscaler launches a replacement for the request.
         with self.lock:

@@ -103,3 +103,20 @@ def test_an_exception_releases_every_node(tmp_path, model, cloud):
     with pytest.raises(Exception, match="boom"):
         execute(plan, trainer("Failing"), SPACE, runs_dir=tmp_path / "runs", latency_scale=0.2)
     assert LocalCluster.known() == []          # the cluster was stopped and its state file removed
+
+
+def test_scale_down_releases_the_emptied_instance_at_the_sync(tmp_path, model, cloud):
+    # Stage 0: 4 trials on 2 instances; stage 1: 2 trials on 1 instance. The placement packs
+    # the survivors on the kept (oldest) instance and the other one is released at the SYNC.
+    spec = rb.ExperimentSpec.from_stages([(4, 2), (2, 2)])
+    plan = plan_allocation(spec, (4, 2), model, cloud, deadline_s=600, samples=20)
+    assert plan.instances == (2, 1)
+    result = execute(plan, trainer("Tiny"), SPACE, seed=3, runs_dir=tmp_path / "runs", latency_scale=0.2)
+    sync0 = result.ledger["stage_windows"][0][1]
+    released = sorted(result.ledger["instances"], key=lambda i: i["released_s"])
+    assert len(released) == 2
+    assert released[0]["instance_id"] == "rb-instance-2"             # most recently launched goes first
+    assert released[0]["released_s"] <= sync0 + 5.0                  # released at the SYNC, not at the end
+    assert [s["actual"]["instances"] for s in result.stages] == [2, 1]
+    for tid in result.stages[0]["promoted"]:
+        assert result.trials[tid]["history"][1]["instances"] == ["rb-instance-1"]
