@@ -8,7 +8,7 @@ from rubberband.execute.trainer import Trainer
 
 
 class DigitsMLP(Trainer):
-    """A two-layer MLP classifying handwritten digits; tuned over lr, momentum and width."""
+    """A two-layer MLP classifying handwritten digits; tuned over lr, momentum and weight decay."""
 
     global_batch_size = 64
     steps_per_iter = 300
@@ -32,14 +32,15 @@ class DigitsMLP(Trainer):
     def build_model(self, config: dict[str, Any]):
         import torch.nn as nn
 
-        hidden = int(config.get("hidden", 64))
+        hidden = int(config.get("hidden", 128))
         return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
     def build_optimizer(self, model, config: dict[str, Any]):
         import torch
 
         return torch.optim.SGD(model.parameters(), lr=float(config.get("lr", 0.05)),
-                               momentum=float(config.get("momentum", 0.9)))
+                               momentum=float(config.get("momentum", 0.9)),
+                               weight_decay=float(config.get("weight_decay", 0.0)))
 
 
 def _load_digits():

@@ -223,6 +223,7 @@ class Driver:
         queue = queue[slots:]
         remaining: dict[str, int] = {}
         began: dict[str, float] = {}
+        compute: dict[str, list[float]] = {}
         pending: dict[Any, str] = {}
 
         def start(tid: str) -> None:
@@ -249,6 +250,7 @@ class Driver:
                     continue
                 self._save_checkpoint(trial, res.checkpoint)
                 trial.step = res.step
+                compute.setdefault(tid, []).extend(res.iter_times)
                 if res.digests and len(res.digests) > 1:
                     first = res.digests[0]
                     trial.ranks_in_sync = trial.ranks_in_sync and all(
@@ -266,7 +268,8 @@ class Driver:
                 trial.history.append({"stage": index, "iters": iters, "gpus": m, "step": trial.step,
                                       "instances": list(trial.instances), "restarts": trial.restarts,
                                       "start_s": began[tid], "end_s": end, **trial.metrics})
-                self.train_runs.append({"trial": tid, "stage": index, "gpus": m, "start_s": began[tid], "end_s": end, "iters": iters})
+                self.train_runs.append({"trial": tid, "stage": index, "gpus": m, "start_s": began[tid], "end_s": end,
+                                        "iters": iters, "iter_s": compute.pop(tid, [])})
                 self._emit("trial", trial=tid, stage=index, metric=trial.metric, step=trial.step)
                 if queue:   # this GPU takes the next queued trial, in the same running workers
                     nxt = self.trials[queue.pop(0)]

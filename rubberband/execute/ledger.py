@@ -42,6 +42,7 @@ class TrialRun:
     start_s: float
     end_s: float
     iters: int
+    iter_s: list[float] = field(default_factory=list)   # each iteration's compute, as the workers timed it
 
 
 @dataclass

@@ -149,7 +149,8 @@ def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, me
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
     from rubberband.execute.ledger import TrialRun
 
-    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"]) for r in outcome.train_runs]
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []))
+                     for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
     jct = outcome.ended_at - started
     costs = ledger.stage_costs(now=last_release)
