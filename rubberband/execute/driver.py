@@ -226,14 +226,18 @@ class Driver:
         compute: dict[str, list[float]] = {}
         pending: dict[Any, str] = {}
 
-        def start(tid: str) -> None:
+        def start(tid: str, began_at: float) -> None:
+            # A TRAIN node starts before its gang is formed: start-up (workers joining, the
+            # checkpoint restored) is part of it, as in the simulator's model.
             remaining[tid] = iters
-            began[tid] = self.clock() - started
+            began[tid] = began_at - started
+            self._emit("start", trial=tid, stage=index)
             pending[self.runner.train(self.trials[tid].gang, 1)] = tid
 
+        launched_at = self.clock()
         self._launch_all(first)
         for tid in first:
-            start(tid)
+            start(tid, launched_at)
         while pending:
             done, _ = self.runner.wait(list(pending), self.wait_timeout_s)
             if not done:
@@ -273,13 +277,14 @@ class Driver:
                 self._emit("trial", trial=tid, stage=index, metric=trial.metric, step=trial.step)
                 if queue:   # this GPU takes the next queued trial, in the same running workers
                     nxt = self.trials[queue.pop(0)]
+                    handoff_at = self.clock()
                     slots_freed = self.placement.slots(tid)
                     gang, trial.gang, trial.instances = trial.gang, None, ()
                     self.placement = Placement({**{t: s for t, s in self.placement.assignments.items() if t != tid},
                                                 nxt.id: slots_freed})
                     nxt.gang = self.runner.reassign(gang, nxt.id, nxt.config, nxt.checkpoint)
                     nxt.instances = self._instances_of(self.placement, nxt.id)
-                    start(nxt.id)
+                    start(nxt.id, handoff_at)
 
     def _recover(self, trial: TrialState, exc: Exception, m: int, node_pairs) -> None:
         trial.restarts += 1

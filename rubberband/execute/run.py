@@ -78,9 +78,19 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
             previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
         port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
                               release_file=str(cluster.run_dir / "provider" / "release.json"))
+        t_run = time.time()
+
+        def with_spend(kind: str, data: dict[str, Any]) -> None:
+            # What the run has cost so far, from the provider's own records.
+            now = time.time()
+            ledger = ledger_from_events(plan, cluster.read_events(), t_run, now, [(0.0, now - t_run)])
+            data = {**data, "spend_usd": ledger.cost_usd(now - t_run), "instances_up": len(ledger.running())}
+            if on_event:
+                on_event(kind, data)
+
         runner = RayTrialRunner(trainer, seed=seed)
         driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
-                        checkpoint_dir=run_dir / "checkpoints", on_event=on_event)
+                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
         outcome = driver.run()
         ended = time.time()
         port.shutdown()
@@ -180,11 +190,30 @@ def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, me
 
 
 def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
-    """Plain progress lines (one per event)."""
+    """Progress: on a terminal, a live status line (stage, trials running, instances, spend so
+    far) under the event lines; otherwise plain log lines only."""
     stream = stream or sys.stderr
+    live = hasattr(stream, "isatty") and stream.isatty()
     t0 = time.time()
+    state = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0}
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
+        if live:
+            print("\r\033[K", end="", file=stream)
+        _line(kind, data)
+        state["spend"] = data.get("spend_usd", state["spend"])
+        state["instances"] = data.get("instances_up", state["instances"])
+        if kind == "stage":
+            state["stage"], state["running"] = data["index"], 0
+        elif kind == "start":
+            state["running"] += 1
+        elif kind == "trial":
+            state["running"] = max(0, state["running"] - 1)
+        if live:
+            print(f"stage {state['stage']} | trials running {state['running']} | instances {state['instances']} | "
+                  f"spent ${state['spend']:.4f} | {time.time() - t0:.0f}s", end="", file=stream, flush=True)
+
+    def _line(kind: str, data: dict[str, Any]) -> None:
         stamp = f"[{time.time() - t0:7.1f}s]"
         if kind == "stage":
             print(f"{stamp} stage {data['index']}: {data['trials']} trials x {data['iters']} iters, "
@@ -195,5 +224,8 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "nodes" and "spend_usd" in data:
+            print(f"{stamp}   {len(data['instances'])} instance(s) ready, spent ${data['spend_usd']:.4f} so far",
+                  file=stream, flush=True)
 
     return on_event

@@ -22,7 +22,9 @@ class Trainer:
         steps_per_iter: optimizer steps in one iteration (the unit of the experiment spec).
         metric, mode: default metric to rank trials by and whether lower (``min``) is better.
         data_depends_on_config: ``False`` lets a warm worker keep its datasets from trial to
-            trial (they are built once, in ``prepare`` or by the first trial).
+            trial (they are built once, when the worker warms up).
+        max_micro_batch: largest batch one worker processes at once; a worker's share of the
+            global batch is split into micro-batches with gradient accumulation.
     """
 
     global_batch_size: int = 64
@@ -30,6 +32,7 @@ class Trainer:
     metric: str = "val_loss"
     mode: str = "min"
     data_depends_on_config: bool = True
+    max_micro_batch: int | None = None
 
     def prepare(self) -> None:
         """Once per worker process, before any trial: import heavy modules, cache data."""
