@@ -85,11 +85,16 @@ class Ledger:
         if not costs:
             return costs
         per_s = self.cloud.usd_per_second
+        # Time before the first window or after the last (an instance the provider terminates
+        # a moment after the final SYNC) belongs to the first or last stage.
+        windows = list(self.stage_windows)
+        windows[0] = (-float("inf"), windows[0][1])
+        windows[-1] = (windows[-1][0], float("inf"))
         for rec in self.instances.values():
             if rec.launched_s is None:
                 continue
             end = rec.released_s if rec.released_s is not None else now
-            for i, (a, b) in enumerate(self.stage_windows):
+            for i, (a, b) in enumerate(windows):
                 if self.cloud.billing.model is BillingModel.PER_INSTANCE:
                     costs[i] += max(0.0, min(b, end) - max(a, rec.launched_s)) * per_s
             costs[min(rec.stage_requested, len(costs) - 1)] += self.cloud.data.usd_per_launch

@@ -127,9 +127,11 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
     """Build the ledger from the provider's own timestamps (seconds since the run started)."""
     ledger = Ledger(plan.cloud, stage_windows=stage_windows)
 
-    def stage_at(t: float) -> int:
+    def stage_at(t: float, ending: bool = False) -> int:
+        # A launch at the very start of a stage belongs to that stage; a release at the very
+        # end of a stage (its SYNC) belongs to the stage it ends.
         for i, (_, b) in enumerate(stage_windows):
-            if t <= b:
+            if t < b or (ending and t <= b):
                 return i
         return max(0, len(stage_windows) - 1)
 
@@ -145,11 +147,11 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
             elif e["event"] == "ready":
                 rec.ready_s = t
             elif e["event"] == "terminated":
-                rec.released_s, rec.stage_released = t, stage_at(t)
+                rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
     for rec in ledger.instances.values():
         if rec.released_s is None:   # stopped with the cluster
             rec.released_s = stop_time - started
-            rec.stage_released = stage_at(rec.released_s)
+            rec.stage_released = stage_at(rec.released_s, ending=True)
     return ledger
 
 

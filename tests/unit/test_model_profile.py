@@ -110,9 +110,13 @@ def test_every_shipped_profile_loads_and_round_trips(path):
     profile = ModelProfile.load(path)
     assert profile.min_gpus == 1
     assert len(profile.gpu_counts) >= 2
-    # Latency falls as GPUs are added, and every count in range interpolates.
+    # Every count in range interpolates; the paper-shaped approximations scale sublinearly
+    # (latency falls as GPUs are added). Measured profiles say what they measured: on a CPU,
+    # DDP over logical GPUs can be slower than one worker.
     means = [profile.latency(g).mean for g in range(1, profile.max_gpus + 1)]
-    assert all(a > b for a, b in zip(means, means[1:]))
+    assert all(m > 0 for m in means)
+    if profile.measured_on.get("approximate"):
+        assert all(a > b for a, b in zip(means, means[1:]))
     assert ModelProfile.from_dict(profile.to_dict()) == profile
 
 

@@ -1,0 +1,317 @@
+"""In-process fakes of the executor's ports (a clock, a cluster, a trial runner) for unit tests.
+
+Time is manual: the cluster advances the clock by its launch latency, and the runner is a
+small discrete-event simulation (``train`` schedules a chunk to finish ``iters * L(m)``
+fake seconds after it is submitted; ``wait`` advances the clock to the earliest finish), so
+trials on different GPUs run in parallel in fake time exactly as the simulator assumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rubberband.errors import ProviderError
+from rubberband.execute.ports import Node, TrainResult
+
+
+class FakeClock:
+    """Manual time. Calling it returns ``now()``, so it can be a ``Driver``'s ``clock``."""
+
+    def __init__(self, start: float = 1000.0):
+        self.t = float(start)
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back ({seconds} s)")
+        self.t += seconds
+        return self.t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeCluster:
+    """ClusterPort over numbered instances ``rb-instance-<n>`` that take ``provision_s`` to
+    run and ``init_s`` more to be ready; events use the local provider's format."""
+
+    def __init__(self, clock: FakeClock, gpus_per_instance: int, provision_s: float = 0.0, init_s: float = 0.0,
+                 calls: list[tuple[Any, ...]] | None = None):
+        self.clock, self.G = clock, gpus_per_instance
+        self.provision_s, self.init_s = provision_s, init_s
+        self.alive: list[str] = []                  # oldest first
+        self.launched = 0
+        # Every port call as ("cluster", method, *args); share the list with a FakeRunner to
+        # see the order of both.
+        self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
+        self._events: list[dict[str, Any]] = []
+
+    def _event(self, kind: str, instance: str, t: float) -> None:
+        self._events.append({"event": kind, "instance": instance, "node_id": f"fake-{instance}", "t": t})
+
+    def _record(self, method: str, *args: Any) -> None:
+        self.calls.append(("cluster", method, *args))
+
+    def _terminate(self, instance: str) -> None:
+        self.alive.remove(instance)
+        self._event("terminated", instance, self.clock.now())
+
+    # --- the port --------------------------------------------------------------------------
+    def scale_to(self, count: int, stage: int) -> None:
+        self._record("scale_to", count, stage)
+
+    def wait_nodes(self, count: int, timeout_s: float) -> list[Node]:
+        """Launch the missing instances (all at once) and wait until they are ready."""
+        self._record("wait_nodes", count)
+        if len(self.alive) > count:
+            raise ProviderError(f"cluster: {len(self.alive)} instances alive, waited {timeout_s:.0f}s for {count}")
+        missing = count - len(self.alive)
+        if missing:
+            t = self.clock.now()
+            for _ in range(missing):
+                self.launched += 1
+                name = f"rb-instance-{self.launched}"
+                self._event("request", name, t)
+                self._event("running", name, t + self.provision_s)
+                self._event("ready", name, t + self.provision_s + self.init_s)
+                self.alive.append(name)
+            self.clock.advance(self.provision_s + self.init_s)
+        return self.nodes()
+
+    def release_to(self, keep: Sequence[str], stage: int) -> None:
+        self._record("release_to", list(keep), stage)
+        for name in [n for n in self.alive if n not in set(keep)]:
+            self._terminate(name)
+
+    def nodes(self) -> list[Node]:
+        return [Node(name, self.G) for name in self.alive]
+
+    def shutdown(self) -> None:
+        self._record("shutdown")
+        for name in list(self.alive):
+            self._terminate(name)
+
+    def events(self) -> list[dict[str, Any]]:
+        return [dict(e) for e in self._events]
+
+    # --- test controls ---------------------------------------------------------------------
+    def lose(self, instance: str) -> None:
+        """The instance dies: gangs on it fail their next result (with a ``FakeRunner`` that
+        was given this cluster)."""
+        self._record("lose", instance)
+        self._terminate(instance)
+
+    def called(self, method: str) -> list[tuple[Any, ...]]:
+        """The arguments of every call of ``method``."""
+        return [c[2:] for c in self.calls if c[:2] == ("cluster", method)]
+
+
+@dataclass(eq=False)
+class FakeGang:
+    trial: str
+    config: dict[str, Any]
+    instances: tuple[str, ...]
+    step: int
+    alive: bool = True
+
+
+@dataclass(eq=False)
+class FakeFuture:
+    gang: FakeGang
+    trial: str
+    iters: int
+    finish: float
+    seq: int
+
+
+@dataclass
+class GangRecord:
+    """One ``start``: which trial, on which instances (one per worker), from which step."""
+
+    trial: str
+    instances: tuple[str, ...]
+    size: int
+    from_step: int
+    checkpoint: bytes | None
+    at: float
+
+
+def default_metrics(config: Mapping[str, Any], step: int) -> dict[str, float]:
+    """``loss`` grows with ``lr`` and shrinks with steps; ``accuracy = 1 - loss``."""
+    loss = float(config["lr"]) + 1.0 / (1 + step)
+    return {"loss": loss, "accuracy": 1.0 - loss}
+
+
+def encode_checkpoint(trial: str, step: int) -> bytes:
+    return json.dumps({"trial": trial, "step": step}).encode()
+
+
+def decode_checkpoint(blob: bytes) -> dict[str, Any]:
+    return json.loads(blob.decode())
+
+
+@dataclass
+class _Failure:
+    trial: str
+    step: int
+    times: int
+    lose_instance: bool
+
+
+class FakeRunner:
+    """TrialRunnerPort that trains instantly in real time and deterministically in fake time.
+
+    Args:
+        clock: the shared ``FakeClock``.
+        iter_s: seconds per iteration by gang size (GPUs per trial).
+        gpus_per_instance: checked on every start: no instance GPU runs two workers.
+        steps_per_iter: optimizer steps per iteration (``step += iters * steps_per_iter``).
+        metrics: ``(config, step) -> metrics``; ``default_metrics`` ranks trials by ``lr``.
+        cluster: if given, a gang on an instance the cluster lost fails its next result.
+        calls: a call log to share with a ``FakeCluster`` (entries ``("runner", method, *args)``).
+    """
+
+    def __init__(self, clock: FakeClock, iter_s: Mapping[int, float], gpus_per_instance: int,
+                 steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
+                 cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None):
+        self.clock, self.iter_s, self.G = clock, dict(iter_s), gpus_per_instance
+        self.steps_per_iter, self.metrics, self.cluster = steps_per_iter, metrics, cluster
+        self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
+        self.starts: list[GangRecord] = []
+        self.live: list[FakeGang] = []
+        self.max_in_flight = 0
+        self.shut_down = False
+        self._in_flight: set[str] = set()
+        self._failures: list[_Failure] = []
+        self._seq = 0
+
+    def _record(self, method: str, *args: Any) -> None:
+        self.calls.append(("runner", method, *args))
+
+    # --- test controls and views -----------------------------------------------------------
+    def fail(self, trial: str, at_step: int, times: int = 1, lose_instance: bool = False) -> None:
+        """The chunk of ``trial`` that would reach ``at_step`` fails ``times`` times, as a lost
+        gang does; with ``lose_instance`` the cluster also loses the gang's first instance."""
+        self._failures.append(_Failure(trial, at_step, times, lose_instance))
+
+    def called(self, method: str) -> list[tuple[Any, ...]]:
+        """The arguments of every call of ``method``."""
+        return [c[2:] for c in self.calls if c[:2] == ("runner", method)]
+
+    def gangs_of(self, trial: str) -> list[GangRecord]:
+        return [g for g in self.starts if g.trial == trial]
+
+    def gpus_in_use(self) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for gang in self.live:
+            for inst in gang.instances:
+                used[inst] = used.get(inst, 0) + 1
+        return used
+
+    # --- the port --------------------------------------------------------------------------
+    def warm(self, nodes: Sequence[Node]) -> float:
+        self._record("warm", [n.name for n in nodes])
+        return 0.0
+
+    def release_instance(self, instance: str) -> None:
+        self._record("release_instance", instance)
+        busy = [g.trial for g in self.live if instance in g.instances]
+        if busy:
+            raise AssertionError(f"{instance} released while gangs of {busy} still run on it")
+
+    def forget_dead(self, alive: Sequence[str]) -> None:
+        self._record("forget_dead", list(alive))
+        for gang in [g for g in self.live if any(i not in alive for i in g.instances)]:
+            self.live.remove(gang)
+            gang.alive = False
+
+    def shutdown(self) -> None:
+        self._record("shutdown")
+        self.shut_down = True
+
+    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> FakeGang:
+        self._record("start", trial, tuple(instances))
+        step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
+        gang = FakeGang(trial, dict(config), tuple(instances), step)
+        self.live.append(gang)
+        over = {i: n for i, n in self.gpus_in_use().items() if n > self.G}
+        if over:
+            raise AssertionError(f"instance GPUs over-subscribed starting {trial} on {list(instances)}: {over}")
+        self.starts.append(GangRecord(trial, gang.instances, len(gang.instances), step, checkpoint, self.clock.now()))
+        return gang
+
+    def reassign(self, gang: FakeGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> FakeGang:
+        self._record("reassign", gang.trial, trial)
+        gang.trial, gang.config = trial, dict(config)
+        gang.step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
+        return gang
+
+    def train(self, gang: FakeGang, iters: int) -> FakeFuture:
+        if not gang.alive:
+            raise AssertionError(f"train on a stopped gang of {gang.trial}")
+        self._seq += 1
+        self._in_flight.add(gang.trial)
+        self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
+        finish = self.clock.now() + iters * self.iter_s[len(gang.instances)]
+        return FakeFuture(gang, gang.trial, iters, finish, self._seq)
+
+    def wait(self, pending: Sequence[FakeFuture], timeout_s: float) -> tuple[list[FakeFuture], list[FakeFuture]]:
+        """The earliest chunk to finish (ties: the first submitted); the clock moves to its end."""
+        if not pending:
+            return [], []
+        first = min(pending, key=lambda f: (f.finish, f.seq))
+        if first.finish > self.clock.now():
+            self.clock.advance(first.finish - self.clock.now())
+        return [first], [f for f in pending if f is not first]
+
+    def result(self, future: FakeFuture) -> TrainResult:
+        gang = future.gang
+        self._in_flight.discard(future.trial)
+        new_step = gang.step + future.iters * self.steps_per_iter
+        for f in self._failures:
+            if f.trial == future.trial and f.times > 0 and gang.step < f.step <= new_step:
+                f.times -= 1
+                if f.lose_instance and self.cluster is not None:
+                    self.cluster.lose(gang.instances[0])
+                raise ProviderError(f"injected failure: the gang of {future.trial} was lost before step {f.step}")
+        if self.cluster is not None and any(i not in self.cluster.alive for i in gang.instances):
+            raise ProviderError(f"the gang of {future.trial} lost its instance")
+        gang.step = new_step
+        return TrainResult(step=new_step, iter_times=[self.iter_s[len(gang.instances)]] * future.iters,
+                           metrics=self.metrics(gang.config, new_step),
+                           checkpoint=encode_checkpoint(future.trial, new_step))
+
+    def stop(self, gang: FakeGang) -> None:
+        self._record("stop", gang.trial)
+        if gang in self.live:
+            self.live.remove(gang)
+        gang.alive = False
+
+
+@dataclass
+class Fakes:
+    """A clock, a cluster and a runner wired together, sharing one call log."""
+
+    clock: FakeClock
+    cluster: FakeCluster
+    runner: FakeRunner
+
+    @property
+    def calls(self) -> list[tuple[Any, ...]]:
+        return self.cluster.calls
+
+
+def make_fakes(gpus_per_instance: int, iter_s: Mapping[int, float], provision_s: float = 0.0, init_s: float = 0.0,
+               steps_per_iter: int = 1, start: float = 1000.0) -> Fakes:
+    """A clock, a cluster and a runner that share the clock and the call log (the runner
+    sees instances the cluster loses)."""
+    clock = FakeClock(start)
+    calls: list[tuple[Any, ...]] = []
+    cluster = FakeCluster(clock, gpus_per_instance, provision_s, init_s, calls=calls)
+    runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls)
+    return Fakes(clock, cluster, runner)
