@@ -172,22 +172,27 @@ class LocalCluster:
         return _session_pids(self.sid)
 
     def stop(self, grace_s: float = 5.0) -> int:
-        """Stop every process of the cluster (SIGTERM, then SIGKILL); return how many there were."""
-        pids = self.processes()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        """Stop every process of the cluster: SIGTERM, then SIGKILL after ``grace_s``.
+
+        The session is enumerated again every round, so a process spawned while the cluster
+        was shutting down (a worker, an agent) is stopped too. Returns how many processes the
+        cluster had when asked to stop.
+        """
+        first = self.processes()
+        deadline = time.time() + grace_s
+        while True:
+            pids = self.processes()
+            if not pids or time.time() > deadline + 10.0:
+                break
+            sig = signal.SIGTERM if time.time() < deadline else signal.SIGKILL
             for pid in pids:
                 try:
                     os.kill(pid, sig)
                 except (ProcessLookupError, PermissionError):
                     pass
-            deadline = time.time() + (grace_s if sig == signal.SIGTERM else 2.0)
-            while time.time() < deadline and _alive(pids):
-                time.sleep(0.1)
-            pids = [p for p in pids if _alive([p])]
-            if not pids:
-                break
+            time.sleep(0.2)
         (STATE_ROOT / f"{self.run_id}.json").unlink(missing_ok=True)
-        return len(pids)
+        return len(first)
 
     def read_events(self) -> list[dict[str, Any]]:
         """The provider's event log (request / running / started / terminated)."""
