@@ -83,3 +83,12 @@ def load_yaml(path: str | Path, what: str = "file") -> dict:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a YAML mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def jsonable(value: Any) -> Any:
+    """``json.dumps`` default for rubberband values: numpy arrays and scalars, enums, the rest as text."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "value"):
+        return value.value
+    return str(value)

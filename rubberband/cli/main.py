@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rubberband.errors import RubberbandError
+from rubberband.schema import jsonable
 
 # name -> (help, add_arguments, run); filled by the modules below via `command`.
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -27,17 +28,9 @@ def command(name: str, help: str):
 def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
     """Print ``payload`` as JSON with ``--json``, else the human text."""
     if getattr(args, "json", False):
-        print(json.dumps(payload, indent=2, default=_jsonable))
+        print(json.dumps(payload, indent=2, default=jsonable))
     else:
         print(text)
-
-
-def _jsonable(value: object) -> object:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rubberband.profiles.cloud import CloudProfile
+from rubberband.schema import jsonable
 from rubberband.simulate.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
 
@@ -87,7 +88,7 @@ class Plan:
 
     def to_json(self, indent: int | None = 2) -> str:
         """Serialise to JSON (per-sample predictions included, rounded)."""
-        return json.dumps(self.to_dict(), indent=indent, default=_jsonable)
+        return json.dumps(self.to_dict(), indent=indent, default=jsonable)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -106,11 +107,3 @@ class Plan:
             confidence=data.get("confidence"), samples=int(data.get("samples", 0)), seed=int(data.get("seed", 0)),
             considered=tuple(data.get("considered", ())), info=dict(data.get("info", {})),
         )
-
-
-def _jsonable(value: object) -> object:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if hasattr(value, "value"):
-        return value.value
-    return str(value)
