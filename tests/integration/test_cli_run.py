@@ -67,3 +67,29 @@ def test_sigkill_then_down_stops_everything(tmp_path, _isolated_state):
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "stopped local cluster" in down.stdout
     assert _session_pids(sid) == []
+
+
+def test_run_json_prints_the_run_result(tmp_path, _isolated_state):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(f"""
+name: tiny
+sha: {{num_trials: 4, min_iters: 1, max_iters: 3, eta: 2}}
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {ROOT / 'cloud_profiles' / 'local' / 'local.yaml'}, instance_type: local.2gpu}}
+deadline: 10m
+trainer: {trainer('Tiny')}
+metric: val_loss
+search_space: {{lr: {{loguniform: [0.01, 0.3]}}}}
+""")
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(path), "--provider", "local", "--json",
+                          "--latency-scale", "0.2", "--runs-dir", str(tmp_path / "runs")],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    for side in ("predicted", "actual"):
+        assert result[side]["jct_s"] > 0 and result[side]["cost_usd"] > 0
+    assert len(result["stages"]) == 2               # SHA(4, 1, 3, 2): (4, 1) then (2, 2)
+    assert all({"predicted", "actual"} <= set(s) for s in result["stages"])
+    assert set(result["best"]) >= {"config", "metric"} and "lr" in result["best"]["config"]
