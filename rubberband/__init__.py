@@ -22,7 +22,7 @@ _EXPORTS = {
     "SimResult": "rubberband.simulate", "build_dag": "rubberband.simulate", "simulate": "rubberband.simulate",
     "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec",
     "Placement": "rubberband.place", "place": "rubberband.place",
-    "Trainer": "rubberband.execute", "execute": "rubberband.execute",
+    "Trainer": "rubberband.execute", "execute": "rubberband.execute", "profile": "rubberband.profile",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -423,3 +423,6 @@ def down_cmd(args: argparse.Namespace) -> int:
 
 down_cmd.arguments = _down_args  # type: ignore[attr-defined]
 command("down", "stop every cluster and instance rubberband started")(down_cmd)
+
+
+from rubberband.cli import profile_cmd  # noqa: E402,F401  registers `rubberband profile`

@@ -240,12 +240,22 @@ class RayClusterPort:
         # nodes we emptied on purpose are idle and get released.
         request_resources(bundles=[{SLOT_RESOURCE: 1}] * count)
 
-    def wait_nodes(self, count: int, timeout_s: float) -> list[Node]:
+    def wait_nodes(self, count: int, timeout_s: float, surplus_grace_s: float = 3.0) -> list[Node]:
         deadline = time.time() + timeout_s
+        surplus_since = None
         while True:
             alive = self._alive()
             if len(alive) == count:
                 return alive
+            if len(alive) > count:
+                # A node the autoscaler launched against a request that was just lowered (a
+                # release racing its loop) would be kept forever: release the newest surplus.
+                surplus_since = surplus_since or time.time()
+                if time.time() - surplus_since > surplus_grace_s:
+                    self.release_to([n.name for n in alive[:count]], stage=-1)
+                    surplus_since = None
+            else:
+                surplus_since = None
             if time.time() > deadline:
                 raise ProviderError(f"cluster: {len(alive)} instances alive, waited {timeout_s:.0f}s for {count}")
             time.sleep(self.poll_s)

@@ -1,0 +1,55 @@
+"""`rubberband profile`: measure a job's model profile and the provider's latencies on real instances."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rubberband.cli.main import command, emit
+from rubberband.errors import SpecError
+
+
+def _gpus(text: str) -> list[int]:
+    """``1,2,4`` -> ``[1, 2, 4]``; anything else is a one-line error."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"--gpus: expected comma-separated whole numbers of GPUs per trial such as 1,2,4, got {text!r}") from None
+    if not values:
+        raise SpecError(f"--gpus: expected comma-separated whole numbers of GPUs per trial such as 1,2,4, got {text!r}")
+    return values
+
+
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("experiment", help="experiment YAML file (its trainer, search space and instance type)")
+    p.add_argument("--provider", default="local", help="where to measure: local (default)")
+    p.add_argument("--gpus", help="GPUs per trial: powers of two up to the largest given are measured, e.g. 1,2 "
+                                  "(default: up to the instance type's GPUs)")
+    p.add_argument("--iters", type=int, default=4, help="extra iterations of the long trials (default 4; at least 1)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each trial length per GPU count (default 3)")
+    p.add_argument("--max-seconds", help="bound the profiling's wall time, e.g. 300 or 5m (fewer repeats if needed)")
+    p.add_argument("--out", help="model profile to write (default profiles/<experiment>_<instance type>.yaml)")
+    p.add_argument("--cloud-out", help="cloud latency overrides to write (default <out stem>.cloud.yaml)")
+    p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory")
+
+
+def profile_cmd(args: argparse.Namespace) -> int:
+    from rubberband.profile import profile
+    from rubberband.units import parse_duration
+
+    gpus = _gpus(args.gpus) if args.gpus is not None else None
+    max_seconds = parse_duration(args.max_seconds, "--max-seconds") if args.max_seconds is not None else None
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    # `profile` checks every argument before it starts a cluster.
+    result = profile(args.experiment, provider=args.provider, gpus=gpus, iters=args.iters, repeats=args.repeats,
+                     max_seconds=max_seconds, out=args.out, cloud_out=args.cloud_out, runs_dir=args.runs_dir,
+                     on_progress=progress)
+    emit(args, result.to_dict(), result.table())
+    return 0
+
+
+profile_cmd.arguments = _profile_args  # type: ignore[attr-defined]
+command("profile", "measure a job's model profile and the provider's latencies, and write them")(profile_cmd)

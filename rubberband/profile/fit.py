@@ -1,0 +1,161 @@
+"""Fit latency distributions to measured samples, and split TRAIN durations into start-up and
+seconds per iteration (pure: numpy and scipy only).
+
+Choosing a family. All samples equal (within 1e-9 relative) give ``Constant``. Otherwise, with
+at least ``MIN_SAMPLES_FOR_SHAPE`` samples, ``normal`` and ``lognormal`` are both fitted by
+maximum likelihood and the one with the lower Akaike information criterion wins::
+
+    AIC = 2 k - 2 ln L̂        (k = 2 parameters for both families)
+
+so with equal ``k`` this is the higher log-likelihood; ``lognormal`` needs every sample > 0.
+With fewer samples the shape cannot be told apart and ``normal`` is used. The returned
+distribution is written with the moments of the latency itself, as
+``rubberband.profiles.distributions`` expects: the sample mean and the sample standard
+deviation (``ddof=1``) for ``normal``; ``exp(m + s²/2)`` and ``mean·sqrt(exp(s²) - 1)`` of the
+fitted log-mean ``m`` and log-std ``s`` for ``lognormal``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from rubberband.errors import SpecError
+from rubberband.profiles.distributions import Constant, Distribution, LogNormal, Normal
+
+MIN_SAMPLES_FOR_SHAPE = 5       # below this, normal vs lognormal is a coin toss: use normal
+CONSTANT_RTOL = 1e-9
+CRITERION = "aic"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted latency: the chosen distribution, the samples and each candidate's AIC."""
+
+    dist: Distribution
+    samples: tuple[float, ...]
+    aic: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+
+def _clean(samples: Sequence[float] | np.ndarray, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(list(samples), dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise SpecError(f"{where}: expected a list of measured seconds, got {samples!r}") from None
+    if arr.size == 0:
+        raise SpecError(f"{where}: no samples to fit; measure at least one")
+    if not np.all(np.isfinite(arr)):
+        raise SpecError(f"{where}: samples must be finite numbers, got {arr.tolist()!r}")
+    if np.any(arr < 0):
+        raise SpecError(f"{where}: latencies cannot be negative, got {float(arr.min()):g}")
+    return arr
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    """``x`` rounded to ``digits`` significant digits (YAML stays readable)."""
+    return float(f"{x:.{digits}g}")
+
+
+def fit(samples: Sequence[float] | np.ndarray, where: str = "samples") -> Fit:
+    """Fit ``samples`` (seconds) and say why the family was chosen; see the module docstring.
+
+    Raises:
+        SpecError: no samples, a non-finite or a negative one.
+    """
+    arr = _clean(samples, where)
+    kept = tuple(float(v) for v in arr)
+    scale = float(np.max(np.abs(arr)))
+    if float(np.ptp(arr)) <= CONSTANT_RTOL * scale:
+        return Fit(Constant(_sig(float(np.mean(arr)))), kept, reason="all samples equal")
+    mean, std = float(np.mean(arr)), float(np.std(arr, ddof=1))
+    normal = Normal(_sig(mean), _sig(std))
+    if arr.size < MIN_SAMPLES_FOR_SHAPE:
+        return Fit(normal, kept, reason=f"fewer than {MIN_SAMPLES_FOR_SHAPE} samples: normal by default")
+    # Maximum-likelihood fits; both families have k = 2 parameters.
+    aic = {"normal": 4.0 - 2.0 * float(np.sum(stats.norm.logpdf(arr, loc=mean, scale=float(np.std(arr)))))}
+    lognormal = None
+    if np.all(arr > 0):
+        logs = np.log(arr)
+        m, s_mle = float(np.mean(logs)), float(np.std(logs))
+        if s_mle > 0:
+            aic["lognormal"] = 4.0 - 2.0 * float(np.sum(stats.lognorm.logpdf(arr, s=s_mle, scale=math.exp(m))))
+            s = float(np.std(logs, ddof=1))
+            ln_mean = math.exp(m + s * s / 2.0)
+            lognormal = LogNormal(_sig(ln_mean), _sig(ln_mean * math.sqrt(math.expm1(s * s))))
+    aic = {k: (v if math.isfinite(v) else math.inf) for k, v in aic.items()}
+    if lognormal is not None and aic["lognormal"] < aic["normal"]:
+        return Fit(lognormal, kept, aic, reason="lower AIC")
+    return Fit(normal, kept, aic, reason="lower AIC" if "lognormal" in aic else "normal (lognormal needs samples > 0)")
+
+
+def fit_latency(samples: Sequence[float] | np.ndarray) -> Distribution:
+    """The best of constant, normal and lognormal for measured latencies (seconds).
+
+    Args:
+        samples: measured seconds, each finite and >= 0.
+
+    Returns:
+        ``Constant`` when all samples are equal (within 1e-9 relative) or there is only one;
+        else ``Normal`` or ``LogNormal``, whichever has the lower AIC (``Normal`` when there
+        are fewer than ``MIN_SAMPLES_FOR_SHAPE`` samples). Both are given by the mean and std
+        of the latency itself.
+
+    Raises:
+        SpecError: no samples, or a non-finite or negative one.
+    """
+    return fit(samples).dist
+
+
+def to_profile_entry(samples: Sequence[float] | np.ndarray, digits: int = 6) -> dict[str, Any]:
+    """The YAML of a fitted latency, with the raw samples kept beside it.
+
+    Returns:
+        ``{"fitted": {dist: ...}, "empirical": {dist: empirical, samples: [...]},
+        "fit": {n, criterion, aic, reason}}``: ``fitted`` goes where the profile wants a
+        distribution (``iter_latency_s.<gpus>``); ``empirical`` is a valid distribution too
+        (the samples themselves, to resample instead of the fit); ``fit`` says why.
+    """
+    result = fit(samples)
+    return {
+        "fitted": result.dist.to_dict(),
+        "empirical": {"dist": "empirical", "samples": [_sig(v, digits) for v in result.samples]},
+        "fit": {"n": result.n, "criterion": CRITERION, "reason": result.reason,
+                "aic": {k: round(v, 3) for k, v in result.aic.items()}},
+    }
+
+
+def split_train_durations(short: Sequence[float], long: Sequence[float], k_short: int,
+                          k_long: int) -> tuple[list[float], list[float]]:
+    """Per-trial estimates of seconds per iteration and of start-up from TRAIN durations.
+
+    A TRAIN node of ``k`` iterations lasts ``d = startup + k L`` (DESIGN §4). With trials of
+    ``k_short`` and of ``k_long`` iterations measured alike, ``L̂ = (mean(d_long) -
+    mean(d_short)) / (k_long - k_short)``; each long trial gives ``L_j = (d_j -
+    mean(d_short)) / (k_long - k_short)`` (a slow trial stays slow) and each short trial a
+    start-up ``d_i - k_short L̂``. Estimates are clipped at 0.
+
+    Returns:
+        ``(iter_latency_samples, startup_samples)``.
+
+    Raises:
+        SpecError: ``k_long <= k_short`` or no durations on either side.
+    """
+    if k_long <= k_short:
+        raise SpecError(f"iters: the long trials ({k_long}) must run more iterations than the short ones ({k_short})")
+    d_short, d_long = _clean(short, "short TRAIN durations"), _clean(long, "long TRAIN durations")
+    base = float(np.mean(d_short))
+    span = float(k_long - k_short)
+    per_trial = [max(0.0, (d - base) / span) for d in d_long.tolist()]
+    iter_hat = max(0.0, (float(np.mean(d_long)) - base) / span)
+    startup = [max(0.0, d - k_short * iter_hat) for d in d_short.tolist()]
+    return per_trial, startup

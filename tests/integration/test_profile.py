@@ -1,0 +1,99 @@
+"""The profiler on the local provider: it writes profiles that load, its prediction closes the
+loop with a real run, and a failing trainer is one clear error with no cluster left behind."""
+
+import shutil
+
+import pytest
+import yaml
+
+import rubberband as rb
+import rubberband.cli.profile_cmd  # noqa: F401  registers `profile`
+from rubberband.cli.main import main
+from rubberband.execute.run import execute
+from rubberband.profile import profile
+
+from .conftest import ROOT, trainer
+
+pytestmark = pytest.mark.integration
+
+
+def _experiment(tmp_path, trainer_ref, region=None, **changes):
+    """experiments/demo.yaml with absolute paths (and another trainer, region file, ...)."""
+    data = yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text())
+    data["model_profile"] = str(ROOT / "profiles" / "demo_digits_local.yaml")
+    data["cloud"]["profile"] = str(region or ROOT / "cloud_profiles" / "local" / "local.yaml")
+    data["trainer"] = trainer_ref
+    data.update(changes)
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
+    region = tmp_path / "local.yaml"
+    shutil.copy(ROOT / "cloud_profiles" / "local" / "local.yaml", region)
+    exp = _experiment(tmp_path, trainer("Tiny"), region=region)
+    out = tmp_path / "profiles" / "tiny.yaml"
+    # A budget smaller than the cluster's start: one repeat of the first GPU count, and the
+    # two launches, are all it does.
+    result = profile(exp, gpus=[1, 2], iters=2, repeats=3, max_seconds=1, out=out, runs_dir=tmp_path / "runs",
+                     update_region=True)
+
+    assert result.stopped_early and result.gpu_counts == (1,) and result.skipped_gpus == (2,)
+    assert "stopped early" in result.notes[0] and "2 not measured" in result.notes[0]
+    model = rb.ModelProfile.load(out)
+    assert model.gpu_counts == (1,)
+    assert model.measured_on["provider"] == "local" and model.measured_on["instance_type"] == "local.2gpu"
+    assert model.measured_on["gpu_model"] == "logical"
+    prof = model.extra["profiling"]
+    assert prof["stopped_early"] is True and prof["repeats_done"] == {1: 1}
+    assert prof["cost_usd"] > 0 and prof["seconds"] > 0
+    assert len(prof["samples"]["iter_latency_s"][1]) == 4            # 1 repeat x 2G queued trials
+    assert len(prof["samples"]["cloud"]["init_latency_s"]) == 2
+    assert model.extra["rubberband_version"] == rb.__version__ and model.extra["global_batch_size"] == 32
+
+    overrides = yaml.safe_load((tmp_path / "profiles" / "tiny.cloud.yaml").read_text())
+    assert set(overrides) == {"provision_latency_s", "init_latency_s"}
+    cloud = rb.CloudCatalog.load(ROOT / "cloud_profiles" / "local" / "local.yaml").with_overrides(overrides).get("local.2gpu")
+    assert cloud.init_latency_s.mean == pytest.approx(result.init_latency_s.mean)
+    assert 1.0 < cloud.provision_latency_s.mean < 4.0                 # the provider emulates N(2, 0.3)
+    # The region file got the initialisation latency (how scripts/demo calibrates).
+    assert rb.CloudCatalog.load(region).get("local.2gpu").init_latency_s.mean == pytest.approx(result.init_latency_s.mean)
+    assert region.read_text().startswith("# The `local` provider")
+
+    assert result.cost_usd == pytest.approx(prof["cost_usd"], abs=1e-6)
+    assert result.cost_usd >= 2 * 60 * 2.0 / 3600 - 1e-9             # two launches, each billed >= 60 s at $2/h
+    text = result.table()
+    assert "profiling took" in text and "and cost $" in text and "GPUs/trial" in text
+
+
+def test_closing_the_loop_a_run_of_the_profiled_plan_meets_its_prediction(tmp_path):
+    exp_path = _experiment(tmp_path, "rubberband.examples.digits:DigitsMLP")
+    result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs")
+    exp = rb.load_experiment(exp_path)
+    model = rb.ModelProfile.load(result.out)
+    assert model.gpu_counts == (1, 2) and model.extra["profiling"]["repeats_done"] == {1: 2, 2: 2}
+    overrides = yaml.safe_load(open(result.cloud_out))
+    cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
+    plan = rb.compile_plan(exp.spec, model, cloud, exp.deadline_s, samples=500, seed=exp.seed)
+
+    run = execute(plan, exp.trainer, exp.search_space, metric=exp.metric, mode=exp.mode, seed=exp.seed,
+                  runs_dir=tmp_path / "runs", latency_scale=1.0)
+    predicted, actual = run.predicted["jct_s"], run.actual["jct_s"]
+    error = actual / predicted - 1
+    print(f"\nclosing the loop: allocation {plan.allocation}, predicted JCT {predicted:.1f}s, actual {actual:.1f}s, "
+          f"error {error:+.1%}; profiling took {result.seconds:.0f}s")
+    assert abs(error) <= 0.15
+
+
+def test_a_failing_trainer_is_one_clear_error_and_the_cluster_is_stopped(tmp_path, capsys):
+    exp = _experiment(tmp_path, trainer("Failing"))
+    code = main(["profile", str(exp), "--gpus", "1", "--iters", "1", "--repeats", "1",
+                 "--out", str(tmp_path / "p.yaml"), "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    last = err.strip().splitlines()[-1]      # progress lines come first
+    assert last.startswith("error: ") and "Failing" in last and "boom: this trainer cannot build its model" in last
+    assert "Traceback" not in err
+    assert not (tmp_path / "p.yaml").exists()
+    # conftest checks that no cluster is left running
