@@ -121,10 +121,12 @@ class StageTable:
                 if a >= n or a in self.entries[stage] or self.queue_bound_s_stage(stage, a) + others <= deadline_s]
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
-        """Lower bound on stage ``i``'s mean duration under a queued allocation: its average load."""
+        """Lower bound on stage ``i``'s mean duration, without simulating it: its average load
+        per GPU slot, ``n * E[duration] / slots``, plus the SYNC."""
         stage = self.spec.stages[i]
+        m = allocation // stage.num_trials if allocation >= stage.num_trials else 1
         slots = min(allocation, stage.num_trials)
-        duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(1).mean
+        duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(m).mean
         return stage.num_trials * duration / slots + self.sync_s[i]
 
     def entry(self, i: int, allocation: int) -> StageEntry:
@@ -186,14 +188,7 @@ class StageTable:
         total = 0.0
         for i, a in enumerate(allocation):
             entry = self.entries[i].get(a)
-            if entry is not None:
-                total += entry.train_s + self.sync_s[i]
-                continue
-            stage = self.spec.stages[i]
-            m = max(1, a // stage.num_trials) if a >= stage.num_trials else 1
-            slots = min(a, stage.num_trials)
-            duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(m).mean
-            total += stage.num_trials * duration / slots + self.sync_s[i]
+            total += entry.train_s + self.sync_s[i] if entry is not None else self.queue_bound_s_stage(i, a)
         return total
 
     def min_stage_s(self, i: int) -> float:
