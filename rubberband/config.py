@@ -22,7 +22,7 @@ SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform", "q
 
 _TOP_OPTIONAL = [
     "name", "description", "sha", "stages", "hyperband", "deadline", "policy", "samples", "seed",
-    "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size",
+    "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster",
 ]
 _TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -50,6 +50,7 @@ class Experiment:
     global_batch_size: int | None = None
     path: str | None = None
     sha: dict[str, int] | None = None
+    cluster: str | None = None      # a Ray cluster YAML for `--provider aws`
 
     def spec_with_trials(self, num_trials: int) -> ExperimentSpec:
         """The same SHA job started with another number of trials (what-if sweeps)."""
@@ -212,6 +213,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         global_batch_size=integer(data["global_batch_size"], "global_batch_size") if data.get("global_batch_size") is not None else None,
         path=path,
         sha=dict(data["sha"]) if "sha" in data else None,
+        cluster=str(_resolve(data["cluster"], base, "cluster")) if data.get("cluster") is not None else None,
     )
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time

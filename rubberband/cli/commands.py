@@ -7,7 +7,7 @@ import argparse
 from rubberband.cli.main import command, emit
 from rubberband.cli.table import render
 from rubberband.config import Experiment, load_experiment
-from rubberband.errors import SpecError
+from rubberband.errors import ProviderError, SpecError
 from rubberband.units import format_duration, format_usd, parse_duration
 
 
@@ -356,7 +356,9 @@ command("whatif", "sweep deadline, trials, latency, billing, data price or insta
 # --- run / down ---------------------------------------------------------------------------------
 def _run_args(p: argparse.ArgumentParser) -> None:
     _experiment_arg(p)
-    p.add_argument("--provider", default="local", help="where to run: local (default)")
+    p.add_argument("--provider", default="local", help="where to run: local (default) or aws")
+    p.add_argument("--cluster", metavar="CLUSTER_YAML",
+                   help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
     p.add_argument("--policy", help="planning policy (default: the experiment's)")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
@@ -364,7 +366,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
-    p.add_argument("--latency-scale", type=float, default=1.0, help="scale the local provider's latencies")
+    p.add_argument("--latency-scale", type=float, default=1.0,
+                   help="scale the emulated provisioning latency (local; aws against an emulator)")
+    p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
+    p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -378,6 +383,14 @@ def run_cmd(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
     if not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
+    if args.provider not in ("local", "aws"):
+        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local or aws")
+    cluster = args.cluster or exp.cluster
+    if args.provider == "aws" and not cluster:
+        raise SpecError("--cluster: the aws provider needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` in the experiment")
+    if args.launch_attempts < 1:
+        raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
+    backoff = parse_duration(args.launch_backoff, "--launch-backoff")
     if args.plan:
         try:
             plan = Plan.from_json(open(args.plan).read())
@@ -397,7 +410,9 @@ def run_cmd(args: argparse.Namespace) -> int:
         print()
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
-                     latency_scale=args.latency_scale, on_event=None if args.json else progress_printer())
+                     latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
+                     cluster_config=cluster if args.provider == "aws" else None,
+                     launch_attempts=args.launch_attempts, launch_backoff_s=backoff)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
     return 0
 
@@ -407,22 +422,109 @@ command("run", "plan the job and run it for real, then report predicted vs actua
 
 
 def _down_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", default="local", help="local (default)")
+    p.add_argument("--provider", default="local", help="local (default) or aws")
+    p.add_argument("--run-id", help="only this run (default: every run rubberband started)")
+    p.add_argument("--region", action="append", default=[], help="aws: also look in this region (repeatable)")
+    p.add_argument("--cluster", action="append", default=[], metavar="CLUSTER_YAML",
+                   help="aws: also look in this cluster YAML's region (repeatable)")
+
+
+def _aws_instance_lines(instances: list[dict]) -> list[str]:
+    rows = [[i["instance_id"], i["region"], i["instance_type"], i["market"], i["state"], i["run_id"] or "-",
+             _hms(i["uptime_s"]), f"${i['price_usd_per_hour']:.4f}/h",
+             f"${i['cost_usd']:.4f}" if i["cost_usd"] is not None else "?"] for i in instances]
+    return render(["instance", "region", "type", "market", "state", "run", "up", "price", "cost so far"], rows).splitlines()
+
+
+def _hms(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def down_cmd(args: argparse.Namespace) -> int:
-    if args.provider != "local":
-        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local")
-    from rubberband.providers.local import down_all
+    if args.provider not in ("local", "aws"):
+        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local or aws")
+    if args.provider == "local":
+        from rubberband.providers.local import down_all
 
-    stopped = down_all()
-    text = "\n".join(f"stopped local cluster {s['run_id']} ({s['processes']} processes)" for s in stopped) or "nothing to stop"
-    emit(args, {"provider": args.provider, "stopped": stopped}, text)
+        stopped = down_all("local", args.run_id)
+        text = "\n".join(f"stopped local cluster {s['run_id']} ({s['processes']} processes)" for s in stopped) or "nothing to stop"
+        emit(args, {"provider": args.provider, "stopped": stopped}, text)
+        return 0
+    from rubberband.providers import aws_cluster
+
+    out = _aws_call(lambda: aws_cluster.down(args.region, args.run_id, args.cluster))
+    lines = [f"stopped the head of aws run {h['run_id']} ({h['processes']} processes)" for h in out["heads"]]
+    if out["terminated"]:
+        lines.append(f"terminated {len(out['terminated'])} instance(s) in {', '.join(out['regions'])}:")
+        lines += _aws_instance_lines(out["terminated"])
+        lines.append(f"spend stopped: ${out['stopped_usd_per_hour']:.4f}/h (these instances had cost ${out['spent_usd']:.4f})")
+    else:
+        lines.append(f"no running rubberband instances in {', '.join(out['regions'])}")
+    emit(args, {"provider": "aws", **out}, "\n".join(lines))
     return 0
+
+
+def _aws_call(fn):
+    """Run an EC2 query; turn a missing credential or an AWS error into one line."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        raise SpecError("--provider aws: boto3 is not installed; pip install 'rubberband[aws]'") from None
+    from rubberband.providers.aws import safe_error
+
+    try:
+        return fn()
+    except (BotoCoreError, ClientError) as exc:
+        raise ProviderError(f"aws: {safe_error(exc)}") from None
 
 
 down_cmd.arguments = _down_args  # type: ignore[attr-defined]
 command("down", "stop every cluster and instance rubberband started")(down_cmd)
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--provider", default="all", help="local, aws or all (default)")
+    p.add_argument("--run-id", help="only this run")
+    p.add_argument("--region", action="append", default=[], help="aws: also look in this region (repeatable)")
+    p.add_argument("--cluster", action="append", default=[], metavar="CLUSTER_YAML",
+                   help="aws: also look in this cluster YAML's region (repeatable)")
+
+
+def status_cmd(args: argparse.Namespace) -> int:
+    if args.provider not in ("local", "aws", "all"):
+        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local, aws or all")
+    out: dict = {}
+    lines = []
+    if args.provider in ("local", "all"):
+        from rubberband.providers.local import LocalCluster
+
+        clusters = [{"run_id": c.run_id, "provider": c.provider, "processes": len(c.processes()), "run_dir": str(c.run_dir)}
+                    for c in LocalCluster.known() if args.run_id is None or c.run_id == args.run_id]
+        out["clusters"] = clusters
+        lines += [f"cluster head of {c['provider']} run {c['run_id']}: {c['processes']} processes ({c['run_dir']})"
+                  for c in clusters] or ["no rubberband cluster heads on this machine"]
+    if args.provider in ("aws", "all"):
+        from rubberband.providers import aws_cluster
+
+        regions = aws_cluster.known_regions(args.region + [aws_cluster._region_of(p) for p in args.cluster])
+        if not regions and args.provider == "all":
+            lines.append("aws: no region known (pass --region or --cluster, or set AWS_DEFAULT_REGION)")
+        else:
+            aws = _aws_call(lambda: aws_cluster.status(args.region, args.run_id, args.cluster))
+            out["aws"] = aws
+            if aws["instances"]:
+                lines += _aws_instance_lines(aws["instances"])
+                lines.append(f"{len(aws['instances'])} instance(s) running: ${aws['usd_per_hour']:.4f}/h, "
+                             f"${aws['spent_usd']:.4f} so far")
+            else:
+                lines.append(f"no running rubberband instances in {', '.join(aws['regions'])}")
+    emit(args, out, "\n".join(lines))
+    return 0
+
+
+status_cmd.arguments = _status_args  # type: ignore[attr-defined]
+command("status", "list running rubberband clusters and instances, with their cost so far")(status_cmd)
 
 
 from rubberband.cli import profile_cmd  # noqa: E402,F401  registers `rubberband profile`

@@ -24,6 +24,8 @@ class InstanceRecord:
     released_s: float | None = None
     stage_released: int | None = None
     provider_id: str | None = None      # e.g. the EC2 instance id
+    market: str | None = None           # on-demand or spot (aws)
+    release_reason: str | None = None   # released, interrupted (spot reclaim), lost, shutdown, cancelled
 
     def lifetime_s(self, now: float) -> float:
         if self.launched_s is None:
@@ -53,6 +55,7 @@ class Ledger:
     instances: dict[str, InstanceRecord] = field(default_factory=dict)
     trials: list[TrialRun] = field(default_factory=list)
     stage_windows: list[tuple[float, float]] = field(default_factory=list)
+    launch_errors: list[dict[str, Any]] = field(default_factory=list)   # failed launch attempts, as the provider reported them
 
     def request(self, instance_id: str, at_s: float, stage: int) -> InstanceRecord:
         rec = InstanceRecord(instance_id, self.cloud.instance_type, self.cloud.hourly_usd, at_s, stage)
@@ -116,4 +119,5 @@ class Ledger:
             "instances": [{**asdict(r), "cost_usd": self.instance_cost_usd(r, now)} for r in self.instances.values()],
             "trials": [asdict(t) for t in self.trials],
             "stage_windows": [list(w) for w in self.stage_windows],
+            "launch_errors": list(self.launch_errors),
         }

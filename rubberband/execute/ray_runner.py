@@ -257,7 +257,12 @@ class RayClusterPort:
             else:
                 surplus_since = None
             if time.time() > deadline:
-                raise ProviderError(f"cluster: {len(alive)} instances alive, waited {timeout_s:.0f}s for {count}")
+                failures = [e for e in self._events() if e.get("event") in ("launch_error", "launch_failed")]
+                why = ""
+                if failures:
+                    last = failures[-1]
+                    why = f"; last launch error: {last.get('code') or last.get('error')} ({len(failures)} failed attempt(s))"
+                raise ProviderError(f"cluster: {len(alive)} instances alive, waited {timeout_s:.0f}s for {count}{why}")
             time.sleep(self.poll_s)
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:

@@ -21,7 +21,8 @@ from rubberband.plan.plan import Plan
 from rubberband.schema import did_you_mean
 
 log = logging.getLogger("rubberband.execute")
-PROVIDERS = ("local",)
+PROVIDERS = ("local", "aws")
+LIFECYCLE = ("request", "running", "ready", "terminated", "launch_failed")
 
 
 def new_run_id() -> str:
@@ -30,23 +31,32 @@ def new_run_id() -> str:
 
 def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = "local", metric: str | None = None,
             mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
-            on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None) -> RunResult:
+            on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
+            cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
         plan: from ``compile_plan``.
         trainer: a ``rubberband.execute.Trainer`` (class, instance or ``module:Name``).
         search_space: Ray Tune domains, YAML samplers or lists per hyperparameter.
-        provider: ``local`` (Ray nodes on this machine with logical GPUs).
+        provider: ``local`` (Ray nodes on this machine with logical GPUs) or ``aws`` (EC2
+            instances launched through Ray's autoscaler; needs ``cluster_config``).
         metric, mode: what to rank trials by (default: the trainer's).
         seed: samples the configs and seeds the workers.
         runs_dir: the run writes ``<runs_dir>/<run_id>/`` (checkpoints, ledger, result.json).
-        latency_scale: multiplies the provider's provisioning and initialisation latencies.
+        latency_scale: multiplies the provider's emulated provisioning latency (local, and aws
+            against an emulator such as moto).
+        cluster_config: ``aws`` only: a Ray cluster YAML (path) with ``provider: {type: aws}``.
+        launch_attempts, launch_backoff_s: ``aws`` only: how often and how patiently a launch
+            that fails for lack of capacity is retried (the backoff doubles each time).
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
     if provider not in PROVIDERS:
         raise SpecError(f"provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; choose one of {', '.join(PROVIDERS)}")
+    if provider == "aws" and cluster_config is None:
+        raise SpecError("cluster: the aws provider needs a Ray cluster YAML (region, node type, AMI, subnets); "
+                        "pass --cluster PATH or set `cluster:` in the experiment")
     from rubberband.execute.worker import load_trainer
 
     trainer_obj = load_trainer(trainer)
@@ -54,23 +64,53 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     mode = mode or getattr(trainer_obj, "mode", "min")
     run_id = run_id or new_run_id()
     run_dir = Path(runs_dir).resolve() / run_id
+    if provider == "aws":
+        from rubberband.providers import aws_cluster
+        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
+
+        # Check the cluster YAML against the plan before anything is written or launched.
+        cfg = cluster_config if isinstance(cluster_config, AwsClusterConfig) else \
+            load_cluster_config(cluster_config, plan.cloud.instance_type)
+        cfg = aws_cluster.check_against_plan(cfg, plan.cloud, max(plan.instances))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    return _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, latency_scale, on_event)
+    if provider == "aws":
+        def start_aws():
+            aws_cluster.remember_run(run_id, cfg.region)
+            cluster, _ = aws_cluster.start(run_id, run_dir, plan.cloud, cfg, max(plan.instances), latency_scale=latency_scale,
+                                           seed=seed, launch_attempts=launch_attempts, launch_backoff_s=launch_backoff_s)
+            return cluster
+
+        def after_stop(cluster):
+            aws_cluster.sweep(cluster, cfg.region)
+            aws_cluster.forget_run(run_id)
+
+        return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_aws,
+                           events=aws_cluster.ledger_events, after_stop=after_stop)
+
+    def start_local():
+        from rubberband.providers.local import LocalCluster
+
+        return LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
+
+    return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_local)
 
 
-def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, latency_scale, on_event) -> RunResult:
+def _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_cluster,
+                events=None, after_stop=None) -> RunResult:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     from rubberband.execute.ray_runner import RayClusterPort, RayTrialRunner
-    from rubberband.providers.local import LocalCluster
 
-    cluster = LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
+    cluster = start_cluster()
+    read_events = (lambda: events(cluster)) if events else cluster.read_events
     ended = None
     driver = None
+    outcome = None
     previous_sigterm = None
+    watcher = _ProviderWatcher(cluster.read_events, on_event)
     try:
         ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
         if threading.current_thread() is threading.main_thread():
@@ -83,11 +123,12 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
         def with_spend(kind: str, data: dict[str, Any]) -> None:
             # What the run has cost so far, from the provider's own records.
             now = time.time()
-            ledger = ledger_from_events(plan, cluster.read_events(), t_run, now, [(0.0, now - t_run)])
+            ledger = ledger_from_events(plan, read_events(), t_run, now, [(0.0, now - t_run)])
             data = {**data, "spend_usd": ledger.cost_usd(now - t_run), "instances_up": len(ledger.running())}
             if on_event:
                 on_event(kind, data)
 
+        watcher.start()
         runner = RayTrialRunner(trainer, seed=seed)
         driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
                         checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
@@ -96,15 +137,52 @@ def _execute_local(plan, trainer, search_space, metric, mode, seed, run_id, run_
         port.shutdown()
         _wait_released(cluster, timeout_s=30)
     finally:
+        watcher.stop()
         try:
             if ray.is_initialized():
                 ray.shutdown()
         finally:
             stop_time = time.time()
-            cluster.stop()
-            if previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, previous_sigterm)
-    return _report(plan, driver, outcome, cluster.read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+            try:
+                cluster.stop()
+            finally:
+                if after_stop is not None:
+                    after_stop(cluster)
+                if previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, previous_sigterm)
+    return _report(plan, driver, outcome, read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+
+
+class _ProviderWatcher:
+    """Passes the provider's launch errors and interruptions to ``on_event`` as they happen
+    (a launch waiting out a capacity shortage happens while the driver only waits)."""
+
+    def __init__(self, read_events, on_event, poll_s: float = 0.5):
+        self.read_events, self.on_event, self.poll_s = read_events, on_event, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._seen = 0
+
+    def start(self) -> None:
+        if self.on_event:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            events = self.read_events()
+            for e in events[self._seen:]:
+                if e.get("event") in ("launch_error", "launch_failed") or \
+                        (e.get("event") == "terminated" and e.get("reason") in ("interrupted", "lost")):
+                    try:
+                        self.on_event("provider", dict(e))
+                    except Exception:
+                        pass
+            self._seen = len(events)
 
 
 def _raise_interrupt(signum, frame):
@@ -116,8 +194,9 @@ def _wait_released(cluster, timeout_s: float) -> None:
     while time.time() < deadline:
         state: dict[str, str] = {}
         for e in cluster.read_events():
-            state[e["instance"]] = e["event"]
-        if all(v == "terminated" for v in state.values()):
+            if e.get("event") in LIFECYCLE:
+                state[e["instance"]] = e["event"]
+        if all(v in ("terminated", "launch_failed") for v in state.values()):
             return
         time.sleep(0.2)
 
@@ -137,21 +216,28 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
 
     for e in events:
         t = e["t"] - started
-        inst = e["instance"]
+        inst = e.get("instance")
         if e["event"] == "request":
             ledger.request(inst, t, stage_at(t)).provider_id = e.get("node_id")
+        elif e["event"] in ("launch_error", "launch_failed"):
+            ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
+                                         ("event", "code", "message", "attempt", "retry_in_s", "error") if k in e}})
         elif inst in ledger.instances:
             rec = ledger.instances[inst]
             if e["event"] == "running":
                 rec.launched_s = t
+                rec.provider_id = e.get("ec2_id") or rec.provider_id
+                rec.market = e.get("market", rec.market)
             elif e["event"] == "ready":
                 rec.ready_s = t
-            elif e["event"] == "terminated":
+            elif e["event"] == "terminated" and rec.released_s is None:
                 rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
+                rec.release_reason = e.get("reason", "released")
     for rec in ledger.instances.values():
         if rec.released_s is None:   # stopped with the cluster
             rec.released_s = stop_time - started
             rec.stage_released = stage_at(rec.released_s, ending=True)
+            rec.release_reason = "shutdown"
     return ledger
 
 
@@ -226,6 +312,16 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "launch_error":
+            retry = f"retrying in {data['retry_in_s']:.1f}s" if data.get("retry_in_s") is not None else "giving up"
+            print(f"{stamp}   launch of {data.get('instance_type', 'an instance')} in {data.get('region', '?')} failed "
+                  f"(attempt {data.get('attempt')}): {data.get('code')}; {retry}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "launch_failed":
+            print(f"{stamp}   launch of {data.get('instance')} given up: {data.get('error')}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "terminated":
+            what = "was interrupted (spot reclaim)" if data.get("reason") == "interrupted" else "was lost"
+            print(f"{stamp}   instance {data.get('instance')} {data.get('ec2_id') or ''} {what}; a replacement is on its way",
+                  file=stream, flush=True)
         elif kind == "nodes" and "spend_usd" in data:
             print(f"{stamp}   {len(data['instances'])} instance(s) ready, spent ${data['spend_usd']:.4f} so far",
                   file=stream, flush=True)

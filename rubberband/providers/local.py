@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,9 @@ class LocalCluster:
     port: int
     sid: int
     temp_dir: str
+    provider: str = "local"
+    meta: dict[str, Any] = field(default_factory=dict)
+    driver_pid: int = 0
 
     @property
     def address(self) -> str:
@@ -103,8 +106,15 @@ class LocalCluster:
 
     @classmethod
     def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
-              latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0) -> LocalCluster:
-        """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``."""
+              latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0,
+              configure: Any = None, provider: str = "local", meta: dict[str, Any] | None = None,
+              extra_env: dict[str, str] | None = None) -> LocalCluster:
+        """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``.
+
+        ``configure(cfg) -> cfg`` lets another provider (``aws``) adapt the cluster config;
+        ``provider`` and ``meta`` are recorded in the state file for ``rubberband down``;
+        ``extra_env`` reaches the head's processes only (never a file).
+        """
         run_dir = Path(run_dir).resolve()
         (run_dir / "provider").mkdir(parents=True, exist_ok=True)
         reap_orphans()
@@ -113,9 +123,12 @@ class LocalCluster:
         cfg_path = run_dir / "cluster.json"
         cfg = autoscaling_config(f"rb-{run_id}", cloud, max_instances, port, str(run_dir / "provider"),
                                  latency_scale, seed, idle_timeout_s)
+        if configure is not None:
+            cfg = configure(cfg)
         cfg_path.write_text(json.dumps(cfg, indent=2))
         env = {
             **os.environ,
+            **(extra_env or {}),
             "RAY_FAKE_CLUSTER": "1",
             "AUTOSCALER_UPDATE_INTERVAL_S": "1",
             "RAY_enable_autoscaler_v2": "1",
@@ -134,7 +147,7 @@ class LocalCluster:
                "--include-dashboard=false", f"--system-config={system}"]
         log = open(run_dir / "ray-start.log", "w")
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        cluster = cls(run_id, run_dir, port, proc.pid, temp_dir)
+        cluster = cls(run_id, run_dir, port, proc.pid, temp_dir, provider, dict(meta or {}))
         cluster._save_state()
         try:
             rc = proc.wait(timeout=timeout_s)
@@ -151,20 +164,23 @@ class LocalCluster:
         STATE_ROOT.mkdir(parents=True, exist_ok=True)
         (STATE_ROOT / f"{self.run_id}.json").write_text(json.dumps(
             {"run_id": self.run_id, "run_dir": str(self.run_dir), "port": self.port, "sid": self.sid,
-             "temp_dir": self.temp_dir, "started_at": time.time(), "driver_pid": os.getpid()}))
+             "temp_dir": self.temp_dir, "started_at": time.time(), "driver_pid": os.getpid(),
+             "provider": self.provider, "meta": self.meta}))
 
     @classmethod
-    def known(cls) -> list[LocalCluster]:
-        """Every cluster recorded in the state directory."""
+    def known(cls, provider: str | None = None) -> list[LocalCluster]:
+        """Every cluster recorded in the state directory (of one provider, or all)."""
         out = []
         for path in sorted(STATE_ROOT.glob("*.json")) if STATE_ROOT.exists() else []:
             try:
                 d = json.loads(path.read_text())
-                cluster = cls(d["run_id"], Path(d["run_dir"]), int(d["port"]), int(d["sid"]), d["temp_dir"])
-                cluster.driver_pid = int(d.get("driver_pid", 0))
-                out.append(cluster)
-            except (ValueError, KeyError, OSError):
+                cluster = cls(d["run_id"], Path(d["run_dir"]), int(d["port"]), int(d["sid"]), d["temp_dir"],
+                              str(d.get("provider", "local")), dict(d.get("meta") or {}), int(d.get("driver_pid", 0)))
+            except (ValueError, KeyError, OSError, TypeError):
                 path.unlink(missing_ok=True)
+                continue
+            if provider is None or cluster.provider == provider:
+                out.append(cluster)
         return out
 
     def processes(self) -> list[int]:
@@ -235,20 +251,27 @@ def _alive(pids: list[int]) -> bool:
 
 
 def reap_orphans() -> list[str]:
-    """Stop clusters whose driver is gone (killed with SIGKILL); return their run ids."""
+    """Stop local clusters whose driver is gone (killed with SIGKILL); return their run ids.
+
+    The head of an ``aws`` run is left to ``rubberband down --provider aws``, which also
+    terminates its EC2 instances (stopping the head alone would leave them running).
+    """
     reaped = []
-    for cluster in LocalCluster.known():
-        if getattr(cluster, "driver_pid", 0) and not _alive([cluster.driver_pid]):
+    for cluster in LocalCluster.known("local"):
+        if cluster.driver_pid and not _alive([cluster.driver_pid]):
             cluster.stop()
             reaped.append(cluster.run_id)
     return reaped
 
 
-def down_all() -> list[dict[str, Any]]:
-    """Stop every local cluster rubberband started; return what was stopped."""
+def down_all(provider: str = "local", run_id: str | None = None) -> list[dict[str, Any]]:
+    """Stop every cluster head of ``provider`` rubberband started (or one run's); return them."""
     stopped = []
-    for cluster in LocalCluster.known():
+    for cluster in LocalCluster.known(provider):
+        if run_id is not None and cluster.run_id != run_id:
+            continue
         count = len(cluster.processes())
         cluster.stop()
-        stopped.append({"run_id": cluster.run_id, "processes": count, "run_dir": str(cluster.run_dir)})
+        stopped.append({"run_id": cluster.run_id, "processes": count, "run_dir": str(cluster.run_dir),
+                        "meta": cluster.meta})
     return stopped

@@ -1,0 +1,416 @@
+"""The `aws` provider's EC2 side: the user's Ray cluster YAML, and every boto3 call rubberband makes.
+
+Nothing here imports Ray. ``AwsNodeProvider`` (Ray's autoscaler plug-in, in
+``aws_node_provider.py``) launches and terminates through ``Ec2``; ``rubberband down`` and
+``rubberband status`` find instances through the same class, by tag:
+
+    rubberband:run-id    the run that launched the instance
+    rubberband:cluster   the Ray cluster name of that run
+    rubberband:instance  the executor's name for it (``rb-instance-<n>``, a Ray resource)
+    rubberband:price-usd-per-hour  the price the run's ledger uses (so `down` can report spend)
+    ray-cluster-name     Ray's own tag, so Ray tooling recognises the nodes
+
+Credentials are never read into rubberband's own objects beyond the boto3 session: they come
+from the usual chain (environment, ~/.aws, instance role) or from the cluster YAML's
+``provider.aws_credentials``, which is handed to the head process in its environment and never
+written to any file rubberband produces.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+import re
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from rubberband.errors import ProviderError, SpecError
+from rubberband.schema import did_you_mean, load_yaml
+
+TAG_RUN = "rubberband:run-id"
+TAG_CLUSTER = "rubberband:cluster"
+TAG_INSTANCE = "rubberband:instance"
+TAG_PRICE = "rubberband:price-usd-per-hour"
+TAG_RAY_CLUSTER = "ray-cluster-name"
+ACTIVE_STATES = ("pending", "running", "stopping", "stopped")
+GONE_STATES = ("shutting-down", "terminated")
+
+# Launch errors worth waiting out: the capacity is not there *now* (EC2's own advice is to
+# retry later or elsewhere), or the API throttled us. Anything else (bad AMI, no permission,
+# quota) is a mistake a retry cannot fix and fails at once.
+RETRYABLE_LAUNCH_ERRORS = frozenset({
+    "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
+    "RequestLimitExceeded", "Unavailable", "ServiceUnavailable", "InternalError",
+})
+
+# Keys of Ray's cluster YAML (https://docs.ray.io/en/latest/cluster/vms/references/ray-cluster-configuration.html).
+RAY_CLUSTER_KEYS = (
+    "cluster_name", "max_workers", "upscaling_speed", "idle_timeout_minutes", "docker", "provider", "auth",
+    "available_node_types", "head_node_type", "file_mounts", "cluster_synced_files",
+    "file_mounts_sync_continuously", "rsync_exclude", "rsync_filter", "initialization_commands",
+    "setup_commands", "head_setup_commands", "worker_setup_commands", "head_start_ray_commands",
+    "worker_start_ray_commands", "no_restart", "min_workers",
+)
+PROVIDER_KEYS = (
+    "type", "region", "availability_zone", "cache_stopped_nodes", "use_internal_ips", "aws_credentials",
+    "security_group", "cloudwatch", "key_pair", "use_node_id_as_ip", "disable_launch_config_check",
+    "disable_node_updaters", "launch_multiple", "head_ip", "foreground_node_launch", "vpc_id",
+)
+NODE_TYPE_KEYS = ("node_config", "resources", "min_workers", "max_workers", "worker_setup_commands",
+                  "labels", "docker")
+# RunInstances parameters rubberband sets itself.
+OWNED_NODE_CONFIG_KEYS = ("MinCount", "MaxCount", "UserData", "ClientToken")
+
+
+def _iso(t: datetime) -> float:
+    return t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp()
+
+
+@dataclass
+class AwsClusterConfig:
+    """What rubberband takes from a Ray cluster YAML with ``provider: {type: aws}``."""
+
+    path: str
+    cluster_name: str
+    region: str
+    node_type: str
+    node_config: dict[str, Any]
+    setup_commands: list[str]
+    max_workers: int
+    resources: dict[str, Any] = field(default_factory=dict)
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def instance_type(self) -> str:
+        return str(self.node_config["InstanceType"])
+
+    @property
+    def market(self) -> str:
+        opts = self.node_config.get("InstanceMarketOptions") or {}
+        return "spot" if opts.get("MarketType") == "spot" else "on-demand"
+
+    def with_market(self, market: str) -> AwsClusterConfig:
+        """The same config launching on ``market`` (spot adds ``InstanceMarketOptions``)."""
+        if market == self.market:
+            return self
+        cfg = copy.deepcopy(self)
+        if market == "spot":
+            cfg.node_config["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}}
+        else:
+            cfg.node_config.pop("InstanceMarketOptions", None)
+        return cfg
+
+    def credential_env(self) -> dict[str, str]:
+        """``provider.aws_credentials`` as the environment variables boto3 reads."""
+        names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+                 "aws_session_token": "AWS_SESSION_TOKEN"}
+        return {names[k]: str(v) for k, v in self.credentials.items() if k in names}
+
+
+def load_cluster_config(path: str | Path, instance_type: str | None = None) -> AwsClusterConfig:
+    """Read a Ray cluster YAML and pick the worker node type that launches ``instance_type``.
+
+    Raises ``SpecError`` naming the field and the fix for anything rubberband cannot run.
+    """
+    where = str(path)
+    data = load_yaml(path, "cluster YAML")
+    for key in data:
+        if key not in RAY_CLUSTER_KEYS:
+            raise SpecError(f"{where}: unknown key {key!r}{did_you_mean(key, RAY_CLUSTER_KEYS)} (Ray cluster YAML keys only)")
+    provider = data.get("provider")
+    if not isinstance(provider, dict):
+        raise SpecError(f"{where}: provider: missing; add `provider: {{type: aws, region: us-east-1}}`")
+    for key in provider:
+        if key not in PROVIDER_KEYS:
+            raise SpecError(f"{where}: provider.{key}: unknown key{did_you_mean(str(key), PROVIDER_KEYS)}")
+    if provider.get("type") != "aws":
+        raise SpecError(f"{where}: provider.type: expected aws, got {provider.get('type')!r}")
+    region = provider.get("region")
+    if not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
+        raise SpecError(f"{where}: provider.region: expected an AWS region such as us-east-1, got {region!r}")
+    creds = provider.get("aws_credentials") or {}
+    if not isinstance(creds, dict):
+        raise SpecError(f"{where}: provider.aws_credentials: expected a mapping of aws_access_key_id/aws_secret_access_key")
+
+    types = data.get("available_node_types")
+    if not isinstance(types, dict) or not types:
+        raise SpecError(f"{where}: available_node_types: missing; add a worker node type with node_config.InstanceType")
+    head = data.get("head_node_type")
+    workers = {}
+    for name, entry in types.items():
+        if name == head:
+            continue
+        if not isinstance(entry, dict):
+            raise SpecError(f"{where}: available_node_types.{name}: expected a mapping with node_config")
+        for key in entry:
+            if key not in NODE_TYPE_KEYS:
+                raise SpecError(f"{where}: available_node_types.{name}.{key}: unknown key{did_you_mean(str(key), NODE_TYPE_KEYS)}")
+        node_config = entry.get("node_config")
+        if not isinstance(node_config, dict) or not isinstance(node_config.get("InstanceType"), str):
+            raise SpecError(f"{where}: available_node_types.{name}.node_config.InstanceType: missing; name the EC2 instance type")
+        workers[name] = entry
+    if not workers:
+        raise SpecError(f"{where}: available_node_types: only the head type {head!r}; add a worker node type")
+    if instance_type is None:
+        if len(workers) > 1:
+            raise SpecError(f"{where}: available_node_types: {len(workers)} worker types ({', '.join(workers)}); "
+                            "say which instance type to run (the plan's)")
+        name = next(iter(workers))
+    else:
+        matches = [n for n, e in workers.items() if e["node_config"]["InstanceType"] == instance_type]
+        if not matches:
+            have = ", ".join(f"{n} ({e['node_config']['InstanceType']})" for n, e in workers.items())
+            raise SpecError(f"{where}: available_node_types: no worker type launches {instance_type} (the plan's instance "
+                            f"type); have {have}; add one or plan for one of these")
+        name = matches[0]
+    entry = workers[name]
+    node_config = copy.deepcopy(entry["node_config"])
+    field_path = f"{where}: available_node_types.{name}.node_config"
+    if not isinstance(node_config.get("ImageId"), str) or not node_config["ImageId"].startswith("ami-"):
+        raise SpecError(f"{field_path}.ImageId: missing or not an AMI id; use an AMI with Ray and PyTorch "
+                        "(e.g. an AWS Deep Learning AMI)")
+    for key in OWNED_NODE_CONFIG_KEYS:
+        if key in node_config:
+            raise SpecError(f"{field_path}.{key}: rubberband sets this itself; remove it")
+    market = node_config.get("InstanceMarketOptions")
+    if market is not None and (not isinstance(market, dict) or market.get("MarketType") != "spot"):
+        raise SpecError(f"{field_path}.InstanceMarketOptions.MarketType: expected spot, got {market!r}")
+    for key in ("SubnetIds", "SecurityGroupIds"):
+        if key in node_config and (not isinstance(node_config[key], list) or not all(isinstance(v, str) for v in node_config[key])):
+            raise SpecError(f"{field_path}.{key}: expected a list of ids")
+
+    commands = []
+    for key, value in (("setup_commands", data.get("setup_commands")),
+                       ("worker_setup_commands", data.get("worker_setup_commands")),
+                       (f"available_node_types.{name}.worker_setup_commands", entry.get("worker_setup_commands"))):
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise SpecError(f"{where}: {key}: expected a list of shell commands")
+        commands += value
+    limits = [v for v in (data.get("max_workers"), entry.get("max_workers")) if v is not None]
+    for v in limits:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(f"{where}: max_workers: expected a positive integer, got {v!r}")
+    return AwsClusterConfig(
+        path=where, cluster_name=str(data.get("cluster_name", "rubberband")), region=region, node_type=str(name),
+        node_config=node_config, setup_commands=commands, max_workers=min(limits) if limits else 64,
+        resources=dict(entry.get("resources") or {}), credentials={str(k): str(v) for k, v in creds.items()},
+    )
+
+
+def endpoint_url() -> str | None:
+    """The EC2 endpoint boto3 will use when it is not AWS's (``AWS_ENDPOINT_URL[_EC2]``)."""
+    return os.environ.get("AWS_ENDPOINT_URL_EC2") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def is_emulated_endpoint(url: str | None = None) -> bool:
+    """True when EC2 is an emulator on this machine (moto): its instances have no machines
+    behind them, so the provider mirrors each with a local Ray node."""
+    url = url if url is not None else endpoint_url()
+    if not url:
+        return False
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def worker_user_data(setup_commands: list[str], head_address: str, node_id: str, node_type: str,
+                     gpus: int, resources: dict[str, float]) -> str:
+    """The boot script of a real EC2 worker: run the setup commands, then join the head.
+
+    Ray's own AWS provider bootstraps over SSH; rubberband never connects to its instances and
+    lets cloud-init run this instead. The node announces the same identity Ray's autoscaler
+    gave it (cloud instance id and node type) and the executor's instance resource.
+    """
+    env = {"RAY_CLOUD_INSTANCE_ID": node_id, "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id,
+           "RAY_NODE_TYPE_NAME": node_type, "RAY_USAGE_STATS_ENABLED": "0"}
+    lines = ["#!/bin/bash", "set -euo pipefail", "exec > /var/log/rubberband-setup.log 2>&1"]
+    lines += list(setup_commands)
+    lines.append(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+                 + f" ray start --address={shlex.quote(head_address)} --num-gpus={gpus}"
+                 + f" --resources={shlex.quote(json.dumps(resources, sort_keys=True))} --disable-usage-stats")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class LaunchError:
+    """One failed RunInstances call."""
+
+    code: str
+    message: str
+    attempt: int
+    retry_in_s: float | None     # None: given up
+
+
+class Ec2:
+    """The EC2 calls rubberband makes, in one region (boto3; ``AWS_ENDPOINT_URL`` for moto)."""
+
+    def __init__(self, region: str, endpoint_url: str | None = None):
+        import boto3
+        from botocore.config import Config
+
+        self.region = region
+        self.client = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url,
+                                   config=Config(retries={"max_attempts": 4, "mode": "standard"}))
+        # No SDK retries for launches: rubberband retries them itself, with backoff, and reports each.
+        self.launch_client = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url,
+                                          config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+
+    # --- launch --------------------------------------------------------------------------
+    def default_subnets(self) -> list[str]:
+        out = self.client.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])
+        return [s["SubnetId"] for s in sorted(out.get("Subnets", []), key=lambda s: s.get("AvailabilityZone", ""))]
+
+    def launch(self, node_config: dict[str, Any], tags: dict[str, str], client_token: str, user_data: str | None = None,
+               attempts: int = 6, backoff_s: float = 2.0, max_backoff_s: float = 60.0,
+               on_error: Callable[[LaunchError], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+               should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        """Launch one instance; retry capacity errors with exponential backoff across subnets.
+
+        Every failed attempt is reported through ``on_error``; the last one raises
+        ``ProviderError`` with EC2's error code.
+        """
+        from botocore.exceptions import ClientError
+
+        conf = copy.deepcopy(node_config)
+        subnets = conf.pop("SubnetIds", None) or ([conf.pop("SubnetId")] if conf.get("SubnetId") else [])
+        user_tags = conf.pop("TagSpecifications", [])
+        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
+        specs = [{"ResourceType": "instance", "Tags": list(tag_list)}]
+        for spec in user_tags:
+            if spec.get("ResourceType") == "instance":
+                specs[0]["Tags"] += [t for t in spec.get("Tags", []) if t.get("Key") not in tags]
+            else:
+                specs.append(spec)
+        if conf.get("InstanceMarketOptions", {}).get("MarketType") == "spot":
+            specs.append({"ResourceType": "spot-instances-request", "Tags": list(tag_list)})
+        conf.update(MinCount=1, MaxCount=1, TagSpecifications=specs, ClientToken=client_token[:64])
+        if user_data is not None:
+            conf["UserData"] = user_data
+        delay = backoff_s
+        for attempt in range(1, attempts + 1):
+            if subnets:
+                conf["SubnetId"] = subnets[(attempt - 1) % len(subnets)]
+            try:
+                out = self.launch_client.run_instances(**conf)
+                return out["Instances"][0]
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "ClientError")
+                message = exc.response.get("Error", {}).get("Message", str(exc))
+                retry = code in RETRYABLE_LAUNCH_ERRORS and attempt < attempts and not should_stop()
+                if on_error:
+                    on_error(LaunchError(code, message, attempt, delay if retry else None))
+                if not retry:
+                    raise ProviderError(f"EC2 RunInstances {conf.get('InstanceType')} in {self.region} failed after "
+                                        f"{attempt} attempt(s): {code}: {message}") from None
+                sleep(delay)
+                delay = min(max_backoff_s, delay * 2)
+                # A new token: EC2 remembers a failed token's answer.
+                conf["ClientToken"] = f"{client_token[:56]}-r{attempt}"
+        raise AssertionError("unreachable")
+
+    # --- find and terminate -------------------------------------------------------------
+    def instances(self, run_id: str | None = None, instance_ids: Iterable[str] | None = None,
+                  states: Iterable[str] = ACTIVE_STATES) -> list[dict[str, Any]]:
+        """Instances tagged by rubberband (one run's, or every run's) in the given states."""
+        filters = [{"Name": "instance-state-name", "Values": list(states)}]
+        filters.append({"Name": f"tag:{TAG_RUN}", "Values": [run_id]} if run_id else {"Name": "tag-key", "Values": [TAG_RUN]})
+        kwargs: dict[str, Any] = {"Filters": filters}
+        if instance_ids is not None:
+            kwargs["InstanceIds"] = list(instance_ids)
+            if not kwargs["InstanceIds"]:
+                return []
+        out = []
+        for page in self.client.get_paginator("describe_instances").paginate(**kwargs):
+            for reservation in page.get("Reservations", []):
+                out.extend(reservation.get("Instances", []))
+        return out
+
+    def terminate(self, instance_ids: Iterable[str]) -> list[str]:
+        ids = sorted(set(instance_ids))
+        if not ids:
+            return []
+        self.client.terminate_instances(InstanceIds=ids)
+        return ids
+
+
+def tags_of(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def launch_time(instance: dict[str, Any]) -> float:
+    """EC2's LaunchTime as a Unix timestamp."""
+    value = instance["LaunchTime"]
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return _iso(value)
+
+
+def termination_time(instance: dict[str, Any]) -> float | None:
+    """When EC2 says the instance was shut down (``StateTransitionReason``), if it says."""
+    m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (GMT|UTC)\)", instance.get("StateTransitionReason") or "")
+    if not m:
+        return None
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+
+
+def instance_summary(instance: dict[str, Any], region: str, now: float | None = None,
+                     minimum_s: float = 60.0) -> dict[str, Any]:
+    """One instance as `status` and `down` show it: who launched it, how long it ran, its cost."""
+    now = time.time() if now is None else now
+    tags = tags_of(instance)
+    try:
+        price = float(tags.get(TAG_PRICE, "nan"))
+    except ValueError:
+        price = float("nan")
+    up = max(0.0, now - launch_time(instance))
+    return {
+        "instance_id": instance["InstanceId"], "region": region, "instance_type": instance.get("InstanceType"),
+        "state": instance.get("State", {}).get("Name"), "market": "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand",
+        "run_id": tags.get(TAG_RUN), "cluster": tags.get(TAG_CLUSTER), "name": tags.get(TAG_INSTANCE),
+        "uptime_s": up, "price_usd_per_hour": price,
+        "cost_usd": max(up, minimum_s) * price / 3600.0 if price == price else None,
+    }
+
+
+def find_rubberband_instances(regions: Iterable[str], run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every rubberband instance not yet terminated, in every given region."""
+    out = []
+    for region in sorted(set(regions)):
+        ec2 = Ec2(region)
+        out += [instance_summary(i, region) for i in ec2.instances(run_id=run_id)]
+    return out
+
+
+def terminate_rubberband_instances(regions: Iterable[str], run_id: str | None = None) -> list[dict[str, Any]]:
+    """Terminate every rubberband instance (of one run, or all) in every region; return them."""
+    found = []
+    for region in sorted(set(regions)):
+        ec2 = Ec2(region)
+        live = ec2.instances(run_id=run_id)
+        ec2.terminate(i["InstanceId"] for i in live)
+        found += [instance_summary(i, region) for i in live]
+    return found
+
+
+def safe_error(exc: BaseException) -> str:
+    """An AWS error as one line without anything that looks like a credential."""
+    text = f"{type(exc).__name__}: {exc}"
+    text = re.sub(r"(A[SK]IA[0-9A-Z]{12,})", "<access-key>", text)
+    return re.sub(r"(?i)(secret[_-]?access[_-]?key|session[_-]?token)\S*", r"\1=<redacted>", text)

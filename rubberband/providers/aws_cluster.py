@@ -1,0 +1,210 @@
+"""The `aws` provider's cluster: a Ray head on this machine whose autoscaler launches EC2 workers.
+
+``start`` checks the user's Ray cluster YAML against the plan (instance type, region, market,
+``max_workers``), then starts the head exactly like the local provider with
+``AwsNodeProvider`` as the autoscaler's node provider. ``sweep`` terminates whatever the run
+still has in EC2 after the head stopped; ``down`` and ``status`` find rubberband instances by
+tag in every region rubberband knows of.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudProfile
+from rubberband.providers import local
+from rubberband.providers.aws import (
+    AwsClusterConfig,
+    Ec2,
+    find_rubberband_instances,
+    is_emulated_endpoint,
+    load_cluster_config,
+    tags_of,
+    terminate_rubberband_instances,
+    termination_time,
+)
+from rubberband.providers.local import LocalCluster, node_type_name
+
+PROVIDER = "aws"
+
+
+def check_against_plan(cfg: AwsClusterConfig, cloud: CloudProfile, max_instances: int) -> AwsClusterConfig:
+    """The cluster YAML must launch what the plan priced; returns it set to the plan's market."""
+    if cloud.provider != "aws":
+        raise SpecError(f"cloud: the plan was made for the {cloud.provider!r} cloud profile; --provider aws needs an aws "
+                        "profile (cloud.profile: cloud_profiles/aws/<region>.yaml)")
+    if cfg.instance_type != cloud.instance_type:
+        raise SpecError(f"{cfg.path}: node_config.InstanceType: {cfg.instance_type} but the plan is for {cloud.instance_type}")
+    if cfg.region != cloud.region:
+        raise SpecError(f"{cfg.path}: provider.region: launches in {cfg.region} but the plan was priced for {cloud.region}; "
+                        f"use cloud_profiles/aws/{cfg.region}.yaml or change the region")
+    market = cloud.market.value
+    if cfg.market == "spot" and market != "spot":
+        raise SpecError(f"{cfg.path}: InstanceMarketOptions: launches spot but the plan was priced on-demand; "
+                        "set `market: spot` in the experiment's cloud section or remove InstanceMarketOptions")
+    if max_instances > cfg.max_workers:
+        raise SpecError(f"{cfg.path}: max_workers: the plan needs {max_instances} instances of {cfg.instance_type} "
+                        f"but the cluster allows {cfg.max_workers}; raise max_workers")
+    return cfg.with_market(market)
+
+
+def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: bool,
+              launch_attempts: int = 6, launch_backoff_s: float = 2.0, head_address: str | None = None):
+    """Turn the local provider's cluster config into the aws one (nothing secret goes in)."""
+    def apply(ray_cfg: dict[str, Any]) -> dict[str, Any]:
+        provider = ray_cfg["provider"]
+        provider.update({
+            "module": "rubberband.providers.aws_node_provider.AwsNodeProvider",
+            "region": cfg.region, "run_id": run_id, "node_config": cfg.node_config,
+            "mirror": "local" if mirror else "none", "price_usd_per_hour": cloud.hourly_usd,
+            "setup_commands": cfg.setup_commands, "launch_attempts": launch_attempts,
+            "launch_backoff_s": launch_backoff_s, "cluster_yaml": cfg.path,
+        })
+        if head_address:
+            provider["head_address"] = head_address
+        ray_cfg["setup_commands"] = []   # run on the instance by its user data, not over SSH
+        worker = ray_cfg["available_node_types"].pop(node_type_name(cloud.instance_type))
+        worker["node_config"] = {"InstanceType": cfg.instance_type}
+        ray_cfg["available_node_types"][cfg.node_type] = worker
+        return ray_cfg
+    return apply
+
+
+def start(run_id: str, run_dir: str | Path, cloud: CloudProfile, cluster_yaml: str | Path | AwsClusterConfig,
+          max_instances: int, latency_scale: float = 1.0, seed: int = 0, launch_attempts: int = 6,
+          launch_backoff_s: float = 2.0) -> tuple[LocalCluster, AwsClusterConfig]:
+    """Start the run's head with ``AwsNodeProvider``; returns the cluster and the checked config."""
+    cfg = cluster_yaml if isinstance(cluster_yaml, AwsClusterConfig) else load_cluster_config(cluster_yaml, cloud.instance_type)
+    cfg = check_against_plan(cfg, cloud, max_instances)
+    reap_orphans()
+    mirror = is_emulated_endpoint()
+    cluster = LocalCluster.start(
+        run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed,
+        configure=configure(cfg, cloud, run_id, mirror, launch_attempts, launch_backoff_s),
+        provider=PROVIDER, meta={"regions": [cfg.region], "cluster_yaml": cfg.path, "instance_type": cfg.instance_type},
+        extra_env=cfg.credential_env())
+    return cluster, cfg
+
+
+def sweep(cluster: LocalCluster, region: str) -> list[str]:
+    """After the head stopped: terminate anything of this run still in EC2 and log it.
+
+    The provider terminates what it releases; this catches an instance launched in the last
+    moment before the head went down, so nothing of the run is left billing.
+    """
+    ec2 = Ec2(region)
+    left = ec2.instances(run_id=cluster.run_id)
+    ids = ec2.terminate(i["InstanceId"] for i in left)
+    if ids:
+        gone = {i["InstanceId"]: i for i in ec2.instances(run_id=cluster.run_id, instance_ids=ids,
+                                                          states=("shutting-down", "terminated"))}
+        with open(cluster.events_path, "a") as fh:
+            for inst in left:
+                tags = tags_of(inst)
+                t = termination_time(gone.get(inst["InstanceId"], {})) or time.time()
+                fh.write(json.dumps({"event": "terminated", "instance": tags.get("rubberband:instance", inst["InstanceId"]),
+                                     "ec2_id": inst["InstanceId"], "reason": "shutdown", "t": time.time(), "t_ec2": t}) + "\n")
+    return ids
+
+
+def known_regions(extra: list[str] | None = None) -> list[str]:
+    """Regions to look in: the given ones, those of runs rubberband recorded, and the default."""
+    regions = set(extra or [])
+    for cluster in LocalCluster.known(PROVIDER):
+        regions.update(cluster.meta.get("regions", []))
+    for path in sorted(_runs_index().glob("*.json")) if _runs_index().exists() else []:
+        try:
+            regions.update(json.loads(path.read_text()).get("regions", []))
+        except (OSError, ValueError):
+            continue
+    default = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if default:
+        regions.add(default)
+    return sorted(regions)
+
+
+def _runs_index() -> Path:
+    return local.STATE_ROOT.parent / "aws-runs"
+
+
+def remember_run(run_id: str, region: str) -> None:
+    """Record that a run launched in ``region`` (so `down` looks there even after the head is gone)."""
+    _runs_index().mkdir(parents=True, exist_ok=True)
+    (_runs_index() / f"{run_id}.json").write_text(json.dumps({"run_id": run_id, "regions": [region], "at": time.time()}))
+
+
+def forget_run(run_id: str) -> None:
+    (_runs_index() / f"{run_id}.json").unlink(missing_ok=True)
+
+
+def reap_orphans() -> list[dict[str, Any]]:
+    """Runs whose driver was killed: stop their heads, terminate their instances."""
+    out = []
+    for cluster in LocalCluster.known(PROVIDER):
+        if cluster.driver_pid and not local._alive([cluster.driver_pid]):
+            out += down(run_id=cluster.run_id)["terminated"]
+    return out
+
+
+def down(regions: list[str] | None = None, run_id: str | None = None, cluster_yamls: list[str] | None = None) -> dict[str, Any]:
+    """Stop rubberband's aws heads (so nothing relaunches), then terminate every tagged instance."""
+    extra = list(regions or [])
+    extra += [_region_of(p) for p in cluster_yamls or []]
+    heads = local.down_all(PROVIDER, run_id)
+    for head in heads:
+        extra += head["meta"].get("regions", [])
+    where = known_regions(extra)
+    if not where:
+        raise SpecError("--region: no region to look in; pass --region, --cluster or set AWS_DEFAULT_REGION")
+    terminated = terminate_rubberband_instances(where, run_id=run_id)
+    for t in terminated:
+        if t["run_id"]:
+            forget_run(t["run_id"])
+    if run_id:
+        forget_run(run_id)
+    elif not terminated:
+        for path in _runs_index().glob("*.json") if _runs_index().exists() else []:
+            path.unlink(missing_ok=True)
+    return {"regions": where, "heads": heads, "terminated": terminated,
+            "stopped_usd_per_hour": sum(t["price_usd_per_hour"] for t in terminated if t["price_usd_per_hour"] == t["price_usd_per_hour"]),
+            "spent_usd": sum(t["cost_usd"] or 0.0 for t in terminated)}
+
+
+def status(regions: list[str] | None = None, run_id: str | None = None, cluster_yamls: list[str] | None = None) -> dict[str, Any]:
+    """Running rubberband instances and their cost so far."""
+    extra = list(regions or []) + [_region_of(p) for p in cluster_yamls or []]
+    where = known_regions(extra)
+    if not where:
+        raise SpecError("--region: no region to look in; pass --region, --cluster or set AWS_DEFAULT_REGION")
+    found = find_rubberband_instances(where, run_id=run_id)
+    heads = [{"run_id": c.run_id, "processes": len(c.processes())} for c in LocalCluster.known(PROVIDER)
+             if run_id is None or c.run_id == run_id]
+    return {"regions": where, "instances": found, "heads": heads,
+            "usd_per_hour": sum(i["price_usd_per_hour"] for i in found if i["price_usd_per_hour"] == i["price_usd_per_hour"]),
+            "spent_usd": sum(i["cost_usd"] or 0.0 for i in found)}
+
+
+def _region_of(path: str) -> str:
+    from rubberband.schema import load_yaml
+
+    data = load_yaml(path, "cluster YAML")
+    region = (data.get("provider") or {}).get("region") if isinstance(data.get("provider"), dict) else None
+    if not isinstance(region, str):
+        raise SpecError(f"{path}: provider.region: missing; add the AWS region")
+    return region
+
+
+def ledger_events(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """The provider's events with EC2's own times where it gave them (LaunchTime, shutdown time)."""
+    out = []
+    for e in cluster.read_events():
+        if e.get("t_ec2") is not None and e.get("event") in ("running", "terminated"):
+            e = {**e, "t_local": e["t"], "t": float(e["t_ec2"])}
+        out.append(e)
+    return out
+

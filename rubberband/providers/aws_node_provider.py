@@ -1,0 +1,213 @@
+"""Ray node provider of the `aws` provider: every node is an EC2 instance launched with boto3.
+
+Loaded by Ray's autoscaler (``provider: {type: external, module: ...}``) in the head node's
+monitor process, like ``LocalNodeProvider``, whose bookkeeping it shares (node ids, the
+``rb-instance-<n>`` resource, ``release.json``, the event log). What it adds:
+
+- ``run_instances`` with the node config of the user's Ray cluster YAML (AMI, subnets, security
+  groups, IAM instance profile, spot ``InstanceMarketOptions``), tagged with the run id and
+  cluster name; capacity errors retried with exponential backoff, each attempt logged as a
+  ``launch_error`` event (the executor prints them and reports a launch that never succeeds);
+- ``terminate_instances`` when the autoscaler or the executor releases a node;
+- a describe of the run's instances every update: an instance EC2 shut down behind our back
+  (a spot reclaim) is dropped, logged as ``terminated`` with ``reason: interrupted``, and the
+  autoscaler launches a replacement for the still-pending request;
+- ledger times from EC2 itself: ``running`` at the instance's ``LaunchTime`` and
+  ``terminated`` at the time in its ``StateTransitionReason`` (else when it was seen gone).
+
+Bootstrapping: against real EC2 the instance's user data runs the YAML's setup commands and
+``ray start --address=<head>`` (rubberband never SSHes to its instances). Against an emulator
+on this machine (moto: ``AWS_ENDPOINT_URL`` on a loopback address) there is no machine behind
+an instance, so each is mirrored by a local raylet with the instance type's logical GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+from rubberband.providers.aws import (
+    GONE_STATES,
+    TAG_CLUSTER,
+    TAG_INSTANCE,
+    TAG_PRICE,
+    TAG_RAY_CLUSTER,
+    TAG_RUN,
+    Ec2,
+    LaunchError,
+    launch_time,
+    safe_error,
+    termination_time,
+    worker_user_data,
+)
+from rubberband.providers.local_node_provider import INSTANCE_RESOURCE_PREFIX, LocalNodeProvider
+
+
+class AwsNodeProvider(LocalNodeProvider):
+    """EC2 instances through boto3, mirrored by local raylets when EC2 is an emulator."""
+
+    def __init__(self, provider_config, cluster_name):
+        super().__init__(provider_config, cluster_name)
+        self._region = provider_config["region"]
+        self._run_id = provider_config["run_id"]
+        self._node_config = provider_config["node_config"]
+        self._mirror = provider_config.get("mirror", "local") == "local"
+        self._price = float(provider_config["price_usd_per_hour"])
+        self._setup = list(provider_config.get("setup_commands", []))
+        self._head_address = provider_config.get("head_address") or provider_config.get("gcs_address")
+        self._attempts = int(provider_config.get("launch_attempts", 6))
+        self._backoff = float(provider_config.get("launch_backoff_s", 2.0))
+        self._ec2 = Ec2(self._region)
+        self._ec2_ids: dict[str, str] = {}            # node id -> EC2 instance id
+        self._terminating: set[str] = set()           # EC2 ids we terminated ourselves
+        self._last_check = 0.0
+
+    # --- launch --------------------------------------------------------------------------
+    def _boot(self, node_id, instance, node_config, tags, resources, labels, provision):
+        # Against an emulator, wait out the cloud's queueing the profile describes (scaled);
+        # against EC2 the queue is real and the wait is EC2's own.
+        time.sleep(provision if self._mirror else 0.0)
+        with self.lock:
+            if node_id not in self._nodes:
+                return
+        ec2_tags = {TAG_RUN: self._run_id, TAG_CLUSTER: self.cluster_name, TAG_INSTANCE: instance,
+                    TAG_PRICE: f"{self._price:.6g}", TAG_RAY_CLUSTER: self.cluster_name,
+                    TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE], "Name": f"rb-{self._run_id}-{instance[len(INSTANCE_RESOURCE_PREFIX):]}"}
+        user_data = None
+        if not self._mirror:
+            gpus = int(resources.get("GPU", 0))
+            extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory", "object_store_memory")}
+            user_data = worker_user_data(self._setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
+
+        def report(err: LaunchError) -> None:
+            self._event(event="launch_error", node_id=node_id, instance=instance, code=err.code, message=err.message,
+                        attempt=err.attempt, retry_in_s=err.retry_in_s, region=self._region,
+                        instance_type=self._node_config.get("InstanceType"))
+
+        def cancelled() -> bool:
+            with self.lock:
+                return node_id not in self._nodes
+
+        try:
+            ec2 = self._ec2.launch(self._node_config, ec2_tags, client_token=f"{self._run_id}-{instance}",
+                                   user_data=user_data, attempts=self._attempts, backoff_s=self._backoff,
+                                   on_error=report, should_stop=cancelled)
+        except Exception as exc:   # given up: say so, and let the autoscaler try again later
+            with self.lock:
+                self._nodes.pop(node_id, None)
+            self._event(event="launch_failed", node_id=node_id, instance=instance, error=safe_error(exc))
+            return
+        ec2_id = ec2["InstanceId"]
+        with self.lock:
+            alive = node_id in self._nodes
+            if alive:
+                self._ec2_ids[node_id] = ec2_id
+                self._nodes[node_id]["tags"]["ec2-instance-id"] = ec2_id
+        self._event(event="running", node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
+                    instance_type=ec2.get("InstanceType"), market="spot" if ec2.get("InstanceLifecycle") == "spot" else "on-demand",
+                    t_ec2=launch_time(ec2))
+        if not alive:    # released while launching: never leave it running
+            self._terminate_ec2(node_id, instance, ec2_id, reason="released")
+            return
+        if not self._mirror:
+            return       # the instance joins the cluster by itself (user data)
+        with self.lock:
+            if node_id not in self._nodes:
+                return
+            saved_next = self._next_node_id
+            self._next_node_id = int(node_id[-5:]) - 1
+            placeholder = self._nodes.pop(node_id)
+            try:
+                FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
+            finally:
+                self._next_node_id = saved_next
+            self._nodes[node_id]["tags"].update(placeholder["tags"])
+        raylet = self._raylet(self._nodes.get(node_id, {}).get("node"))
+        self._event(event="ready", node_id=node_id, instance=instance, ec2_id=ec2_id,
+                    raylet_pid=raylet.pid if raylet else None)
+
+    # --- terminate -----------------------------------------------------------------------
+    def _terminate_ec2(self, node_id, instance, ec2_id, reason):
+        self._terminating.add(ec2_id)
+        t = None
+        try:
+            self._ec2.terminate([ec2_id])
+            gone = self._ec2.instances(run_id=self._run_id, instance_ids=[ec2_id], states=GONE_STATES)
+            t = termination_time(gone[0]) if gone else None
+        except Exception as exc:
+            self._event(event="terminate_error", node_id=node_id, instance=instance, ec2_id=ec2_id, error=safe_error(exc))
+        self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t)
+
+    def terminate_node(self, node_id):
+        with self.lock:
+            entry = self._nodes.pop(node_id, None)
+            ec2_id = self._ec2_ids.pop(node_id, None)
+        if entry is None:
+            return
+        instance = entry["tags"].get("rb-instance")
+        if entry.get("node") is not None:
+            self._terminate_node(entry)
+        if ec2_id is None:
+            # Still launching: the boot thread sees the node gone and terminates what it launched.
+            self._event(event="terminated", node_id=node_id, instance=instance, reason="cancelled")
+            return
+        self._terminate_ec2(node_id, instance, ec2_id, reason="released")
+
+    # --- watch ---------------------------------------------------------------------------
+    def _drop(self, node_id, reason, t_ec2=None):
+        """Forget a node whose instance is gone (or broken), stopping its mirror raylet."""
+        with self.lock:
+            entry = self._nodes.pop(node_id, None)
+            ec2_id = self._ec2_ids.pop(node_id, None)
+        if entry is None:
+            return
+        if entry.get("node") is not None:
+            try:
+                self._terminate_node(entry)
+            except Exception:
+                pass
+        instance = entry["tags"].get("rb-instance")
+        if reason == "lost" and ec2_id:
+            # The machine's raylet died: the instance is no use to the cluster and still bills.
+            self._terminate_ec2(node_id, instance, ec2_id, reason="lost")
+            return
+        self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t_ec2)
+
+    def _check_ec2(self):
+        now = time.time()
+        if now - self._last_check < 1.0:
+            return
+        self._last_check = now
+        with self.lock:
+            watched = {ec2_id: nid for nid, ec2_id in self._ec2_ids.items()}
+        if not watched:
+            return
+        try:
+            gone = self._ec2.instances(run_id=self._run_id, instance_ids=list(watched), states=GONE_STATES)
+        except Exception as exc:
+            self._event(event="describe_error", instance="-", error=safe_error(exc))
+            return
+        for inst in gone:
+            ec2_id = inst["InstanceId"]
+            if ec2_id in self._terminating:
+                continue
+            # Shut down behind our back: a spot reclaim (or someone's console click).
+            self._drop(watched[ec2_id], reason="interrupted", t_ec2=termination_time(inst) or now)
+
+    def non_terminated_nodes(self, tag_filters):
+        released = self._released()
+        if released:
+            with self.lock:
+                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in released]
+            for nid in doomed:
+                self.terminate_node(nid)
+        self._check_ec2()
+        with self.lock:
+            lost = [nid for nid, entry in self._nodes.items()
+                    if entry.get("node") is not None and self._raylet(entry["node"]) is not None
+                    and self._raylet(entry["node"]).poll() is not None]
+        for nid in lost:
+            self._drop(nid, reason="lost")
+        return FakeMultiNodeProvider.non_terminated_nodes(self, tag_filters)

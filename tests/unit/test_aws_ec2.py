@@ -1,0 +1,230 @@
+"""The aws provider's EC2 code (real boto3) against a moto server: config, launch, retry, down, status."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from rubberband.errors import ProviderError, SpecError
+from rubberband.providers import aws_cluster
+from rubberband.providers.aws import (
+    TAG_CLUSTER,
+    TAG_PRICE,
+    TAG_RUN,
+    Ec2,
+    is_emulated_endpoint,
+    load_cluster_config,
+    safe_error,
+    tags_of,
+    termination_time,
+    worker_user_data,
+)
+from rubberband.testing.ec2_faults import Ec2FaultProxy
+
+from tests.conftest import FAKE_KEY_ID, FAKE_SECRET, running_rubberband_instances, write_cluster_yaml
+
+pytestmark = pytest.mark.aws
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path, monkeypatch):
+    import rubberband.providers.local as local
+
+    monkeypatch.setattr(local, "STATE_ROOT", tmp_path / "state" / "local")
+
+
+def _launch(ec2, run_id="run-1", n=1, spot=False, price="1.006"):
+    cfg = {"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}
+    if spot:
+        cfg["InstanceMarketOptions"] = {"MarketType": "spot"}
+    return [ec2.launch(cfg, {TAG_RUN: run_id, TAG_CLUSTER: f"rb-{run_id}", TAG_PRICE: price}, client_token=f"{run_id}-{k}")
+            for k in range(n)]
+
+
+# --- cluster YAML -----------------------------------------------------------------------------
+def test_a_ray_cluster_yaml_gives_region_node_config_and_setup(tmp_path):
+    path = write_cluster_yaml(tmp_path / "c.yaml", spot=True, extra_node_config={"SubnetIds": ["subnet-1"]})
+    cfg = load_cluster_config(path, "g5.xlarge")
+    assert (cfg.region, cfg.node_type, cfg.instance_type, cfg.market, cfg.max_workers) == \
+        ("us-east-1", "gpu_workers", "g5.xlarge", "spot", 4)
+    assert cfg.node_config["IamInstanceProfile"] == {"Name": "rubberband-worker"}
+    assert cfg.setup_commands == ["pip install 'rubberband[ray,torch]'"]
+    assert cfg.with_market("on-demand").market == "on-demand" and cfg.market == "spot"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c["provider"].update(type="gcp"), "provider.type: expected aws"),
+    (lambda c: c["provider"].update(region="mars"), "provider.region"),
+    (lambda c: c["provider"].update(regoin="x"), "did you mean `region`"),
+    (lambda c: c.update(max_worker=3), "did you mean `max_workers`"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].pop("ImageId"), "ImageId"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(MaxCount=3), "MaxCount: rubberband sets this"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(InstanceType="p5.48xlarge"),
+     "no worker type launches g5.xlarge"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(
+        InstanceMarketOptions={"MarketType": "capacity-block"}), "MarketType: expected spot"),
+    (lambda c: c.update(max_workers=0), "max_workers: expected a positive integer"),
+    (lambda c: c.update(setup_commands="pip install x"), "setup_commands: expected a list"),
+])
+def test_a_bad_cluster_yaml_is_one_line_naming_the_field(tmp_path, mutate, message):
+    path = write_cluster_yaml(tmp_path / "c.yaml")
+    cfg = json.loads(path.read_text())
+    mutate(cfg)
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match=message) as err:
+        load_cluster_config(path, "g5.xlarge")
+    assert "\n" not in str(err.value)
+
+
+def test_the_cluster_must_launch_what_the_plan_priced(tmp_path):
+    import rubberband as rb
+
+    cloud = rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge")
+    cfg = load_cluster_config(write_cluster_yaml(tmp_path / "c.yaml", max_workers=2), "g5.xlarge")
+    assert aws_cluster.check_against_plan(cfg, cloud, 2).market == "on-demand"
+    with pytest.raises(SpecError, match="max_workers: the plan needs 3"):
+        aws_cluster.check_against_plan(cfg, cloud, 3)
+    spot_cloud = rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge", market="spot")
+    assert aws_cluster.check_against_plan(cfg, spot_cloud, 1).node_config["InstanceMarketOptions"]["MarketType"] == "spot"
+    spot_cfg = load_cluster_config(write_cluster_yaml(tmp_path / "s.yaml", spot=True), "g5.xlarge")
+    with pytest.raises(SpecError, match="launches spot but the plan was priced on-demand"):
+        aws_cluster.check_against_plan(spot_cfg, cloud, 1)
+    west = load_cluster_config(write_cluster_yaml(tmp_path / "w.yaml", region="us-west-2"), "g5.xlarge")
+    with pytest.raises(SpecError, match="priced for us-east-1"):
+        aws_cluster.check_against_plan(west, cloud, 1)
+    local = rb.CloudProfile.load("cloud_profiles/local/local.yaml", "local.1gpu")
+    with pytest.raises(SpecError, match="needs an aws profile"):
+        aws_cluster.check_against_plan(cfg, local, 1)
+
+
+def test_emulated_endpoints_are_loopback_only(monkeypatch):
+    assert is_emulated_endpoint("http://127.0.0.1:5000") and is_emulated_endpoint("http://localhost:1")
+    assert not is_emulated_endpoint("https://ec2.us-east-1.amazonaws.com")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_EC2", raising=False)
+    assert not is_emulated_endpoint()
+
+
+def test_worker_user_data_runs_setup_then_joins_the_head_with_its_identity():
+    script = worker_user_data(["pip install torch"], "10.0.0.5:6379", "fff01", "gpu_workers", 4, {"rb-instance-3": 1000, "rb-slot": 1})
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash" and "pip install torch" in lines
+    last = lines[-1]
+    assert last.index("ray start") > last.index("RAY_CLOUD_INSTANCE_ID=fff01")
+    assert "--address=10.0.0.5:6379" in last and "--num-gpus=4" in last and "rb-instance-3" in last
+
+
+# --- launch / terminate -------------------------------------------------------------------------
+def test_launch_tags_the_instance_and_honours_spot(moto_ec2):
+    ec2 = Ec2("us-east-1")
+    (inst,) = _launch(ec2, spot=True)
+    described = ec2.instances(run_id="run-1")
+    assert [i["InstanceId"] for i in described] == [inst["InstanceId"]]
+    tags = tags_of(described[0])
+    assert tags[TAG_RUN] == "run-1" and tags[TAG_CLUSTER] == "rb-run-1" and tags[TAG_PRICE] == "1.006"
+    assert described[0].get("InstanceLifecycle") == "spot"
+    ec2.terminate([inst["InstanceId"]])
+    assert ec2.instances(run_id="run-1") == []
+    gone = ec2.instances(run_id="run-1", states=("terminated",))
+    assert termination_time(gone[0]) is not None
+
+
+def test_capacity_errors_are_retried_with_backoff_and_reported(moto_ec2):
+    proxy = Ec2FaultProxy(moto_ec2, fail={"RunInstances": 2}).start()
+    try:
+        ec2 = Ec2("us-east-1", endpoint_url=proxy.url)
+        errors, sleeps = [], []
+        subnets = ec2.default_subnets()[:2]
+        inst = ec2.launch({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678", "SubnetIds": subnets},
+                          {TAG_RUN: "r"}, client_token="r-1", on_error=errors.append, sleep=sleeps.append, backoff_s=1.5)
+    finally:
+        proxy.stop()
+    assert inst["InstanceId"].startswith("i-")
+    assert len(subnets) == 2 and inst["SubnetId"] == subnets[0]   # tried a, b, then a again
+    assert [e.code for e in errors] == ["InsufficientInstanceCapacity"] * 2
+    assert sleeps == [1.5, 3.0]                                 # exponential backoff
+    assert [e.retry_in_s for e in errors] == [1.5, 3.0]
+
+
+def test_capacity_errors_that_never_end_raise_with_the_code(moto_ec2):
+    proxy = Ec2FaultProxy(moto_ec2, fail={"RunInstances": 99}).start()
+    try:
+        ec2 = Ec2("us-east-1", endpoint_url=proxy.url)
+        errors = []
+        with pytest.raises(ProviderError, match="InsufficientInstanceCapacity") as err:
+            ec2.launch({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}, {TAG_RUN: "r"}, client_token="r-1",
+                       attempts=3, on_error=errors.append, sleep=lambda s: None)
+    finally:
+        proxy.stop()
+    assert len(errors) == 3 and errors[-1].retry_in_s is None
+    assert "after 3 attempt(s)" in str(err.value)
+    assert running_rubberband_instances(moto_ec2) == []
+
+
+def test_other_launch_errors_fail_at_once(moto_ec2):
+    proxy = Ec2FaultProxy(moto_ec2, fail={"RunInstances": 1}, code="UnauthorizedOperation").start()
+    try:
+        ec2 = Ec2("us-east-1", endpoint_url=proxy.url)
+        errors = []
+        with pytest.raises(ProviderError, match="UnauthorizedOperation"):
+            ec2.launch({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}, {TAG_RUN: "r"}, client_token="r-1",
+                       on_error=errors.append, sleep=lambda s: None)
+    finally:
+        proxy.stop()
+    assert len(errors) == 1
+
+
+# --- down / status --------------------------------------------------------------------------------
+def test_down_terminates_every_rubberband_instance_in_every_region_and_reports_spend(moto_ec2):
+    east, west = Ec2("us-east-1"), Ec2("us-west-2")
+    _launch(east, "run-a", 2)
+    _launch(west, "run-b", 1, price="2.5")
+    other = boto3.client("ec2", region_name="us-east-1").run_instances(ImageId="ami-12345678", InstanceType="t3.micro",
+                                                                     MinCount=1, MaxCount=1)["Instances"][0]
+    status = aws_cluster.status(["us-east-1", "us-west-2"])
+    assert len(status["instances"]) == 3
+    assert status["usd_per_hour"] == pytest.approx(1.006 * 2 + 2.5)
+    assert all(i["cost_usd"] > 0 for i in status["instances"])     # at least the billing minimum so far
+
+    only_a = aws_cluster.down(["us-east-1", "us-west-2"], run_id="run-a")
+    assert sorted(t["run_id"] for t in only_a["terminated"]) == ["run-a", "run-a"]
+    assert len(running_rubberband_instances(moto_ec2)) == 1
+    rest = aws_cluster.down(["us-east-1", "us-west-2"])
+    assert [t["region"] for t in rest["terminated"]] == ["us-west-2"]
+    assert rest["stopped_usd_per_hour"] == pytest.approx(2.5)
+    assert running_rubberband_instances(moto_ec2) == []
+    # Instances rubberband did not launch are never touched.
+    state = boto3.client("ec2", region_name="us-east-1").describe_instances(InstanceIds=[other["InstanceId"]])
+    assert state["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
+
+
+def test_cli_down_and_status_print_instances_and_spend(moto_ec2, tmp_path):
+    _launch(Ec2("us-west-2"), "run-z", 1)
+    env = {"PATH": "/usr/bin:/bin", "RUBBERBAND_STATE_DIR": str(tmp_path / "st"), "AWS_ENDPOINT_URL": moto_ec2,
+           "AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+    cluster = write_cluster_yaml(tmp_path / "w.yaml", region="us-west-2")
+
+    def cli(*args):
+        return subprocess.run([str(Path(sys.executable).with_name("rubberband")), *args], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    out = cli("status", "--provider", "aws", "--cluster", str(cluster))
+    assert out.returncode == 0, out.stderr
+    assert "run-z" in out.stdout and "g5.xlarge" in out.stdout and "1 instance(s) running" in out.stdout
+    out = cli("down", "--provider", "aws", "--json")           # us-east-1 only: nothing there
+    assert out.returncode == 0 and json.loads(out.stdout)["terminated"] == []
+    out = cli("down", "--provider", "aws", "--region", "us-west-2")
+    assert out.returncode == 0, out.stderr
+    assert "terminated 1 instance(s)" in out.stdout and "spend stopped: $1.0060/h" in out.stdout
+    assert running_rubberband_instances(moto_ec2) == []
+    for text in (out.stdout, out.stderr):
+        assert FAKE_SECRET not in text and FAKE_KEY_ID not in text
+
+
+def test_errors_never_show_credentials():
+    exc = RuntimeError(f"auth failed for {FAKE_KEY_ID} secret_access_key={FAKE_SECRET}")
+    line = safe_error(exc)
+    assert FAKE_KEY_ID not in line and FAKE_SECRET not in line
