@@ -17,8 +17,12 @@ def _moto_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+    url = f"http://{host}:{port}"
+    yield url
+    # Safety net over the whole session: no test may leave a rubberband instance running.
+    leftover = running_rubberband_instances(url)
     server.stop()
+    assert not leftover, f"rubberband instances left running in moto after the test session: {leftover}"
 
 
 @pytest.fixture
@@ -32,6 +36,11 @@ def moto_ec2(_moto_server, monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_EC2"):
         monkeypatch.delenv(var, raising=False)
+    import boto3
+
+    # The IAM instance profile the test cluster YAMLs give their workers (EC2 checks it exists).
+    boto3.client("iam", region_name="us-east-1", endpoint_url=_moto_server).create_instance_profile(
+        InstanceProfileName="rubberband-worker")
     yield _moto_server
 
 

@@ -247,6 +247,9 @@ class RayClusterPort:
             alive = self._alive()
             if len(alive) == count:
                 return alive
+            fatal = [e for e in self._events() if e.get("event") == "launch_failed" and e.get("fatal")]
+            if fatal:
+                raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
             if len(alive) > count:
                 # A node the autoscaler launched against a request that was just lowered (a
                 # release racing its loop) would be kept forever: release the newest surplus.

@@ -54,6 +54,9 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     """
     if provider not in PROVIDERS:
         raise SpecError(f"provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; choose one of {', '.join(PROVIDERS)}")
+    if provider != "aws" and cluster_config is not None:
+        raise SpecError(f"cluster_config: only the aws provider launches from a cluster YAML; pass provider='aws' "
+                        f"(got provider={provider!r})")
     if provider == "aws" and cluster_config is None:
         raise SpecError("cluster: the aws provider needs a Ray cluster YAML (region, node type, AMI, subnets); "
                         "pass --cluster PATH or set `cluster:` in the experiment")
@@ -82,7 +85,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
             return cluster
 
         def after_stop(cluster):
-            aws_cluster.sweep(cluster, cfg.region)
+            aws_cluster.sweep(cluster, cfg.region, cfg.credentials)
             aws_cluster.forget_run(run_id)
 
         return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_aws,

@@ -248,6 +248,14 @@ def worker_user_data(setup_commands: list[str], head_address: str, node_id: str,
     return "\n".join(lines) + "\n"
 
 
+class LaunchFailed(ProviderError):
+    """RunInstances failed for good; ``retryable`` says whether waiting could have helped."""
+
+    def __init__(self, message: str, code: str, retryable: bool):
+        super().__init__(message)
+        self.code, self.retryable = code, retryable
+
+
 @dataclass
 class LaunchError:
     """One failed RunInstances call."""
@@ -261,16 +269,19 @@ class LaunchError:
 class Ec2:
     """The EC2 calls rubberband makes, in one region (boto3; ``AWS_ENDPOINT_URL`` for moto)."""
 
-    def __init__(self, region: str, endpoint_url: str | None = None):
+    def __init__(self, region: str, endpoint_url: str | None = None, credentials: dict[str, str] | None = None):
         import boto3
         from botocore.config import Config
 
         self.region = region
-        self.client = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url,
-                                   config=Config(retries={"max_attempts": 4, "mode": "standard"}))
+        # Explicit credentials (a cluster YAML's provider.aws_credentials) or boto3's usual chain.
+        session = boto3.session.Session(**{k: v for k, v in (credentials or {}).items()
+                                           if k in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")})
+        self.client = session.client("ec2", region_name=region, endpoint_url=endpoint_url,
+                                     config=Config(retries={"max_attempts": 4, "mode": "standard"}))
         # No SDK retries for launches: rubberband retries them itself, with backoff, and reports each.
-        self.launch_client = boto3.client("ec2", region_name=region, endpoint_url=endpoint_url,
-                                          config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+        self.launch_client = session.client("ec2", region_name=region, endpoint_url=endpoint_url,
+                                            config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
 
     # --- launch --------------------------------------------------------------------------
     def default_subnets(self) -> list[str]:
@@ -317,8 +328,9 @@ class Ec2:
                 if on_error:
                     on_error(LaunchError(code, message, attempt, delay if retry else None))
                 if not retry:
-                    raise ProviderError(f"EC2 RunInstances {conf.get('InstanceType')} in {self.region} failed after "
-                                        f"{attempt} attempt(s): {code}: {message}") from None
+                    raise LaunchFailed(f"EC2 RunInstances {conf.get('InstanceType')} in {self.region} failed after "
+                                       f"{attempt} attempt(s): {code}: {message}", code,
+                                       code in RETRYABLE_LAUNCH_ERRORS) from None
                 sleep(delay)
                 delay = min(max_backoff_s, delay * 2)
                 # A new token: EC2 remembers a failed token's answer.

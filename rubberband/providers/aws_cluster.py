@@ -91,13 +91,13 @@ def start(run_id: str, run_dir: str | Path, cloud: CloudProfile, cluster_yaml: s
     return cluster, cfg
 
 
-def sweep(cluster: LocalCluster, region: str) -> list[str]:
+def sweep(cluster: LocalCluster, region: str, credentials: dict[str, str] | None = None) -> list[str]:
     """After the head stopped: terminate anything of this run still in EC2 and log it.
 
     The provider terminates what it releases; this catches an instance launched in the last
     moment before the head went down, so nothing of the run is left billing.
     """
-    ec2 = Ec2(region)
+    ec2 = Ec2(region, credentials=credentials)
     left = ec2.instances(run_id=cluster.run_id)
     ids = ec2.terminate(i["InstanceId"] for i in left)
     if ids:

@@ -94,10 +94,13 @@ class AwsNodeProvider(LocalNodeProvider):
             ec2 = self._ec2.launch(self._node_config, ec2_tags, client_token=f"{self._run_id}-{instance}",
                                    user_data=user_data, attempts=self._attempts, backoff_s=self._backoff,
                                    on_error=report, should_stop=cancelled)
-        except Exception as exc:   # given up: say so, and let the autoscaler try again later
+        except Exception as exc:
+            # Given up. Capacity may come back (the autoscaler asks again); a config mistake
+            # (bad AMI, missing instance profile, no permission) will not: the executor stops.
             with self.lock:
                 self._nodes.pop(node_id, None)
-            self._event(event="launch_failed", node_id=node_id, instance=instance, error=safe_error(exc))
+            self._event(event="launch_failed", node_id=node_id, instance=instance, error=safe_error(exc),
+                        code=getattr(exc, "code", type(exc).__name__), fatal=not getattr(exc, "retryable", False))
             return
         ec2_id = ec2["InstanceId"]
         with self.lock:

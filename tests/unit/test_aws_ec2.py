@@ -23,8 +23,12 @@ from rubberband.providers.aws import (
     worker_user_data,
 )
 from rubberband.testing.ec2_faults import Ec2FaultProxy
-
-from tests.conftest import FAKE_KEY_ID, FAKE_SECRET, running_rubberband_instances, write_cluster_yaml
+from tests.conftest import (
+    FAKE_KEY_ID,
+    FAKE_SECRET,
+    running_rubberband_instances,
+    write_cluster_yaml,
+)
 
 pytestmark = pytest.mark.aws
 
@@ -37,7 +41,7 @@ def _state(tmp_path, monkeypatch):
 
 
 def _launch(ec2, run_id="run-1", n=1, spot=False, price="1.006"):
-    cfg = {"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}
+    cfg = {"InstanceType": "g5.xlarge", "ImageId": "ami-12345678", "IamInstanceProfile": {"Name": "rubberband-worker"}}
     if spot:
         cfg["InstanceMarketOptions"] = {"MarketType": "spot"}
     return [ec2.launch(cfg, {TAG_RUN: run_id, TAG_CLUSTER: f"rb-{run_id}", TAG_PRICE: price}, client_token=f"{run_id}-{k}")
@@ -126,6 +130,7 @@ def test_launch_tags_the_instance_and_honours_spot(moto_ec2):
     tags = tags_of(described[0])
     assert tags[TAG_RUN] == "run-1" and tags[TAG_CLUSTER] == "rb-run-1" and tags[TAG_PRICE] == "1.006"
     assert described[0].get("InstanceLifecycle") == "spot"
+    assert described[0]["IamInstanceProfile"]["Arn"].endswith("instance-profile/rubberband-worker")
     ec2.terminate([inst["InstanceId"]])
     assert ec2.instances(run_id="run-1") == []
     gone = ec2.instances(run_id="run-1", states=("terminated",))

@@ -1,0 +1,243 @@
+"""The aws provider end to end: Ray's autoscaler, real boto3 against moto, each EC2 instance
+mirrored by a local Ray node with the instance type's logical GPUs, real DDP trials."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+import rubberband as rb
+from rubberband.execute.run import execute
+from rubberband.plan import plan_allocation
+from rubberband.providers.local import LocalCluster, _session_pids
+from rubberband.testing.ec2_faults import Ec2FaultProxy
+from tests.conftest import (
+    FAKE_KEY_ID,
+    FAKE_SECRET,
+    running_rubberband_instances,
+    write_cluster_yaml,
+)
+
+from .conftest import ROOT, trainer
+from .tiny_trainer import Slow
+
+pytestmark = [pytest.mark.integration, pytest.mark.aws]
+
+SPACE = {"lr": {"loguniform": [0.01, 0.3]}}
+AWS = ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"
+
+
+def _instances(endpoint, run_id=None, states=None):
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint)
+    filters = [{"Name": "tag-key", "Values": ["rubberband:run-id"]}]
+    if run_id:
+        filters = [{"Name": "tag:rubberband:run-id", "Values": [run_id]}]
+    if states:
+        filters.append({"Name": "instance-state-name", "Values": list(states)})
+    return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+def _tags(inst):
+    return {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+
+
+def _plan(model, stages, allocation, market="on-demand"):
+    cloud = rb.CloudProfile.load(AWS, "g5.xlarge", market=market)
+    return plan_allocation(rb.ExperimentSpec.from_stages(stages), allocation,
+                           model.replace(iter_latency_s={1: model.iter_latency_s[1]}), cloud, deadline_s=3600, samples=20)
+
+
+def _files_text(*roots):
+    for root in roots:
+        for path in Path(root).rglob("*"):
+            if path.is_file() and path.stat().st_size < 20_000_000:
+                try:
+                    yield path, path.read_bytes().decode("utf-8", "replace")
+                except OSError:
+                    continue
+
+
+def test_run_on_aws_launches_tags_scales_down_and_terminates(tmp_path, moto_ec2, model):
+    # Stage 0: 2 trials on 2 g5.xlarge (1 GPU each); stage 1: the winner on 1 instance.
+    exp = tmp_path / "exp.yaml"
+    write_cluster_yaml(tmp_path / "cluster.yaml", "g5.xlarge", credentials=True)
+    exp.write_text(f"""
+name: aws-e2e
+stages: [[2, 2], [1, 2]]
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {AWS}, instance_type: g5.xlarge, market: spot}}
+cluster: cluster.yaml
+deadline: 1h
+trainer: {trainer('Tiny')}
+metric: val_loss
+search_space: {{lr: [0.05, 0.1]}}
+""")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env.pop("AWS_ACCESS_KEY_ID")          # the cluster YAML's aws_credentials must be what works
+    env.pop("AWS_SECRET_ACCESS_KEY")
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "aws", "--allocation", "2,1",
+                          "--latency-scale", "0.05", "--runs-dir", str(tmp_path / "runs")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run_dir = Path(out.stdout.strip().splitlines()[-1].split("run directory: ")[1])
+    result = json.loads((run_dir / "result.json").read_text())
+    run_id = result["run_id"]
+
+    launched = _instances(moto_ec2, run_id)
+    ledger = {i["provider_id"]: i for i in result["ledger"]["instances"]}
+    assert len(launched) == 2 and set(ledger) == {i["InstanceId"] for i in launched}
+    for inst in launched:
+        tags = _tags(inst)
+        assert tags["rubberband:run-id"] == run_id and tags["rubberband:cluster"] == f"rb-{run_id}"
+        assert tags["ray-cluster-name"] == f"rb-{run_id}" and tags["rubberband:instance"] == ledger[inst["InstanceId"]]["instance_id"]
+        assert inst["InstanceType"] == "g5.xlarge" and inst["ImageId"] == "ami-12345678"
+        assert inst.get("InstanceLifecycle") == "spot"                      # the plan priced spot
+        assert inst["State"]["Name"] == "terminated"
+        # Ledger times are EC2's: LaunchTime (whole seconds) relative to the run's start.
+        rec = ledger[inst["InstanceId"]]
+        assert rec["market"] == "spot" and rec["price_usd_per_hour"] == pytest.approx(0.4246)
+        assert rec["released_s"] > rec["launched_s"] >= rec["requested_s"] - 1.0
+    first_out = min(result["ledger"]["instances"], key=lambda i: i["released_s"])
+    assert first_out["released_s"] <= result["ledger"]["stage_windows"][0][1] + 5.0   # scaled down at the SYNC
+    assert [s["actual"]["instances"] for s in result["stages"]] == [2, 1]
+    assert result["actual"]["cost_usd"] == pytest.approx(2 * 60 * 0.4246 / 3600, rel=0.5)  # two spot minimums
+    assert running_rubberband_instances(moto_ec2) == []
+    assert LocalCluster.known() == []
+
+    # The head's cluster config is Ray's format with our provider, and no secret anywhere.
+    cfg = json.loads((run_dir / "cluster.json").read_text())
+    assert cfg["provider"]["module"].endswith("AwsNodeProvider") and cfg["provider"]["region"] == "us-east-1"
+    temp_dir = f"/tmp/rb-{run_id[-8:]}"
+    for path, text in _files_text(run_dir, temp_dir):
+        assert FAKE_SECRET not in text and FAKE_KEY_ID not in text, path
+    assert FAKE_SECRET not in out.stdout + out.stderr and FAKE_KEY_ID not in out.stdout + out.stderr
+
+
+def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec2, model):
+    plan = _plan(model, [(2, 8)], (2,), market="spot")
+    run_id = "spot-interrupt"
+    run_dir = tmp_path / "runs" / run_id
+    reclaimed = {}
+
+    def reclaim(kind, data):
+        if kind == "gang" and data["trial"] == "t000" and not reclaimed:
+            instance = data["instances"][0]
+
+            def later():
+                ckpt = run_dir / "checkpoints" / "t000.pt"
+                deadline = time.time() + 60
+                while not ckpt.exists() and time.time() < deadline:
+                    time.sleep(0.05)
+                inst = next(i for i in _instances(moto_ec2, run_id, ["running"])
+                            if _tags(i)["rubberband:instance"] == instance)
+                # AWS reclaims the spot instance: straight to EC2, behind the executor's back.
+                boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_ec2).terminate_instances(
+                    InstanceIds=[inst["InstanceId"]])
+                reclaimed.update(instance=instance, ec2_id=inst["InstanceId"])
+
+            threading.Thread(target=later, daemon=True).start()
+
+    seen = []
+    result = execute(plan, trainer("Slow"), SPACE, provider="aws", metric="val_loss", seed=2, runs_dir=tmp_path / "runs",
+                     latency_scale=0.05, on_event=lambda k, d: (seen.append((k, d)), reclaim(k, d)), run_id=run_id,
+                     cluster_config=write_cluster_yaml(tmp_path / "c.yaml", spot=True))
+    assert reclaimed, "the test never found the instance to reclaim"
+    t0 = result.trials["t000"]
+    assert t0["restarts"] >= 1 and t0["step"] == 8 * Slow.steps_per_iter        # resumed and finished
+    ledger = {i["provider_id"]: i for i in result.ledger["instances"]}
+    assert ledger[reclaimed["ec2_id"]]["release_reason"] == "interrupted"
+    assert len(ledger) >= 3 and all(i["released_s"] is not None for i in ledger.values())   # replacement billed
+    assert result.actual["cost_usd"] >= 3 * 60 * 0.4246 / 3600 * 0.99
+    assert any(k == "provider" and d.get("reason") == "interrupted" for k, d in seen)
+    assert running_rubberband_instances(moto_ec2) == []
+
+
+def test_capacity_errors_are_retried_and_reported(tmp_path, moto_ec2, model, monkeypatch):
+    proxy = Ec2FaultProxy(moto_ec2, fail={"RunInstances": 2}).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        plan = _plan(model, [(1, 1)], (1,))
+        seen = []
+        result = execute(plan, trainer("Tiny"), SPACE, provider="aws", runs_dir=tmp_path / "runs", latency_scale=0.05,
+                         on_event=lambda k, d: seen.append((k, d)), launch_backoff_s=0.3,
+                         cluster_config=write_cluster_yaml(tmp_path / "c.yaml"))
+    finally:
+        proxy.stop()
+    errors = result.ledger["launch_errors"]
+    assert [e["code"] for e in errors] == ["InsufficientInstanceCapacity"] * 2
+    assert [e["retry_in_s"] for e in errors] == [0.3, 0.6]
+    assert [d["code"] for k, d in seen if k == "provider"] == ["InsufficientInstanceCapacity"] * 2
+    assert len(result.ledger["instances"]) == 1 and result.trials["t000"]["step"] > 0
+    assert running_rubberband_instances(moto_ec2) == []
+
+
+def test_an_exception_terminates_every_instance(tmp_path, moto_ec2, model):
+    plan = _plan(model, [(2, 1)], (2,))
+    with pytest.raises(Exception, match="boom"):
+        execute(plan, trainer("Failing"), SPACE, provider="aws", runs_dir=tmp_path / "runs", latency_scale=0.05,
+                cluster_config=write_cluster_yaml(tmp_path / "c.yaml"))
+    assert _instances(moto_ec2), "the run should have launched instances"
+    assert running_rubberband_instances(moto_ec2) == []
+    assert LocalCluster.known() == []
+
+
+def _start_cli_run(tmp_path, state, endpoint):
+    exp = tmp_path / "exp.yaml"
+    write_cluster_yaml(tmp_path / "cluster.yaml")
+    exp.write_text(f"""
+name: aws-interrupted
+stages: [[2, 40]]
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {AWS}, instance_type: g5.xlarge}}
+cluster: cluster.yaml
+deadline: 1h
+trainer: {trainer('Slow')}
+metric: val_loss
+search_space: {{lr: [0.05, 0.1]}}
+""")
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(state), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "aws", "--allocation", "2",
+                             "--latency-scale", "0.05", "--runs-dir", str(tmp_path / "runs")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    for line in proc.stderr:       # progress lines: wait until trials are training
+        if "stage 0" in line or time.time() > deadline:
+            break
+    while len(running_rubberband_instances(endpoint)) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(2.0)
+    assert len(running_rubberband_instances(endpoint)) == 2, "the run should hold 2 instances"
+    (head,) = LocalCluster.known("aws")
+    return proc, head, env
+
+
+def test_sigint_terminates_every_instance(tmp_path, _isolated_state, moto_ec2):
+    proc, head, _ = _start_cli_run(tmp_path, _isolated_state, moto_ec2)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=90)
+    assert proc.returncode == 130
+    assert running_rubberband_instances(moto_ec2) == []
+    assert _session_pids(head.sid) == []
+
+
+def test_sigkill_then_down_terminates_every_instance(tmp_path, _isolated_state, moto_ec2):
+    proc, head, env = _start_cli_run(tmp_path, _isolated_state, moto_ec2)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert len(running_rubberband_instances(moto_ec2)) == 2, "a SIGKILLed driver cannot clean up"
+    down = subprocess.run([sys.executable, "-m", "rubberband", "down", "--provider", "aws"], env=env,
+                          capture_output=True, text=True, timeout=90)
+    assert down.returncode == 0, down.stderr
+    assert "terminated 2 instance(s)" in down.stdout and "spend stopped: $2.0120/h" in down.stdout
+    assert running_rubberband_instances(moto_ec2) == []
+    assert _session_pids(head.sid) == []
+    status = subprocess.run([sys.executable, "-m", "rubberband", "status", "--provider", "aws"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and "no running rubberband instances" in status.stdout
