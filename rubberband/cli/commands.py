@@ -511,7 +511,15 @@ def status_cmd(args: argparse.Namespace) -> int:
         if not regions and args.provider == "all":
             lines.append("aws: no region known (pass --region or --cluster, or set AWS_DEFAULT_REGION)")
         else:
-            aws = _aws_call(lambda: aws_cluster.status(args.region, args.run_id, args.cluster))
+            try:
+                aws = _aws_call(lambda: aws_cluster.status(args.region, args.run_id, args.cluster))
+            except ProviderError as exc:
+                if args.provider == "aws":
+                    raise
+                # `status` with no provider named still shows the local side.
+                lines.append(str(exc))
+                emit(args, {**out, "aws_error": str(exc)}, "\n".join(lines))
+                return 0
             out["aws"] = aws
             if aws["instances"]:
                 lines += _aws_instance_lines(aws["instances"])

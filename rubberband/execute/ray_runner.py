@@ -209,12 +209,14 @@ class RayClusterPort:
     """
 
     def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2,
-                 release_file: str | None = None):
+                 release_file: str | None = None, require_ready: bool | None = None):
         self.G = gpus_per_instance
         self.release_file = release_file
         self.released: set[str] = set()
         self._events = events or (lambda: [])
-        self._require_ready = events is not None    # the provider says when initialisation ends
+        # Whether the provider says when initialisation ends (a `ready` event); real EC2
+        # workers join by themselves, and a live Ray node is then ready.
+        self._require_ready = events is not None if require_ready is None else require_ready
         self.poll_s = poll_s
 
     def _alive(self) -> list[Node]:

@@ -120,7 +120,8 @@ def _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir
             # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
             previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
         port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
-                              release_file=str(cluster.run_dir / "provider" / "release.json"))
+                              release_file=str(cluster.run_dir / "provider" / "release.json"),
+                              require_ready=cluster.meta.get("mirror", True))
         t_run = time.time()
 
         def with_spend(kind: str, data: dict[str, Any]) -> None:

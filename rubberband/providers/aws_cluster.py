@@ -65,14 +65,28 @@ def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: b
             "setup_commands": cfg.setup_commands, "launch_attempts": launch_attempts,
             "launch_backoff_s": launch_backoff_s, "cluster_yaml": cfg.path,
         })
-        if head_address:
-            provider["head_address"] = head_address
+        if not mirror:
+            # Real instances join the head over the network: give them an address they can reach.
+            port = provider["gcs_address"].rsplit(":", 1)[1]
+            provider["head_address"] = head_address or os.environ.get("RUBBERBAND_HEAD_ADDRESS") or f"{_primary_ip()}:{port}"
         ray_cfg["setup_commands"] = []   # run on the instance by its user data, not over SSH
         worker = ray_cfg["available_node_types"].pop(node_type_name(cloud.instance_type))
         worker["node_config"] = {"InstanceType": cfg.instance_type}
         ray_cfg["available_node_types"][cfg.node_type] = worker
         return ray_cfg
     return apply
+
+
+def _primary_ip() -> str:
+    """This machine's address on its default route (a UDP connect sends no packet)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
 
 
 def start(run_id: str, run_dir: str | Path, cloud: CloudProfile, cluster_yaml: str | Path | AwsClusterConfig,
@@ -86,7 +100,8 @@ def start(run_id: str, run_dir: str | Path, cloud: CloudProfile, cluster_yaml: s
     cluster = LocalCluster.start(
         run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed,
         configure=configure(cfg, cloud, run_id, mirror, launch_attempts, launch_backoff_s),
-        provider=PROVIDER, meta={"regions": [cfg.region], "cluster_yaml": cfg.path, "instance_type": cfg.instance_type},
+        provider=PROVIDER, meta={"regions": [cfg.region], "cluster_yaml": cfg.path, "instance_type": cfg.instance_type,
+                                 "mirror": mirror},
         extra_env=cfg.credential_env())
     return cluster, cfg
 

@@ -233,3 +233,26 @@ def test_errors_never_show_credentials():
     exc = RuntimeError(f"auth failed for {FAKE_KEY_ID} secret_access_key={FAKE_SECRET}")
     line = safe_error(exc)
     assert FAKE_KEY_ID not in line and FAKE_SECRET not in line
+
+
+def test_the_head_config_names_the_provider_and_holds_no_secret(tmp_path, monkeypatch):
+    import rubberband as rb
+    from rubberband.providers.local import autoscaling_config
+
+    cloud = rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge", market="spot")
+    cfg = aws_cluster.check_against_plan(
+        load_cluster_config(write_cluster_yaml(tmp_path / "c.yaml", credentials=True), "g5.xlarge"), cloud, 2)
+    base = autoscaling_config("rb-x", cloud, 2, 6380, str(tmp_path), 1.0, 0, 1.0)
+    mirrored = aws_cluster.configure(cfg, cloud, "run-x", mirror=True)(json.loads(json.dumps(base)))
+    provider = mirrored["provider"]
+    assert provider["module"] == "rubberband.providers.aws_node_provider.AwsNodeProvider"
+    assert provider["run_id"] == "run-x" and provider["region"] == "us-east-1" and provider["mirror"] == "local"
+    assert provider["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert provider["price_usd_per_hour"] == pytest.approx(0.4246)
+    assert "gpu_workers" in mirrored["available_node_types"] and "head_address" not in provider
+    assert FAKE_SECRET not in json.dumps(mirrored) and FAKE_KEY_ID not in json.dumps(mirrored)
+    assert cfg.credential_env() == {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET}
+    monkeypatch.setenv("RUBBERBAND_HEAD_ADDRESS", "10.1.2.3:6380")
+    real = aws_cluster.configure(cfg, cloud, "run-x", mirror=False)(json.loads(json.dumps(base)))
+    assert real["provider"]["mirror"] == "none" and real["provider"]["head_address"] == "10.1.2.3:6380"
+    assert real["setup_commands"] == []       # run by the instance's user data, never over SSH

@@ -146,6 +146,37 @@ def test_ledger_from_events_maps_provider_events_to_records():
     assert ledger.cost_usd(now=90.0) == pytest.approx((80 + 60 + 60) * 0.001, **EXACT)
 
 
+def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons():
+    from rubberband.providers.aws_cluster import ledger_events
+
+    t0 = 1000.0
+    raw = [
+        {"event": "request", "instance": "rb-instance-1", "node_id": "n1", "t": t0},
+        {"event": "launch_error", "instance": "rb-instance-1", "code": "InsufficientInstanceCapacity", "attempt": 1,
+         "retry_in_s": 2.0, "t": t0 + 1},
+        {"event": "running", "instance": "rb-instance-1", "ec2_id": "i-1", "market": "spot", "t": t0 + 4.6, "t_ec2": t0 + 4.0},
+        {"event": "ready", "instance": "rb-instance-1", "t": t0 + 8},
+        {"event": "describe_error", "instance": "-", "error": "x", "t": t0 + 9},
+        {"event": "terminated", "instance": "rb-instance-1", "ec2_id": "i-1", "reason": "interrupted", "t": t0 + 30.5,
+         "t_ec2": t0 + 30.0},
+        {"event": "terminated", "instance": "rb-instance-1", "ec2_id": "i-1", "reason": "shutdown", "t": t0 + 60},  # sweep
+        {"event": "request", "instance": "rb-instance-2", "node_id": "n2", "t": t0 + 31},
+        {"event": "running", "instance": "rb-instance-2", "ec2_id": "i-2", "market": "spot", "t": t0 + 33.2, "t_ec2": t0 + 33.0},
+    ]
+
+    class Cluster:
+        def read_events(self):
+            return raw
+
+    events = ledger_events(Cluster())
+    ledger = ledger_from_events(fake_plan(), events, started=t0, stop_time=t0 + 70, stage_windows=[(0.0, 70.0)])
+    one, two = ledger.instances["rb-instance-1"], ledger.instances["rb-instance-2"]
+    assert (one.provider_id, one.market, one.launched_s, one.released_s, one.release_reason) == ("i-1", "spot", 4.0, 30.0, "interrupted")
+    assert (two.provider_id, two.launched_s, two.released_s, two.release_reason) == ("i-2", 33.0, 70.0, "shutdown")
+    assert [e["code"] for e in ledger.launch_errors] == ["InsufficientInstanceCapacity"]
+    assert ledger.to_dict(now=70.0)["launch_errors"][0]["retry_in_s"] == 2.0
+
+
 # --- a fake-driven run costs what the simulator predicts ----------------------------------
 
 ITER_S = {1: 4.0, 2: 2.5}
