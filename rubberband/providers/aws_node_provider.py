@@ -116,20 +116,10 @@ class AwsNodeProvider(LocalNodeProvider):
             return
         if not self._mirror:
             return       # the instance joins the cluster by itself (user data)
-        with self.lock:
-            if node_id not in self._nodes:
-                return
-            saved_next = self._next_node_id
-            self._next_node_id = int(node_id[-5:]) - 1
-            placeholder = self._nodes.pop(node_id)
-            try:
-                FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
-            finally:
-                self._next_node_id = saved_next
-            self._nodes[node_id]["tags"].update(placeholder["tags"])
-        raylet = self._raylet(self._nodes.get(node_id, {}).get("node"))
-        self._event(event="ready", node_id=node_id, instance=instance, ec2_id=ec2_id,
-                    raylet_pid=raylet.pid if raylet else None)
+        raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
+        if raylet is not False:
+            self._event(event="ready", node_id=node_id, instance=instance, ec2_id=ec2_id,
+                        raylet_pid=getattr(raylet, "pid", None))
 
     # --- terminate -----------------------------------------------------------------------
     def _terminate_ec2(self, node_id, instance, ec2_id, reason):
@@ -200,17 +190,8 @@ class AwsNodeProvider(LocalNodeProvider):
             self._drop(watched[ec2_id], reason="interrupted", t_ec2=termination_time(inst) or now)
 
     def non_terminated_nodes(self, tag_filters):
-        released = self._released()
-        if released:
-            with self.lock:
-                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in released]
-            for nid in doomed:
-                self.terminate_node(nid)
+        self._terminate_released()
         self._check_ec2()
-        with self.lock:
-            lost = [nid for nid, entry in self._nodes.items()
-                    if entry.get("node") is not None and self._raylet(entry["node"]) is not None
-                    and self._raylet(entry["node"]).poll() is not None]
-        for nid in lost:
+        for nid in self._lost_raylets():
             self._drop(nid, reason="lost")
         return FakeMultiNodeProvider.non_terminated_nodes(self, tag_filters)

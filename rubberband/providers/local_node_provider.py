@@ -70,10 +70,16 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             if node_id not in self._nodes:
                 return
         self._event(event="running", node_id=node_id, instance=instance)
+        raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
+        if raylet is not False:
+            self._event(event="ready", node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None))
+
+    def _start_raylet(self, node_id, node_config, tags, resources, labels):
+        """Start the node's raylet exactly as the fake provider does, under the id we
+        registered; returns its process (False if the node was released meanwhile)."""
         with self.lock:
             if node_id not in self._nodes:
-                return
-            # Start the raylet exactly as the fake provider does, under the id we registered.
+                return False
             saved_next = self._next_node_id
             self._next_node_id = int(node_id[-5:]) - 1
             placeholder = self._nodes.pop(node_id)
@@ -82,8 +88,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             finally:
                 self._next_node_id = saved_next
             self._nodes[node_id]["tags"].update(placeholder["tags"])
-        raylet = self._raylet(self._nodes.get(node_id, {}).get("node"))
-        self._event(event="ready", node_id=node_id, instance=instance, raylet_pid=raylet.pid if raylet else None)
+        return self._raylet(self._nodes.get(node_id, {}).get("node"))
 
     @staticmethod
     def _raylet(node):
@@ -100,7 +105,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         except (OSError, ValueError):
             return set()
 
-    def non_terminated_nodes(self, tag_filters):
+    def _terminate_released(self) -> None:
         # Instances the executor released (it emptied them at a SYNC and listed them in
         # release.json) are terminated now, most recently launched first as the executor
         # chose them; Ray's idle-timeout would keep a node that a resource request still
@@ -111,15 +116,24 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                 doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in released]
             for nid in doomed:
                 self.terminate_node(nid)
-        # A node whose raylet died behind our back (a crash, or a test pulling the plug) is
-        # gone: say so, so that the autoscaler launches a replacement for the request.
+
+    def _lost_raylets(self) -> list[str]:
+        """Nodes whose raylet died behind our back (a crash, or a test pulling the plug)."""
         with self.lock:
-            lost = [nid for nid, entry in self._nodes.items()
+            return [nid for nid, entry in self._nodes.items()
                     if entry.get("node") is not None and self._raylet(entry["node"]) is not None
                     and self._raylet(entry["node"]).poll() is not None]
+
+    def non_terminated_nodes(self, tag_filters):
+        self._terminate_released()
+        # A lost node is gone: say so, so that the autoscaler launches a replacement.
+        lost = self._lost_raylets()
+        with self.lock:
             gone = []
             for nid in lost:
-                entry = self._nodes.pop(nid)
+                entry = self._nodes.pop(nid, None)
+                if entry is None:
+                    continue
                 gone.append((nid, entry["tags"].get("rb-instance")))
                 try:
                     self._terminate_node(entry)
