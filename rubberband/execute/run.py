@@ -75,6 +75,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
         cfg = cluster_config if isinstance(cluster_config, AwsClusterConfig) else \
             load_cluster_config(cluster_config, plan.cloud.instance_type)
         cfg = aws_cluster.check_against_plan(cfg, plan.cloud, max(plan.instances))
+        aws_cluster.check_credentials(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
     if provider == "aws":

@@ -53,6 +53,17 @@ def check_against_plan(cfg: AwsClusterConfig, cloud: CloudProfile, max_instances
     return cfg.with_market(market)
 
 
+def check_credentials(cfg: AwsClusterConfig) -> None:
+    """Fail before starting anything when boto3 would find no credentials."""
+    if cfg.credentials:
+        return
+    import boto3
+
+    if boto3.session.Session().get_credentials() is None:
+        raise SpecError("aws credentials: none found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
+                        f"run on an instance with a role, or add provider.aws_credentials to {cfg.path}")
+
+
 def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: bool,
               launch_attempts: int = 6, launch_backoff_s: float = 2.0, head_address: str | None = None):
     """Turn the local provider's cluster config into the aws one (nothing secret goes in)."""

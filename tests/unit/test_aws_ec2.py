@@ -256,3 +256,16 @@ def test_the_head_config_names_the_provider_and_holds_no_secret(tmp_path, monkey
     real = aws_cluster.configure(cfg, cloud, "run-x", mirror=False)(json.loads(json.dumps(base)))
     assert real["provider"]["mirror"] == "none" and real["provider"]["head_address"] == "10.1.2.3:6380"
     assert real["setup_commands"] == []       # run by the instance's user data, never over SSH
+
+
+def test_a_run_without_credentials_fails_before_starting_anything(tmp_path, monkeypatch):
+    from rubberband.providers.aws import load_cluster_config
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(SpecError, match="aws credentials: none found"):
+        aws_cluster.check_credentials(load_cluster_config(write_cluster_yaml(tmp_path / "c.yaml"), "g5.xlarge"))
+    aws_cluster.check_credentials(load_cluster_config(write_cluster_yaml(tmp_path / "k.yaml", credentials=True), "g5.xlarge"))
