@@ -22,7 +22,8 @@ def _gpus(text: str) -> list[int]:
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", help="experiment YAML file (its trainer, search space and instance type)")
-    p.add_argument("--provider", default="local", help="where to measure: local (default)")
+    p.add_argument("--provider", default="local", help="where to measure: local (default) or aws")
+    p.add_argument("--cluster", metavar="CLUSTER_YAML", help="aws: Ray cluster YAML (default: the experiment's `cluster:`)")
     p.add_argument("--gpus", help="GPUs per trial: powers of two up to the largest given are measured, e.g. 1,2 "
                                   "(default: up to the instance type's GPUs)")
     p.add_argument("--iters", type=int, default=4, help="extra iterations of the long trials (default 4; at least 1)")
@@ -31,6 +32,8 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="model profile to write (default profiles/<experiment>_<instance type>.yaml)")
     p.add_argument("--cloud-out", help="cloud latency overrides to write (default <out stem>.cloud.yaml)")
     p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory")
+    p.add_argument("--latency-scale", type=float, default=1.0,
+                   help="scale the emulated provisioning wait (local; aws against an emulator)")
 
 
 def profile_cmd(args: argparse.Namespace) -> int:
@@ -46,7 +49,7 @@ def profile_cmd(args: argparse.Namespace) -> int:
     # `profile` checks every argument before it starts a cluster.
     result = profile(args.experiment, provider=args.provider, gpus=gpus, iters=args.iters, repeats=args.repeats,
                      max_seconds=max_seconds, out=args.out, cloud_out=args.cloud_out, runs_dir=args.runs_dir,
-                     on_progress=progress)
+                     on_progress=progress, cluster=args.cluster, latency_scale=args.latency_scale)
     emit(args, result.to_dict(), result.table())
     return 0
 

@@ -25,6 +25,7 @@ is imported only when a cluster is started.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -68,6 +69,8 @@ class Request:
     max_seconds: float | None
     launches: int
     global_batch_size: int | None
+    cluster: Any = None            # aws: the checked Ray cluster YAML (AwsClusterConfig)
+    latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
 
 
 def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tuple[int, ...]:
@@ -98,7 +101,8 @@ def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tu
 
 
 def check_request(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
-                  iters: int = 4, repeats: int = 3, max_seconds: float | None = None, launches: int = MIN_LAUNCHES) -> Request:
+                  iters: int = 4, repeats: int = 3, max_seconds: float | None = None, launches: int = MIN_LAUNCHES,
+                  cluster: Any = None) -> Request:
     """Load and check what to profile, without starting anything.
 
     Raises:
@@ -132,8 +136,22 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
         if bad:
             raise SpecError(f"--gpus: the trainer's global_batch_size {batch} does not split over {bad[0]} GPUs; "
                             f"profile counts that divide it")
+    cluster_cfg = None
+    if provider == "aws":
+        from rubberband.providers import aws_cluster
+        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
+
+        cluster = cluster or exp.cluster
+        if cluster is None:
+            raise SpecError("--cluster: profiling on aws needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` "
+                            "in the experiment")
+        cluster_cfg = cluster if isinstance(cluster, AwsClusterConfig) else load_cluster_config(cluster, cloud.instance_type)
+        cluster_cfg = aws_cluster.check_against_plan(cluster_cfg, cloud, launches)
+        aws_cluster.check_credentials(cluster_cfg)
+    elif cluster is not None:
+        raise SpecError(f"--cluster: only the aws provider launches from a cluster YAML (got --provider {provider})")
     return Request(exp, provider, cloud, counts, iters, repeats, float(max_seconds) if max_seconds else None,
-                   launches, batch if isinstance(batch, int) else None)
+                   launches, batch if isinstance(batch, int) else None, cluster_cfg)
 
 
 # --- what was measured -------------------------------------------------------------------------
@@ -267,25 +285,35 @@ class _LocalSession(_Session):
         import ray
 
         from rubberband.execute.ray_runner import RayClusterPort, RayTrialRunner
-        from rubberband.providers.local import LocalCluster
 
         self._ray = ray
         self.stopped_at = None
         self.runner = None
         self._previous_sigterm = None
-        self.cluster = LocalCluster.start(run_id, run_dir, req.cloud, max_instances, seed=req.experiment.seed)
-        self.read_events = self.cluster.read_events
+        self.cluster = self._start(req, run_id, run_dir, max_instances)
         try:
             ray.init(address=self.cluster.address, logging_level=logging.ERROR, log_to_driver=False)
             if threading.current_thread() is threading.main_thread():
                 # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
                 self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
             self.port = RayClusterPort(req.cloud.gpus_per_instance, events=self.cluster.read_events,
-                                       release_file=str(self.cluster.run_dir / "provider" / "release.json"))
+                                       release_file=str(self.cluster.run_dir / "provider" / "release.json"),
+                                       require_ready=self.cluster.meta.get("mirror", True))
             self.runner = RayTrialRunner(req.experiment.trainer, seed=req.experiment.seed)
         except BaseException:
             self.stop()
             raise
+
+    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
+        from rubberband.providers.local import LocalCluster
+
+        cluster = LocalCluster.start(run_id, run_dir, req.cloud, max_instances, seed=req.experiment.seed,
+                                     latency_scale=req.latency_scale)
+        self.read_events = cluster.read_events
+        return cluster
+
+    def _after_stop(self) -> None:
+        pass
 
     def stop(self) -> None:
         try:
@@ -298,17 +326,40 @@ class _LocalSession(_Session):
                 self._ray.shutdown()
         finally:
             self.stopped_at = time.time()
-            self.cluster.stop()
-            if self._previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
-                self._previous_sigterm = None
+            try:
+                self.cluster.stop()
+            finally:
+                self._after_stop()
+                if self._previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, self._previous_sigterm)
+                    self._previous_sigterm = None
+
+
+class _AwsSession(_LocalSession):
+    """The `aws` provider: EC2 instances launched by Ray's autoscaler through ``AwsNodeProvider``;
+    provisioning is timed from EC2's own LaunchTime."""
+
+    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
+        from rubberband.providers import aws_cluster
+
+        self._aws = aws_cluster
+        self._cfg = req.cluster
+        aws_cluster.remember_run(run_id, req.cluster.region)
+        cluster, _ = aws_cluster.start(run_id, run_dir, req.cloud, req.cluster, max_instances, seed=req.experiment.seed,
+                                       latency_scale=req.latency_scale)
+        self.read_events = lambda: aws_cluster.ledger_events(cluster)
+        return cluster
+
+    def _after_stop(self) -> None:
+        self._aws.sweep(self.cluster, self._cfg.region, self._cfg.credentials)
+        self._aws.forget_run(self.cluster.run_id)
 
 
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-PROVIDERS: dict[str, type[_Session]] = {"local": _LocalSession}
+PROVIDERS: dict[str, type[_Session]] = {"local": _LocalSession, "aws": _AwsSession}
 
 
 # --- the measurement -----------------------------------------------------------------------------
@@ -415,13 +466,14 @@ class _Measurement:
 def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
             iters: int = 4, repeats: int = 3, max_seconds: float | None = None, out: str | Path | None = None,
             cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES, update_region: bool = False,
-            runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None) -> ProfileResult:
+            runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None,
+            cluster: Any = None, latency_scale: float = 1.0) -> ProfileResult:
     """Measure a job's model profile and the provider's latencies, and write them.
 
     Args:
         experiment: an experiment YAML path or a loaded ``Experiment`` (its trainer, search
             space, metric, seed and instance type are used).
-        provider: where to measure: ``local``.
+        provider: where to measure: ``local`` or ``aws`` (EC2, with ``cluster``).
         gpus: GPUs per trial: powers of two up to ``min(G, max(gpus))`` are measured
             (default: up to the instance type's ``G``).
         iters: extra iterations of the long trials (they run ``1 + iters``; short ones 1).
@@ -438,6 +490,9 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             ``defaults.init_latency_s`` of the experiment's region file.
         runs_dir: where the profiling cluster keeps its run directory.
         on_progress: called with one line of text per step.
+        cluster: ``aws`` only: the Ray cluster YAML to launch from (default: the experiment's ``cluster:``).
+        latency_scale: multiplies the provider's emulated provisioning wait (the local
+            provider; aws against an emulator such as moto). Real EC2 is timed as it is.
 
     Returns:
         A ``ProfileResult``.
@@ -448,7 +503,10 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         ProviderError: the trainer or the provider failed; the message names the trainer
             and the error. The cluster is stopped in every case.
     """
-    req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches)
+    req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches, cluster)
+    if isinstance(latency_scale, bool) or not isinstance(latency_scale, (int, float)) or not latency_scale > 0:
+        raise SpecError(f"--latency-scale: must be a positive number, got {latency_scale!r}")
+    req = dataclasses.replace(req, latency_scale=float(latency_scale))
     exp, cloud = req.experiment, req.cloud
     progress = on_progress or (lambda line: None)
     from rubberband.execute.run import ledger_from_events, new_run_id

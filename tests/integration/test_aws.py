@@ -241,3 +241,31 @@ def test_sigkill_then_down_terminates_every_instance(tmp_path, _isolated_state, 
     status = subprocess.run([sys.executable, "-m", "rubberband", "status", "--provider", "aws"], env=env,
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 0 and "no running rubberband instances" in status.stdout
+
+
+def test_profile_on_aws_times_launches_from_ec2_and_terminates_everything(tmp_path, moto_ec2):
+    from rubberband.profile import profile
+
+    write_cluster_yaml(tmp_path / "cluster.yaml")
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"""
+name: aws-profile
+stages: [[2, 1]]
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {AWS}, instance_type: g5.xlarge}}
+cluster: cluster.yaml
+trainer: {trainer('Tiny')}
+metric: val_loss
+search_space: {{lr: [0.05, 0.1]}}
+""")
+    out = tmp_path / "profiles" / "tiny_g5.yaml"
+    result = profile(exp, provider="aws", iters=1, repeats=1, out=out, runs_dir=tmp_path / "runs", latency_scale=0.05)
+    model = rb.ModelProfile.load(out)
+    assert model.measured_on["provider"] == "aws" and model.measured_on["instance_type"] == "g5.xlarge"
+    assert model.gpu_counts == (1,) and model.extra["profiling"]["cost_usd"] > 0
+    assert len(model.extra["profiling"]["samples"]["cloud"]["init_latency_s"]) == 2
+    assert result.provision_latency_s.mean >= 0
+    launched = _instances(moto_ec2)
+    assert len(launched) == 2 and all(_tags(i)["rubberband:run-id"].startswith("profile-") for i in launched)
+    assert running_rubberband_instances(moto_ec2) == []
+    assert LocalCluster.known() == []
