@@ -70,8 +70,10 @@ class AwsNodeProvider(LocalNodeProvider):
         # against EC2 the queue is real and the wait is EC2's own.
         time.sleep(provision if self._mirror else 0.0)
         with self.lock:
-            if node_id not in self._nodes:
-                return
+            gone = node_id not in self._nodes
+        if gone:     # released before anything was launched
+            self._event(event="terminated", node_id=node_id, instance=instance, reason="cancelled")
+            return
         ec2_tags = {TAG_RUN: self._run_id, TAG_CLUSTER: self.cluster_name, TAG_INSTANCE: instance,
                     TAG_PRICE: f"{self._price:.6g}", TAG_RAY_CLUSTER: self.cluster_name,
                     TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE], "Name": f"rb-{self._run_id}-{instance[len(INSTANCE_RESOURCE_PREFIX):]}"}
@@ -143,8 +145,8 @@ class AwsNodeProvider(LocalNodeProvider):
         if entry.get("node") is not None:
             self._terminate_node(entry)
         if ec2_id is None:
-            # Still launching: the boot thread sees the node gone and terminates what it launched.
-            self._event(event="terminated", node_id=node_id, instance=instance, reason="cancelled")
+            # Still launching: the boot thread sees the node gone, terminates whatever it
+            # launched and logs it (or logs that nothing was launched).
             return
         self._terminate_ec2(node_id, instance, ec2_id, reason="released")
 
