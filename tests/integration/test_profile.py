@@ -69,6 +69,7 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
 
 def _close_the_loop(tmp_path):
     """Profile the demo job, plan it, run the plan; return the JCT error of the run."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     exp_path = _experiment(tmp_path, "rubberband.examples.digits:DigitsMLP")
     result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs")
     exp = rb.load_experiment(exp_path)
