@@ -290,7 +290,8 @@ class Driver:
         trial.restarts += 1
         if trial.restarts > MAX_TRIAL_RESTARTS:
             raise ProviderError(f"trial {trial.id}: failed {trial.restarts} times, last: {exc}") from exc
-        log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", trial.id, exc, trial.step)
+        reason = " ".join(str(exc).split())      # Ray's errors span lines; a log line does not
+        log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", trial.id, reason[:300], trial.step)
         self._emit("recover", trial=trial.id, error=str(exc), step=trial.step)
         self._stop_gang(trial)
         count = len(node_pairs)
