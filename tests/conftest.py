@@ -42,6 +42,9 @@ def moto_ec2(_moto_server, monkeypatch):
     boto3.client("iam", region_name="us-east-1", endpoint_url=_moto_server).create_instance_profile(
         InstanceProfileName="rubberband-worker")
     yield _moto_server
+    # Every test must leave no rubberband instance running (checked before the next reset).
+    leftover = running_rubberband_instances(_moto_server)
+    assert not leftover, f"rubberband instances left running in moto by this test: {leftover}"
 
 
 def running_rubberband_instances(endpoint: str, regions=("us-east-1", "us-west-2")) -> list[str]:

@@ -80,13 +80,20 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     (run_dir / "plan.json").write_text(plan.to_json())
     if provider == "aws":
         def start_aws():
-            aws_cluster.remember_run(run_id, cfg.region)
+            aws_cluster.remember_run(run_id, cfg.region, cfg.path)
             cluster, _ = aws_cluster.start(run_id, run_dir, plan.cloud, cfg, max(plan.instances), latency_scale=latency_scale,
                                            seed=seed, launch_attempts=launch_attempts, launch_backoff_s=launch_backoff_s)
             return cluster
 
         def after_stop(cluster):
-            aws_cluster.sweep(cluster, cfg.region, cfg.credentials)
+            try:
+                aws_cluster.sweep(cluster, cfg.region, cfg.credentials)
+            except Exception as exc:   # keep the run's own outcome; say how to make sure
+                from rubberband.providers.aws import safe_error
+
+                log.error("could not check EC2 for instances of run %s left running (%s); run "
+                          "`rubberband down --provider aws --run-id %s`", run_id, safe_error(exc), run_id)
+                return
             aws_cluster.forget_run(run_id)
 
         return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_aws,
@@ -176,18 +183,22 @@ class _ProviderWatcher:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2)
+            self._drain()      # what the provider said in the last moments
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
-            events = self.read_events()
-            for e in events[self._seen:]:
-                if e.get("event") in ("launch_error", "launch_failed") or \
-                        (e.get("event") == "terminated" and e.get("reason") in ("interrupted", "lost")):
-                    try:
-                        self.on_event("provider", dict(e))
-                    except Exception:
-                        pass
-            self._seen = len(events)
+            self._drain()
+
+    def _drain(self) -> None:
+        events = self.read_events()
+        for e in events[self._seen:]:
+            if e.get("event") in ("launch_error", "launch_failed") or \
+                    (e.get("event") == "terminated" and e.get("reason") in ("interrupted", "lost")):
+                try:
+                    self.on_event("provider", dict(e))
+                except Exception:
+                    pass
+        self._seen = len(events)
 
 
 def _raise_interrupt(signum, frame):
@@ -199,7 +210,7 @@ def _wait_released(cluster, timeout_s: float) -> None:
     while time.time() < deadline:
         state: dict[str, str] = {}
         for e in cluster.read_events():
-            if e.get("event") in LIFECYCLE:
+            if e.get("event") in LIFECYCLE and state.get(e["instance"]) not in ("terminated", "launch_failed"):
                 state[e["instance"]] = e["event"]
         if all(v in ("terminated", "launch_failed") for v in state.values()):
             return

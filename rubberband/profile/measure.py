@@ -344,7 +344,7 @@ class _AwsSession(_LocalSession):
 
         self._aws = aws_cluster
         self._cfg = req.cluster
-        aws_cluster.remember_run(run_id, req.cluster.region)
+        aws_cluster.remember_run(run_id, req.cluster.region, req.cluster.path)
         cluster, _ = aws_cluster.start(run_id, run_dir, req.cloud, req.cluster, max_instances, seed=req.experiment.seed,
                                        latency_scale=req.latency_scale)
         self.read_events = lambda: aws_cluster.ledger_events(cluster)

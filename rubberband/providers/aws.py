@@ -111,11 +111,16 @@ class AwsClusterConfig:
             cfg.node_config.pop("InstanceMarketOptions", None)
         return cfg
 
-    def credential_env(self) -> dict[str, str]:
+    def credential_env(self) -> dict[str, str | None]:
         """``provider.aws_credentials`` as the environment variables boto3 reads."""
         names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
                  "aws_session_token": "AWS_SESSION_TOKEN"}
-        return {names[k]: str(v) for k, v in self.credentials.items() if k in names}
+        if not self.credentials:
+            return {}
+        # The YAML's keys replace the whole environment chain: no stray token or profile.
+        env: dict[str, str | None] = {"AWS_SESSION_TOKEN": None, "AWS_PROFILE": None}
+        env.update({names[k]: str(v) for k, v in self.credentials.items() if k in names})
+        return env
 
 
 def load_cluster_config(path: str | Path, instance_type: str | None = None) -> AwsClusterConfig:
@@ -186,6 +191,14 @@ def load_cluster_config(path: str | Path, instance_type: str | None = None) -> A
     market = node_config.get("InstanceMarketOptions")
     if market is not None and (not isinstance(market, dict) or market.get("MarketType") != "spot"):
         raise SpecError(f"{field_path}.InstanceMarketOptions.MarketType: expected spot, got {market!r}")
+    spot = (market or {}).get("SpotOptions") or {}
+    if spot.get("SpotInstanceType", "one-time") != "one-time":
+        raise SpecError(f"{field_path}.InstanceMarketOptions.SpotOptions.SpotInstanceType: must be one-time (a persistent "
+                        "request relaunches every instance rubberband terminates)")
+    if spot.get("InstanceInterruptionBehavior", "terminate") != "terminate":
+        raise SpecError(f"{field_path}.InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior: must be terminate")
+    if node_config.get("DisableApiTermination"):
+        raise SpecError(f"{field_path}.DisableApiTermination: rubberband must be able to terminate its instances; remove it")
     for key in ("SubnetIds", "SecurityGroupIds"):
         if key in node_config and (not isinstance(node_config[key], list) or not all(isinstance(v, str) for v in node_config[key])):
             raise SpecError(f"{field_path}.{key}: expected a list of ids")
@@ -297,7 +310,7 @@ class Ec2:
         Every failed attempt is reported through ``on_error``; the last one raises
         ``ProviderError`` with EC2's error code.
         """
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         conf = copy.deepcopy(node_config)
         subnets = conf.pop("SubnetIds", None) or ([conf.pop("SubnetId")] if conf.get("SubnetId") else [])
@@ -321,6 +334,18 @@ class Ec2:
             try:
                 out = self.launch_client.run_instances(**conf)
                 return out["Instances"][0]
+            except BotoCoreError as exc:
+                # The request may or may not have reached EC2: retry with the same ClientToken,
+                # so a launch that did happen is returned instead of duplicated.
+                retry = attempt < attempts and not should_stop()
+                if on_error:
+                    on_error(LaunchError(type(exc).__name__, str(exc), attempt, delay if retry else None))
+                if not retry:
+                    raise LaunchFailed(f"EC2 RunInstances {conf.get('InstanceType')} in {self.region}: {type(exc).__name__}: "
+                                       f"{exc}", type(exc).__name__, True) from None
+                sleep(delay)
+                delay = min(max_backoff_s, delay * 2)
+                continue
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code", "ClientError")
                 message = exc.response.get("Error", {}).get("Message", str(exc))
@@ -401,20 +426,23 @@ def instance_summary(instance: dict[str, Any], region: str, now: float | None = 
     }
 
 
-def find_rubberband_instances(regions: Iterable[str], run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every rubberband instance not yet terminated, in every given region."""
+def find_rubberband_instances(regions: Iterable[str], run_id: str | None = None,
+                              credentials: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Every rubberband instance not yet terminated, in every given region (``credentials``
+    per region, from cluster YAMLs; else boto3's chain)."""
     out = []
     for region in sorted(set(regions)):
-        ec2 = Ec2(region)
+        ec2 = Ec2(region, credentials=(credentials or {}).get(region))
         out += [instance_summary(i, region) for i in ec2.instances(run_id=run_id)]
     return out
 
 
-def terminate_rubberband_instances(regions: Iterable[str], run_id: str | None = None) -> list[dict[str, Any]]:
+def terminate_rubberband_instances(regions: Iterable[str], run_id: str | None = None,
+                                   credentials: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Terminate every rubberband instance (of one run, or all) in every region; return them."""
     found = []
     for region in sorted(set(regions)):
-        ec2 = Ec2(region)
+        ec2 = Ec2(region, credentials=(credentials or {}).get(region))
         live = ec2.instances(run_id=run_id)
         ec2.terminate(i["InstanceId"] for i in live)
         found += [instance_summary(i, region) for i in live]

@@ -55,9 +55,12 @@ def check_against_plan(cfg: AwsClusterConfig, cloud: CloudProfile, max_instances
 
 def check_credentials(cfg: AwsClusterConfig) -> None:
     """Fail before starting anything when boto3 would find no credentials."""
+    try:
+        import boto3
+    except ImportError:
+        raise SpecError("--provider aws: boto3 is not installed; pip install 'rubberband[aws]'") from None
     if cfg.credentials:
         return
-    import boto3
 
     if boto3.session.Session().get_credentials() is None:
         raise SpecError("aws credentials: none found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
@@ -125,6 +128,11 @@ def sweep(cluster: LocalCluster, region: str, credentials: dict[str, str] | None
     """
     ec2 = Ec2(region, credentials=credentials)
     left = ec2.instances(run_id=cluster.run_id)
+    # A launch in flight when the head stopped may take a moment to show (EC2 is eventually
+    # consistent): look twice.
+    time.sleep(1.0)
+    seen = {i["InstanceId"] for i in left}
+    left += [i for i in ec2.instances(run_id=cluster.run_id) if i["InstanceId"] not in seen]
     ids = ec2.terminate(i["InstanceId"] for i in left)
     if ids:
         gone = {i["InstanceId"]: i for i in ec2.instances(run_id=cluster.run_id, instance_ids=ids,
@@ -158,10 +166,33 @@ def _runs_index() -> Path:
     return local.STATE_ROOT.parent / "aws-runs"
 
 
-def remember_run(run_id: str, region: str) -> None:
-    """Record that a run launched in ``region`` (so `down` looks there even after the head is gone)."""
+def remember_run(run_id: str, region: str, cluster_yaml: str | None = None) -> None:
+    """Record that a run launched in ``region`` from ``cluster_yaml`` (so `down` looks there,
+    with that file's credentials, even after the head is gone)."""
     _runs_index().mkdir(parents=True, exist_ok=True)
-    (_runs_index() / f"{run_id}.json").write_text(json.dumps({"run_id": run_id, "regions": [region], "at": time.time()}))
+    (_runs_index() / f"{run_id}.json").write_text(json.dumps(
+        {"run_id": run_id, "regions": [region], "cluster_yaml": cluster_yaml, "at": time.time()}))
+
+
+def _recorded_yamls() -> list[str]:
+    out = [c.meta.get("cluster_yaml") for c in LocalCluster.known(PROVIDER)]
+    for path in sorted(_runs_index().glob("*.json")) if _runs_index().exists() else []:
+        try:
+            out.append(json.loads(path.read_text()).get("cluster_yaml"))
+        except (OSError, ValueError):
+            continue
+    return [p for p in out if p and Path(p).is_file()]
+
+
+def _credentials_by_region(cluster_yamls: list[str]) -> dict[str, dict[str, str]]:
+    """``provider.aws_credentials`` of cluster YAMLs, by region (a run whose only credentials
+    were in its YAML must still be cleaned up by `down`)."""
+    out: dict[str, dict[str, str]] = {}
+    for path in cluster_yamls:
+        region, creds = _auth_of(path)
+        if creds:
+            out.setdefault(region, creds)
+    return out
 
 
 def forget_run(run_id: str) -> None:
@@ -181,13 +212,14 @@ def down(regions: list[str] | None = None, run_id: str | None = None, cluster_ya
     """Stop rubberband's aws heads (so nothing relaunches), then terminate every tagged instance."""
     extra = list(regions or [])
     extra += [_region_of(p) for p in cluster_yamls or []]
+    creds = _credentials_by_region(list(cluster_yamls or []) + _recorded_yamls())
     heads = local.down_all(PROVIDER, run_id)
     for head in heads:
         extra += head["meta"].get("regions", [])
     where = known_regions(extra)
     if not where:
         raise SpecError("--region: no region to look in; pass --region, --cluster or set AWS_DEFAULT_REGION")
-    terminated = terminate_rubberband_instances(where, run_id=run_id)
+    terminated = terminate_rubberband_instances(where, run_id=run_id, credentials=creds)
     for t in terminated:
         if t["run_id"]:
             forget_run(t["run_id"])
@@ -207,7 +239,8 @@ def status(regions: list[str] | None = None, run_id: str | None = None, cluster_
     where = known_regions(extra)
     if not where:
         raise SpecError("--region: no region to look in; pass --region, --cluster or set AWS_DEFAULT_REGION")
-    found = find_rubberband_instances(where, run_id=run_id)
+    found = find_rubberband_instances(where, run_id=run_id,
+                                      credentials=_credentials_by_region(list(cluster_yamls or []) + _recorded_yamls()))
     heads = [{"run_id": c.run_id, "processes": len(c.processes())} for c in LocalCluster.known(PROVIDER)
              if run_id is None or c.run_id == run_id]
     return {"regions": where, "instances": found, "heads": heads,
@@ -215,14 +248,22 @@ def status(regions: list[str] | None = None, run_id: str | None = None, cluster_
             "spent_usd": sum(i["cost_usd"] or 0.0 for i in found)}
 
 
-def _region_of(path: str) -> str:
+def _auth_of(path: str) -> tuple[str, dict[str, str]]:
+    """A cluster YAML's region and ``provider.aws_credentials`` (read leniently: `down` must
+    work even from a file that no longer validates)."""
     from rubberband.schema import load_yaml
 
     data = load_yaml(path, "cluster YAML")
-    region = (data.get("provider") or {}).get("region") if isinstance(data.get("provider"), dict) else None
+    provider = data.get("provider") if isinstance(data.get("provider"), dict) else {}
+    region = provider.get("region")
     if not isinstance(region, str):
         raise SpecError(f"{path}: provider.region: missing; add the AWS region")
-    return region
+    creds = provider.get("aws_credentials")
+    return region, {str(k): str(v) for k, v in creds.items()} if isinstance(creds, dict) else {}
+
+
+def _region_of(path: str) -> str:
+    return _auth_of(path)[0]
 
 
 def ledger_events(cluster: LocalCluster) -> list[dict[str, Any]]:

@@ -62,6 +62,7 @@ class AwsNodeProvider(LocalNodeProvider):
         self._ec2 = Ec2(self._region)
         self._ec2_ids: dict[str, str] = {}            # node id -> EC2 instance id
         self._terminating: set[str] = set()           # EC2 ids we terminated ourselves
+        self._retry_terminate: dict[str, tuple[str, str, str]] = {}   # EC2 id -> (node id, instance, reason)
         self._last_check = 0.0
 
     # --- launch --------------------------------------------------------------------------
@@ -84,7 +85,8 @@ class AwsNodeProvider(LocalNodeProvider):
             user_data = worker_user_data(self._setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
 
         def report(err: LaunchError) -> None:
-            self._event(event="launch_error", node_id=node_id, instance=instance, code=err.code, message=err.message,
+            self._event(event="launch_error", node_id=node_id, instance=instance, code=err.code,
+                        message=safe_error(RuntimeError(err.message)).split(": ", 1)[-1],
                         attempt=err.attempt, retry_in_s=err.retry_in_s, region=self._region,
                         instance_type=self._node_config.get("InstanceType"))
 
@@ -110,9 +112,10 @@ class AwsNodeProvider(LocalNodeProvider):
             if alive:
                 self._ec2_ids[node_id] = ec2_id
                 self._nodes[node_id]["tags"]["ec2-instance-id"] = ec2_id
-        self._event(event="running", node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
-                    instance_type=ec2.get("InstanceType"), market="spot" if ec2.get("InstanceLifecycle") == "spot" else "on-demand",
-                    t_ec2=launch_time(ec2))
+            # Logged under the lock: a release of this node is logged after it, never before.
+            self._event(event="running", node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
+                        instance_type=ec2.get("InstanceType"),
+                        market="spot" if ec2.get("InstanceLifecycle") == "spot" else "on-demand", t_ec2=launch_time(ec2))
         if not alive:    # released while launching: never leave it running
             self._terminate_ec2(node_id, instance, ec2_id, reason="released")
             return
@@ -126,13 +129,20 @@ class AwsNodeProvider(LocalNodeProvider):
     # --- terminate -----------------------------------------------------------------------
     def _terminate_ec2(self, node_id, instance, ec2_id, reason):
         self._terminating.add(ec2_id)
-        t = None
         try:
             self._ec2.terminate([ec2_id])
+        except Exception as exc:
+            # Still billing: say so, and try again on every update until EC2 takes it.
+            self._event(event="terminate_error", node_id=node_id, instance=instance, ec2_id=ec2_id, error=safe_error(exc))
+            self._retry_terminate[ec2_id] = (node_id, instance, reason)
+            return
+        self._retry_terminate.pop(ec2_id, None)
+        t = None
+        try:
             gone = self._ec2.instances(run_id=self._run_id, instance_ids=[ec2_id], states=GONE_STATES)
             t = termination_time(gone[0]) if gone else None
-        except Exception as exc:
-            self._event(event="terminate_error", node_id=node_id, instance=instance, ec2_id=ec2_id, error=safe_error(exc))
+        except Exception:
+            pass      # the time is then when we asked
         self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t)
 
     def terminate_node(self, node_id):
@@ -192,6 +202,8 @@ class AwsNodeProvider(LocalNodeProvider):
             self._drop(watched[ec2_id], reason="interrupted", t_ec2=termination_time(inst) or now)
 
     def non_terminated_nodes(self, tag_filters):
+        for ec2_id, (node_id, instance, reason) in list(self._retry_terminate.items()):
+            self._terminate_ec2(node_id, instance, ec2_id, reason)
         self._terminate_released()
         self._check_ec2()
         for nid in self._lost_raylets():

@@ -108,7 +108,7 @@ class LocalCluster:
     def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
               latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0,
               configure: Any = None, provider: str = "local", meta: dict[str, Any] | None = None,
-              extra_env: dict[str, str] | None = None) -> LocalCluster:
+              extra_env: dict[str, str | None] | None = None) -> LocalCluster:
         """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``.
 
         ``configure(cfg) -> cfg`` lets another provider (``aws``) adapt the cluster config;
@@ -128,7 +128,7 @@ class LocalCluster:
         cfg_path.write_text(json.dumps(cfg, indent=2))
         env = {
             **os.environ,
-            **(extra_env or {}),
+            **{k: v for k, v in (extra_env or {}).items() if v is not None},
             "RAY_FAKE_CLUSTER": "1",
             "AUTOSCALER_UPDATE_INTERVAL_S": "1",
             "RAY_enable_autoscaler_v2": "1",
@@ -146,6 +146,9 @@ class LocalCluster:
                f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
                "--include-dashboard=false", f"--system-config={system}"]
         log = open(run_dir / "ray-start.log", "w")
+        for key, value in (extra_env or {}).items():
+            if value is None:
+                env.pop(key, None)       # e.g. a stray AWS_SESSION_TOKEN next to the YAML's keys
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         cluster = cls(run_id, run_dir, port, proc.pid, temp_dir, provider, dict(meta or {}))
         cluster._save_state()

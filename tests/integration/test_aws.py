@@ -206,10 +206,12 @@ search_space: {{lr: [0.05, 0.1]}}
     proc = subprocess.Popen([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "aws", "--allocation", "2",
                              "--latency-scale", "0.05", "--runs-dir", str(tmp_path / "runs")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    # Read progress on a thread (a chatty run must never block on a full pipe).
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
     deadline = time.time() + 120
-    for line in proc.stderr:       # progress lines: wait until trials are training
-        if "stage 0" in line or time.time() > deadline:
-            break
+    while not any("stage 0" in line for line in list(lines)) and time.time() < deadline:
+        time.sleep(0.2)
     while len(running_rubberband_instances(endpoint)) < 2 and time.time() < deadline:
         time.sleep(0.5)
     time.sleep(2.0)
@@ -221,7 +223,7 @@ search_space: {{lr: [0.05, 0.1]}}
 def test_sigint_terminates_every_instance(tmp_path, _isolated_state, moto_ec2):
     proc, head, _ = _start_cli_run(tmp_path, _isolated_state, moto_ec2)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=90)
+    proc.wait(timeout=90)
     assert proc.returncode == 130
     assert running_rubberband_instances(moto_ec2) == []
     assert _session_pids(head.sid) == []
@@ -230,7 +232,7 @@ def test_sigint_terminates_every_instance(tmp_path, _isolated_state, moto_ec2):
 def test_sigkill_then_down_terminates_every_instance(tmp_path, _isolated_state, moto_ec2):
     proc, head, env = _start_cli_run(tmp_path, _isolated_state, moto_ec2)
     proc.kill()
-    proc.communicate(timeout=30)
+    proc.wait(timeout=30)
     assert len(running_rubberband_instances(moto_ec2)) == 2, "a SIGKILLed driver cannot clean up"
     down = subprocess.run([sys.executable, "-m", "rubberband", "down", "--provider", "aws"], env=env,
                           capture_output=True, text=True, timeout=90)

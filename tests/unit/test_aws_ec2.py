@@ -71,6 +71,10 @@ def test_a_ray_cluster_yaml_gives_region_node_config_and_setup(tmp_path):
     (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(
         InstanceMarketOptions={"MarketType": "capacity-block"}), "MarketType: expected spot"),
     (lambda c: c.update(max_workers=0), "max_workers: expected a positive integer"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(InstanceMarketOptions={
+        "MarketType": "spot", "SpotOptions": {"SpotInstanceType": "persistent"}}), "SpotInstanceType: must be one-time"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(DisableApiTermination=True),
+     "DisableApiTermination"),
     (lambda c: c.update(setup_commands="pip install x"), "setup_commands: expected a list"),
 ])
 def test_a_bad_cluster_yaml_is_one_line_naming_the_field(tmp_path, mutate, message):
@@ -147,6 +151,7 @@ def test_capacity_errors_are_retried_with_backoff_and_reported(moto_ec2):
                           {TAG_RUN: "r"}, client_token="r-1", on_error=errors.append, sleep=sleeps.append, backoff_s=1.5)
     finally:
         proxy.stop()
+    Ec2("us-east-1").terminate([inst["InstanceId"]])
     assert inst["InstanceId"].startswith("i-")
     assert len(subnets) == 2 and inst["SubnetId"] == subnets[0]   # tried a, b, then a again
     assert [e.code for e in errors] == ["InsufficientInstanceCapacity"] * 2
@@ -251,7 +256,8 @@ def test_the_head_config_names_the_provider_and_holds_no_secret(tmp_path, monkey
     assert provider["price_usd_per_hour"] == pytest.approx(0.4246)
     assert "gpu_workers" in mirrored["available_node_types"] and "head_address" not in provider
     assert FAKE_SECRET not in json.dumps(mirrored) and FAKE_KEY_ID not in json.dumps(mirrored)
-    assert cfg.credential_env() == {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET}
+    assert cfg.credential_env() == {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
+                                    "AWS_SESSION_TOKEN": None, "AWS_PROFILE": None}   # no stray token or profile
     monkeypatch.setenv("RUBBERBAND_HEAD_ADDRESS", "10.1.2.3:6380")
     real = aws_cluster.configure(cfg, cloud, "run-x", mirror=False)(json.loads(json.dumps(base)))
     assert real["provider"]["mirror"] == "none" and real["provider"]["head_address"] == "10.1.2.3:6380"
@@ -261,7 +267,9 @@ def test_the_head_config_names_the_provider_and_holds_no_secret(tmp_path, monkey
 def test_a_run_without_credentials_fails_before_starting_anything(tmp_path, monkeypatch):
     from rubberband.providers.aws import load_cluster_config
 
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN",
+                "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -269,3 +277,17 @@ def test_a_run_without_credentials_fails_before_starting_anything(tmp_path, monk
     with pytest.raises(SpecError, match="aws credentials: none found"):
         aws_cluster.check_credentials(load_cluster_config(write_cluster_yaml(tmp_path / "c.yaml"), "g5.xlarge"))
     aws_cluster.check_credentials(load_cluster_config(write_cluster_yaml(tmp_path / "k.yaml", credentials=True), "g5.xlarge"))
+
+
+def test_down_uses_the_cluster_yamls_credentials_when_the_environment_has_none(moto_ec2, tmp_path, monkeypatch):
+    _launch(Ec2("us-east-1"), "run-y", 1)
+    cluster = write_cluster_yaml(tmp_path / "c.yaml", credentials=True)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    out = aws_cluster.down(cluster_yamls=[str(cluster)])
+    assert [t["run_id"] for t in out["terminated"]] == ["run-y"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
+    assert running_rubberband_instances(moto_ec2) == []
