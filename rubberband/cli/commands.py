@@ -424,6 +424,11 @@ command("run", "plan the job and run it for real, then report predicted vs actua
 def _down_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provider", default="local", help="local (default) or aws")
     p.add_argument("--run-id", help="only this run (default: every run rubberband started)")
+    _aws_where_args(p)
+
+
+def _aws_where_args(p: argparse.ArgumentParser) -> None:
+    """Where `down` and `status` look for instances, besides the regions runs recorded."""
     p.add_argument("--region", action="append", default=[], help="aws: also look in this region (repeatable)")
     p.add_argument("--cluster", action="append", default=[], metavar="CLUSTER_YAML",
                    help="aws: also look in this cluster YAML's region (repeatable)")
@@ -486,9 +491,7 @@ command("down", "stop every cluster and instance rubberband started")(down_cmd)
 def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provider", default="all", help="local, aws or all (default)")
     p.add_argument("--run-id", help="only this run")
-    p.add_argument("--region", action="append", default=[], help="aws: also look in this region (repeatable)")
-    p.add_argument("--cluster", action="append", default=[], metavar="CLUSTER_YAML",
-                   help="aws: also look in this cluster YAML's region (repeatable)")
+    _aws_where_args(p)
 
 
 def status_cmd(args: argparse.Namespace) -> int:

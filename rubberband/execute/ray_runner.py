@@ -219,8 +219,9 @@ class RayClusterPort:
         self._require_ready = events is not None if require_ready is None else require_ready
         self.poll_s = poll_s
 
-    def _alive(self) -> list[Node]:
-        ready = {e["instance"] for e in self._events() if e.get("event") == "ready"}
+    def _alive(self, events: list[dict[str, Any]] | None = None) -> list[Node]:
+        events = self._events() if events is None else events
+        ready = {e["instance"] for e in events if e.get("event") == "ready"}
         out = []
         for n in ray.nodes():
             if not n.get("Alive"):
@@ -246,10 +247,11 @@ class RayClusterPort:
         deadline = time.time() + timeout_s
         surplus_since = None
         while True:
-            alive = self._alive()
+            events = self._events()      # read once per poll: readiness and launch failures
+            alive = self._alive(events)
             if len(alive) == count:
                 return alive
-            fatal = [e for e in self._events() if e.get("event") == "launch_failed" and e.get("fatal")]
+            fatal = [e for e in events if e.get("event") == "launch_failed" and e.get("fatal")]
             if fatal:
                 raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
             if len(alive) > count:
@@ -262,7 +264,7 @@ class RayClusterPort:
             else:
                 surplus_since = None
             if time.time() > deadline:
-                failures = [e for e in self._events() if e.get("event") in ("launch_error", "launch_failed")]
+                failures = [e for e in events if e.get("event") in ("launch_error", "launch_failed")]
                 why = ""
                 if failures:
                     last = failures[-1]

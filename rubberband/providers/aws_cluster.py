@@ -149,13 +149,8 @@ def sweep(cluster: LocalCluster, region: str, credentials: dict[str, str] | None
 def known_regions(extra: list[str] | None = None) -> list[str]:
     """Regions to look in: the given ones, those of runs rubberband recorded, and the default."""
     regions = set(extra or [])
-    for cluster in LocalCluster.known(PROVIDER):
-        regions.update(cluster.meta.get("regions", []))
-    for path in sorted(_runs_index().glob("*.json")) if _runs_index().exists() else []:
-        try:
-            regions.update(json.loads(path.read_text()).get("regions", []))
-        except (OSError, ValueError):
-            continue
+    for run in _recorded_runs():
+        regions.update(run.get("regions", []))
     default = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if default:
         regions.add(default)
@@ -174,14 +169,21 @@ def remember_run(run_id: str, region: str, cluster_yaml: str | None = None) -> N
         {"run_id": run_id, "regions": [region], "cluster_yaml": cluster_yaml, "at": time.time()}))
 
 
-def _recorded_yamls() -> list[str]:
-    out = [c.meta.get("cluster_yaml") for c in LocalCluster.known(PROVIDER)]
+def _recorded_runs() -> list[dict[str, Any]]:
+    """What rubberband recorded of aws runs: their heads' state files and the runs index
+    (``regions``, ``cluster_yaml``)."""
+    out = [c.meta for c in LocalCluster.known(PROVIDER)]
     for path in sorted(_runs_index().glob("*.json")) if _runs_index().exists() else []:
         try:
-            out.append(json.loads(path.read_text()).get("cluster_yaml"))
+            out.append(json.loads(path.read_text()))
         except (OSError, ValueError):
             continue
-    return [p for p in out if p and Path(p).is_file()]
+    return out
+
+
+def _recorded_yamls() -> list[str]:
+    paths = [run.get("cluster_yaml") for run in _recorded_runs()]
+    return [p for p in paths if p and Path(p).is_file()]
 
 
 def _credentials_by_region(cluster_yamls: list[str]) -> dict[str, dict[str, str]]:

@@ -44,6 +44,8 @@ from rubberband.providers.aws import (
 )
 from rubberband.providers.local_node_provider import INSTANCE_RESOURCE_PREFIX, LocalNodeProvider
 
+EC2_ID_TAG = "ec2-instance-id"     # on a node's provider tags, once its instance is launched
+
 
 class AwsNodeProvider(LocalNodeProvider):
     """EC2 instances through boto3, mirrored by local raylets when EC2 is an emulator."""
@@ -60,7 +62,6 @@ class AwsNodeProvider(LocalNodeProvider):
         self._attempts = int(provider_config.get("launch_attempts", 6))
         self._backoff = float(provider_config.get("launch_backoff_s", 2.0))
         self._ec2 = Ec2(self._region)
-        self._ec2_ids: dict[str, str] = {}            # node id -> EC2 instance id
         self._terminating: set[str] = set()           # EC2 ids we terminated ourselves
         self._retry_terminate: dict[str, tuple[str, str, str]] = {}   # EC2 id -> (node id, instance, reason)
         self._last_check = 0.0
@@ -110,8 +111,7 @@ class AwsNodeProvider(LocalNodeProvider):
         with self.lock:
             alive = node_id in self._nodes
             if alive:
-                self._ec2_ids[node_id] = ec2_id
-                self._nodes[node_id]["tags"]["ec2-instance-id"] = ec2_id
+                self._nodes[node_id]["tags"][EC2_ID_TAG] = ec2_id
             # Logged under the lock: a release of this node is logged after it, never before.
             self._event(event="running", node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
                         instance_type=ec2.get("InstanceType"),
@@ -146,34 +146,23 @@ class AwsNodeProvider(LocalNodeProvider):
         self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t)
 
     def terminate_node(self, node_id):
-        with self.lock:
-            entry = self._nodes.pop(node_id, None)
-            ec2_id = self._ec2_ids.pop(node_id, None)
+        entry = self._forget(node_id)
         if entry is None:
             return
-        instance = entry["tags"].get("rb-instance")
-        if entry.get("node") is not None:
-            self._terminate_node(entry)
+        ec2_id = entry["tags"].get(EC2_ID_TAG)
         if ec2_id is None:
             # Still launching: the boot thread sees the node gone, terminates whatever it
             # launched and logs it (or logs that nothing was launched).
             return
-        self._terminate_ec2(node_id, instance, ec2_id, reason="released")
+        self._terminate_ec2(node_id, entry["tags"].get("rb-instance"), ec2_id, reason="released")
 
     # --- watch ---------------------------------------------------------------------------
     def _drop(self, node_id, reason, t_ec2=None):
         """Forget a node whose instance is gone (or broken), stopping its mirror raylet."""
-        with self.lock:
-            entry = self._nodes.pop(node_id, None)
-            ec2_id = self._ec2_ids.pop(node_id, None)
+        entry = self._forget(node_id, quiet=True)
         if entry is None:
             return
-        if entry.get("node") is not None:
-            try:
-                self._terminate_node(entry)
-            except Exception:
-                pass
-        instance = entry["tags"].get("rb-instance")
+        instance, ec2_id = entry["tags"].get("rb-instance"), entry["tags"].get(EC2_ID_TAG)
         if reason == "lost" and ec2_id:
             # The machine's raylet died: the instance is no use to the cluster and still bills.
             self._terminate_ec2(node_id, instance, ec2_id, reason="lost")
@@ -186,7 +175,7 @@ class AwsNodeProvider(LocalNodeProvider):
             return
         self._last_check = now
         with self.lock:
-            watched = {ec2_id: nid for nid, ec2_id in self._ec2_ids.items()}
+            watched = {entry["tags"][EC2_ID_TAG]: nid for nid, entry in self._nodes.items() if EC2_ID_TAG in entry["tags"]}
         if not watched:
             return
         try:

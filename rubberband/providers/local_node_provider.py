@@ -124,31 +124,29 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                     if entry.get("node") is not None and self._raylet(entry["node"]) is not None
                     and self._raylet(entry["node"]).poll() is not None]
 
+    def _forget(self, node_id, quiet: bool = False):
+        """Drop a node from the provider's books and stop its raylet; return its entry
+        (``None`` if the node is unknown). ``quiet`` ignores a raylet that will not stop."""
+        with self.lock:
+            entry = self._nodes.pop(node_id, None)
+        if entry is not None and entry.get("node") is not None:
+            try:
+                self._terminate_node(entry)
+            except Exception:
+                if not quiet:
+                    raise
+        return entry
+
     def non_terminated_nodes(self, tag_filters):
         self._terminate_released()
         # A lost node is gone: say so, so that the autoscaler launches a replacement.
-        lost = self._lost_raylets()
-        with self.lock:
-            gone = []
-            for nid in lost:
-                entry = self._nodes.pop(nid, None)
-                if entry is None:
-                    continue
-                gone.append((nid, entry["tags"].get("rb-instance")))
-                try:
-                    self._terminate_node(entry)
-                except Exception:
-                    pass
-        for nid, instance in gone:
-            self._event(event="terminated", node_id=nid, instance=instance, reason="lost")
+        for nid in self._lost_raylets():
+            entry = self._forget(nid, quiet=True)
+            if entry is not None:
+                self._event(event="terminated", node_id=nid, instance=entry["tags"].get("rb-instance"), reason="lost")
         return super().non_terminated_nodes(tag_filters)
 
     def terminate_node(self, node_id):
-        with self.lock:
-            entry = self._nodes.pop(node_id, None)
-        if entry is None:
-            return
-        instance = entry["tags"].get("rb-instance")
-        if entry.get("node") is not None:
-            self._terminate_node(entry)
-        self._event(event="terminated", node_id=node_id, instance=instance)
+        entry = self._forget(node_id)
+        if entry is not None:
+            self._event(event="terminated", node_id=node_id, instance=entry["tags"].get("rb-instance"))

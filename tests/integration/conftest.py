@@ -1,6 +1,8 @@
 """Shared set-up of the integration tests: they start real Ray clusters, one at a time."""
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,19 @@ def _isolated_state(tmp_path, monkeypatch):
     for c in leftovers:
         c.stop()
     assert not running, f"clusters left running: {running}"
+
+
+def after_checkpoint(run_dir, trial: str, action, timeout_s: float = 60.0) -> None:
+    """Call ``action()`` on a thread once ``trial`` has written its first checkpoint (so a
+    test can pull a node from under a trial that has something to resume from)."""
+    def wait():
+        ckpt = Path(run_dir) / "checkpoints" / f"{trial}.pt"
+        deadline = time.time() + timeout_s
+        while not ckpt.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        action()
+
+    threading.Thread(target=wait, daemon=True).start()
 
 
 def trainer(name: str) -> str:

@@ -25,7 +25,7 @@ from tests.conftest import (
     write_cluster_yaml,
 )
 
-from .conftest import ROOT, trainer
+from .conftest import ROOT, after_checkpoint, trainer
 from .tiny_trainer import Slow
 
 pytestmark = [pytest.mark.integration, pytest.mark.aws]
@@ -64,21 +64,27 @@ def _files_text(*roots):
                     continue
 
 
-def test_run_on_aws_launches_tags_scales_down_and_terminates(tmp_path, moto_ec2, model):
-    # Stage 0: 2 trials on 2 g5.xlarge (1 GPU each); stage 1: the winner on 1 instance.
+def _experiment(tmp_path, name, stages, trainer_name, market="on-demand", credentials=False):
+    """An experiment file on spot/on-demand g5.xlarge next to its cluster YAML (`cluster.yaml`)."""
+    write_cluster_yaml(tmp_path / "cluster.yaml", "g5.xlarge", credentials=credentials)
     exp = tmp_path / "exp.yaml"
-    write_cluster_yaml(tmp_path / "cluster.yaml", "g5.xlarge", credentials=True)
     exp.write_text(f"""
-name: aws-e2e
-stages: [[2, 2], [1, 2]]
+name: {name}
+stages: {stages}
 model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
-cloud: {{profile: {AWS}, instance_type: g5.xlarge, market: spot}}
+cloud: {{profile: {AWS}, instance_type: g5.xlarge, market: {market}}}
 cluster: cluster.yaml
 deadline: 1h
-trainer: {trainer('Tiny')}
+trainer: {trainer(trainer_name)}
 metric: val_loss
 search_space: {{lr: [0.05, 0.1]}}
 """)
+    return exp
+
+
+def test_run_on_aws_launches_tags_scales_down_and_terminates(tmp_path, moto_ec2, model):
+    # Stage 0: 2 trials on 2 g5.xlarge (1 GPU each); stage 1: the winner on 1 instance.
+    exp = _experiment(tmp_path, "aws-e2e", [[2, 2], [1, 2]], "Tiny", market="spot", credentials=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("AWS_ACCESS_KEY_ID")          # the cluster YAML's aws_credentials must be what works
     env.pop("AWS_SECRET_ACCESS_KEY")
@@ -130,11 +136,7 @@ def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec
         if kind == "gang" and data["trial"] == "t000" and not reclaimed:
             instance = data["instances"][0]
 
-            def later():
-                ckpt = run_dir / "checkpoints" / "t000.pt"
-                deadline = time.time() + 60
-                while not ckpt.exists() and time.time() < deadline:
-                    time.sleep(0.05)
+            def terminate_on_ec2():
                 inst = next(i for i in _instances(moto_ec2, run_id, ["running"])
                             if _tags(i)["rubberband:instance"] == instance)
                 # AWS reclaims the spot instance: straight to EC2, behind the executor's back.
@@ -142,7 +144,7 @@ def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec
                     InstanceIds=[inst["InstanceId"]])
                 reclaimed.update(instance=instance, ec2_id=inst["InstanceId"])
 
-            threading.Thread(target=later, daemon=True).start()
+            after_checkpoint(run_dir, "t000", terminate_on_ec2)
 
     seen = []
     result = execute(plan, trainer("Slow"), SPACE, provider="aws", metric="val_loss", seed=2, runs_dir=tmp_path / "runs",
@@ -189,19 +191,7 @@ def test_an_exception_terminates_every_instance(tmp_path, moto_ec2, model):
 
 
 def _start_cli_run(tmp_path, state, endpoint):
-    exp = tmp_path / "exp.yaml"
-    write_cluster_yaml(tmp_path / "cluster.yaml")
-    exp.write_text(f"""
-name: aws-interrupted
-stages: [[2, 40]]
-model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
-cloud: {{profile: {AWS}, instance_type: g5.xlarge}}
-cluster: cluster.yaml
-deadline: 1h
-trainer: {trainer('Slow')}
-metric: val_loss
-search_space: {{lr: [0.05, 0.1]}}
-""")
+    exp = _experiment(tmp_path, "aws-interrupted", [[2, 40]], "Slow")
     env = {**os.environ, "RUBBERBAND_STATE_DIR": str(state), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.Popen([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "aws", "--allocation", "2",
                              "--latency-scale", "0.05", "--runs-dir", str(tmp_path / "runs")],
@@ -248,18 +238,7 @@ def test_sigkill_then_down_terminates_every_instance(tmp_path, _isolated_state, 
 def test_profile_on_aws_times_launches_from_ec2_and_terminates_everything(tmp_path, moto_ec2):
     from rubberband.profile import profile
 
-    write_cluster_yaml(tmp_path / "cluster.yaml")
-    exp = tmp_path / "exp.yaml"
-    exp.write_text(f"""
-name: aws-profile
-stages: [[2, 1]]
-model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
-cloud: {{profile: {AWS}, instance_type: g5.xlarge}}
-cluster: cluster.yaml
-trainer: {trainer('Tiny')}
-metric: val_loss
-search_space: {{lr: [0.05, 0.1]}}
-""")
+    exp = _experiment(tmp_path, "aws-profile", [[2, 1]], "Tiny")
     out = tmp_path / "profiles" / "tiny_g5.yaml"
     result = profile(exp, provider="aws", iters=1, repeats=1, out=out, runs_dir=tmp_path / "runs", latency_scale=0.05)
     model = rb.ModelProfile.load(out)

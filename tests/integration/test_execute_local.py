@@ -2,8 +2,6 @@
 
 import os
 import signal
-import threading
-import time
 
 import pytest
 
@@ -12,7 +10,7 @@ from rubberband.execute.run import execute
 from rubberband.plan import plan_allocation
 from rubberband.providers.local import LocalCluster
 
-from .conftest import ROOT, trainer
+from .conftest import ROOT, after_checkpoint, trainer
 from .tiny_trainer import Slow
 
 pytestmark = pytest.mark.integration
@@ -73,18 +71,14 @@ def test_a_lost_node_mid_stage_resumes_the_trial_from_its_checkpoint(tmp_path, m
         if kind == "gang" and data["trial"] == "t000" and not killed:
             instance = data["instances"][0]
 
-            def later():
-                ckpt = run_dir / "checkpoints" / "t000.pt"
-                deadline = time.time() + 60
-                while not ckpt.exists() and time.time() < deadline:
-                    time.sleep(0.05)
+            def kill_raylet():
                 cluster = LocalCluster.known()[0]
                 pid = next(e["raylet_pid"] for e in cluster.read_events()
                            if e["event"] == "ready" and e["instance"] == instance)
                 os.kill(pid, signal.SIGKILL)
                 killed["instance"] = instance
 
-            threading.Thread(target=later, daemon=True).start()
+            after_checkpoint(run_dir, "t000", kill_raylet)
 
     result = execute(plan, trainer("Slow"), SPACE, metric="val_loss", seed=2, runs_dir=tmp_path / "runs",
                      latency_scale=0.2, on_event=pull_the_plug, run_id=run_id)
