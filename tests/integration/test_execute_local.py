@@ -2,6 +2,7 @@
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,23 @@ def _overlaps(runs):
         now += delta
         most = max(most, now)
     return most
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (a raylet's workers and agents), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
 
 
 def test_queue_then_resize_continues_from_the_checkpoint(tmp_path, model, cloud):
@@ -75,7 +93,11 @@ def test_a_lost_node_mid_stage_resumes_the_trial_from_its_checkpoint(tmp_path, m
                 cluster = LocalCluster.known()[0]
                 pid = next(e["raylet_pid"] for e in cluster.read_events()
                            if e["event"] == "ready" and e["instance"] == instance)
-                os.kill(pid, signal.SIGKILL)
+                for victim in [pid, *_descendants(pid)]:     # a machine that dies takes its workers with it
+                    try:
+                        os.kill(victim, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 killed["instance"] = instance
 
             after_checkpoint(run_dir, "t000", kill_raylet)
