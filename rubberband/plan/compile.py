@@ -84,7 +84,7 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
 def fastest_plan(table: StageTable) -> Candidate:
     """The plan with the shortest mean JCT: the end of the optimal Pareto front, or a static
     cluster (which holds instances across stages and so skips later scale-ups)."""
-    cands = [Candidate(a, tuple(table.need(i, x) for i, x in enumerate(a)), *table.evaluate(a)) for a in pareto_front(table)]
+    cands = [Candidate(a, h, *table.evaluate(a, h)) for a, h in pareto_front(table)]
     cands += static_candidates(table)
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 

@@ -219,56 +219,71 @@ def greedy_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
 # --- optimal ----------------------------------------------------------------------------------
 @policy("optimal")
 def optimal_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
-    """Exact search over every valid allocation vector (dynamic programming over stages).
+    """Exact search over every valid allocation vector and every useful instance count to
+    hold (dynamic programming over stages).
 
     Guarantee: returns the Pareto front of (mean JCT, surrogate mean cost) over *all* valid
     allocation vectors (``valid_allocations``: each stage's factors and multiples of its trial
-    count and queueing on whole instances, with the fewest instances per stage) whose mean
-    JCT meets ``deadline_s``, plus every static cluster. Mean JCT is exactly additive
-    over stages, so feasibility is exact for the given samples and seed. The surrogate cost
-    bills instance-seconds without rounding; the true cost adds at most
+    count and queueing on whole instances) combined with every held-instance vector in which
+    each stage holds either the fewest instances its allocation needs or as many as some
+    later stage's allocation needs (holding them across the SYNC instead of releasing and
+    relaunching: static clusters, and keeping a HyperBand bracket's instances for the next
+    bracket, are special cases), whose mean JCT meets ``deadline_s``. Mean JCT is exactly
+    additive over stages, so feasibility is exact for the given samples and seed. The
+    surrogate cost bills instance-seconds without rounding; the true cost adds at most
     ``max(granularity_s, minimum_s)`` of billing per instance launch, which ``choose``
     resolves by simulating the cheapest candidates in full.
 
     The state between stages is the instance count held (it decides how many instances
     the next stage must launch and wait for); per state the DP keeps every non-dominated
-    (time, cost) pair, pruned by lower bounds on the remaining stages' time.
+    (time, cost) pair, pruned by lower bounds on the remaining stages' time and cost.
     """
     front = pareto_front(table, deadline_s)
-    # Static clusters hold instances across stages (the DP holds the fewest per stage), so
-    # they join the candidates: optimal is never worse than static, HyperBand included.
-    return [_candidate(table, alloc) for alloc in front] + static_candidates(table, deadline_s)
+    # Static clusters are in the search space already; they stay as named candidates so a
+    # plan that is one says so.
+    return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s)
 
 
-def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[tuple[int, ...]]:
-    """Allocation vectors on the (mean JCT, surrogate cost) Pareto front meeting ``deadline_s``."""
+def pareto_front(table: StageTable, deadline_s: float = math.inf,
+                 cost_cap: float = math.inf) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(allocation, instances held)`` vectors on the (mean JCT, surrogate cost) Pareto front
+    meeting ``deadline_s``, fastest first (see ``optimal_policy`` for the search space)."""
     t_suf, c_suf = table.suffix_bounds()
     eps = 1e-9 * max(1.0, deadline_s if math.isfinite(deadline_s) else 1.0)
-    # Points of the previous stage: time, cost, state (instances held), parent index, allocation.
+    stages = range(table.num_stages)
+    cands = [np.array(table.candidates(i, deadline_s), dtype=np.int64) for i in stages]
+    needs = [np.array([table.need(i, a) for a in cands[i]], dtype=np.int64) for i in stages]
+    # Per stage: the counts some later stage needs (worth holding through this one's SYNC).
+    later: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * table.num_stages
+    for i in range(table.num_stages - 2, -1, -1):
+        later[i] = np.union1d(later[i + 1], needs[i + 1])
+    # Points of the previous stage: time, cost, state (instances held).
     T = np.zeros(1)
     C = np.zeros(1)
     H = np.zeros(1, dtype=np.int64)
-    history: list[tuple[np.ndarray, np.ndarray]] = []   # per stage: (parent, allocation) of kept points
-    for i in range(table.num_stages):
-        cands = np.array(table.candidates(i, deadline_s), dtype=np.int64)
-        needs = np.array([table.need(i, a) for a in cands], dtype=np.int64)
+    history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # per stage: parent, allocation, held
+    for i in stages:
+        # Options of this stage: (candidate index, instances held).
+        opt_k = [np.arange(len(cands[i]))]
+        opt_h = [needs[i]]
+        for v in later[i]:
+            more = np.flatnonzero(needs[i] < v)
+            opt_k.append(more)
+            opt_h.append(np.full(len(more), v, dtype=np.int64))
+        ok, oh = np.concatenate(opt_k), np.concatenate(opt_h)
         prev_states, inverse = np.unique(H, return_inverse=True)
-        dur = np.empty((len(prev_states), len(cands)))
-        cost = np.empty_like(dur)
-        for p, hp in enumerate(prev_states):
-            for k, (a, h) in enumerate(zip(cands, needs)):
-                dur[p, k], cost[p, k] = table.stage(i, int(a), int(h), int(hp))
+        dur, cost = _stage_options(table, i, cands[i], ok, oh, prev_states)
         Tn = (T[:, None] + dur[inverse]).ravel()
         Cn = (C[:, None] + cost[inverse]).ravel()
-        parent = np.repeat(np.arange(len(T)), len(cands))
-        kidx = np.tile(np.arange(len(cands)), len(T))
+        parent = np.repeat(np.arange(len(T)), len(ok))
+        oidx = np.tile(np.arange(len(ok)), len(T))
         keep = (Tn + t_suf[i + 1] <= deadline_s + eps) & (Cn + c_suf[i + 1] <= cost_cap)
-        Tn, Cn, parent, kidx = Tn[keep], Cn[keep], parent[keep], kidx[keep]
-        Hn = needs[kidx]
+        Tn, Cn, parent, oidx = Tn[keep], Cn[keep], parent[keep], oidx[keep]
         if len(Tn) == 0:
             return []
+        Hn = oh[oidx]
         order = np.lexsort((Cn, Tn, Hn))
-        Tn, Cn, Hn, parent, kidx = Tn[order], Cn[order], Hn[order], parent[order], kidx[order]
+        Tn, Cn, Hn, parent, oidx = Tn[order], Cn[order], Hn[order], parent[order], oidx[order]
         mask = np.zeros(len(Tn), dtype=bool)
         starts = np.flatnonzero(np.r_[True, Hn[1:] != Hn[:-1]])
         ends = np.r_[starts[1:], len(Tn)]
@@ -278,7 +293,7 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
             mask[s] = True
             mask[s + 1:e] = seg[1:] < running[:-1] - 1e-12
         T, C, H = Tn[mask], Cn[mask], Hn[mask]
-        history.append((parent[mask], cands[kidx[mask]]))
+        history.append((parent[mask], cands[i][ok[oidx[mask]]], Hn[mask]))
     # Final front over all states.
     order = np.lexsort((C, T))
     best_c, plans = math.inf, []
@@ -289,9 +304,31 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
     return plans
 
 
-def _backtrack(history: list[tuple[np.ndarray, np.ndarray]], index: int) -> tuple[int, ...]:
-    alloc = []
-    for parent, allocs in reversed(history):
+def _stage_options(table: StageTable, i: int, cands: np.ndarray, ok: np.ndarray, oh: np.ndarray,
+                   prev_states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean duration and surrogate cost of stage ``i`` for every previous held count (rows)
+    and option (columns: allocation ``cands[ok]`` holding ``oh`` instances), exactly as
+    ``StageTable.stage`` computes them one at a time."""
+    train = np.array([table.entry(i, int(a)).train_s for a in cands])[ok]
+    busy = np.array([table.entry(i, int(a)).busy_usd for a in cands])[ok]
+    new = np.maximum(0, oh[None, :] - prev_states[:, None])
+    init = np.zeros(int(new.max()) + 1)
+    for n in np.unique(new):
+        init[n] = table.init_s(i, int(n))
+    scale = table.scale_s[i]
+    dur = train[None, :] + table.sync_s[i] + np.where(new > 0, scale + init[new], 0.0)
+    if table.per_instance:
+        cost = table.usd_per_s * (oh[None, :] * dur - new * scale)
+    else:
+        cost = np.broadcast_to(busy[None, :], dur.shape).copy()
+    return dur, cost + new * table.data_usd
+
+
+def _backtrack(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+               index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    alloc, held = [], []
+    for parent, allocs, helds in reversed(history):
         alloc.append(int(allocs[index]))
+        held.append(int(helds[index]))
         index = int(parent[index])
-    return tuple(reversed(alloc))
+    return tuple(reversed(alloc)), tuple(reversed(held))

@@ -135,9 +135,10 @@ def static_clusters(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfi
 
 def brute_force(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, seed: int) -> list[Point]:
     """The optimal policy's documented search space, enumerated: every valid allocation vector
-    (``valid_allocations`` per stage, fewest instances per stage) plus every static cluster
-    (which holds K instances in every stage); each plan simulated in full with the same seed
-    (common random numbers).
+    (``valid_allocations`` per stage) with every held vector in which each stage holds the
+    fewest instances its allocation needs or as many as some later stage's valid allocation
+    needs, plus every static cluster (K instances in every stage); each plan simulated in
+    full with the same seed (common random numbers).
 
     Cached by job, so tests over the same job and seed share one enumeration.
     """
@@ -146,9 +147,15 @@ def brute_force(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, 
         return _BRUTE[key]
     out = []
     G = cloud.gpus_per_instance
-    for alloc in itertools.product(*(valid_allocations(s.num_trials, model, G) for s in spec.stages)):
-        r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed)
-        out.append(Point(tuple(alloc), tuple(r.instances), r.mean_jct_s, r.mean_cost_usd))
+    valid = [valid_allocations(s.num_trials, model, G) for s in spec.stages]
+    needs = [{instances_needed(s.num_trials, a, G) for a in v} for s, v in zip(spec.stages, valid)]
+    later = [set().union(*needs[i + 1:]) for i in range(len(needs))]
+    for alloc in itertools.product(*valid):
+        fewest = [instances_needed(s.num_trials, a, G) for s, a in zip(spec.stages, alloc)]
+        holds = [[n] + sorted(v for v in later[i] if v > n) for i, n in enumerate(fewest)]
+        for held in itertools.product(*holds):
+            r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=held)
+            out.append(Point(tuple(alloc), tuple(r.instances), r.mean_jct_s, r.mean_cost_usd))
     for alloc, k in static_clusters(spec, model, cloud):
         r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=(k,) * spec.num_stages())
         out.append(Point(tuple(alloc), tuple(r.instances), r.mean_jct_s, r.mean_cost_usd))
@@ -441,9 +448,6 @@ def test_optimal_not_costlier_than_greedy_when_the_next_stage_needs_the_instance
     assert optimal.predicted.mean_cost_usd <= greedy.predicted.mean_cost_usd + 1e-9
 
 
-@pytest.mark.xfail(reason="BUG: optimal holds either the fewest instances per stage or one static count for the "
-                          "whole job; (16, 2, 8) holding (16, 8, 8) meets 420 s for $5.20, optimal returns the "
-                          "static 16-instance plan for $5.60", strict=True)
 def test_optimal_considers_holding_some_instances_across_a_bracket_boundary():
     # Bracket 1: 8 trials then 1; bracket 2: 8 new trials. G=1, 200 s init. Releasing down to
     # 8 (not 1) after the first stage keeps what bracket 2 needs without holding 16 throughout.
@@ -453,6 +457,8 @@ def test_optimal_considers_holding_some_instances_across_a_bracket_boundary():
     assert held.mean_jct_s == pytest.approx(400.0) and held.mean_cost_usd == pytest.approx(5.2)
     optimal = compile_plan(spec, LINEAR, cloud, 420.0, policy="optimal", samples=3)
     assert optimal.predicted.mean_cost_usd <= held.mean_cost_usd + 1e-9
+    assert (optimal.allocation, optimal.instances) == ((16, 2, 8), (16, 8, 8))   # not the static $5.60 plan
+    assert optimal.predicted.mean_jct_s <= 420.0
 
 
 # --- paper trends (Figures 11 and 12) ------------------------------------------------------------
