@@ -185,10 +185,18 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment):
 
 
 def plan_table(plan) -> str:
+    from rubberband.simulate import instances_needed
+
     p = plan.predicted
+
+    def held(s) -> str:
+        # A stage may hold more instances than its trials need, for a later stage.
+        idle = s.instances - instances_needed(s.num_trials, s.allocation, plan.cloud.gpus_per_instance)
+        return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
+
     return render(
         ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", "mean time", "stage cost"],
-        [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, s.instances,
+        [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, held(s),
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in p.stages],
         title=f"plan ({plan.policy}) on {plan.instance_type} x{max(plan.instances)} at most, "
               f"{plan.cloud.market.value} {format_usd(plan.cloud.hourly_usd)}/h, deadline {format_duration(plan.deadline_s)}"

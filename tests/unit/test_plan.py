@@ -459,6 +459,10 @@ def test_optimal_considers_holding_some_instances_across_a_bracket_boundary():
     assert optimal.predicted.mean_cost_usd <= held.mean_cost_usd + 1e-9
     assert (optimal.allocation, optimal.instances) == ((16, 2, 8), (16, 8, 8))   # not the static $5.60 plan
     assert optimal.predicted.mean_jct_s <= 420.0
+    from rubberband.cli.commands import plan_table
+
+    rows = plan_table(optimal).splitlines()[3:]
+    assert "8 (6 held idle)" in rows[1] and "held" not in rows[0] + rows[2]   # `rubberband plan` says so
 
 
 # --- paper trends (Figures 11 and 12) ------------------------------------------------------------
