@@ -115,18 +115,24 @@ def _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir
 
     from rubberband.execute.ray_runner import RayClusterPort, RayTrialRunner
 
-    cluster = start_cluster()
+    main = threading.current_thread() is threading.main_thread()
+    # SIGTERM cleans up like Ctrl-C, from the moment the head starts.
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    try:
+        cluster = start_cluster()
+    except BaseException:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        raise
     read_events = (lambda: events(cluster)) if events else cluster.read_events
     ended = None
     driver = None
     outcome = None
-    previous_sigterm = None
     watcher = _ProviderWatcher(cluster.read_events, on_event)
     try:
         ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-        if threading.current_thread() is threading.main_thread():
-            # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
-            previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+        if main:
+            signal.signal(signal.SIGTERM, _raise_interrupt)     # again: ray.init installs its own
         port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
                               release_file=str(cluster.run_dir / "provider" / "release.json"),
                               require_ready=cluster.meta.get("mirror", True))

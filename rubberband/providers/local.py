@@ -157,6 +157,9 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             cluster.stop()
             raise ProviderError(f"local provider: `ray start --head` did not finish in {timeout_s:.0f}s; see {run_dir / 'ray-start.log'}") from None
+        except BaseException:       # Ctrl-C (or SIGTERM) while the head starts: it runs in its own session
+            cluster.stop()
+            raise
         if rc != 0:
             cluster.stop()
             raise ProviderError(f"local provider: `ray start --head` failed (exit {rc}); see {run_dir / 'ray-start.log'}")

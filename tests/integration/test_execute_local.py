@@ -1,7 +1,10 @@
 """The executor end to end on the local provider: Ray's autoscaler, warm DDP gangs, real PyTorch."""
 
+import json
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +114,32 @@ def test_a_lost_node_mid_stage_resumes_the_trial_from_its_checkpoint(tmp_path, m
     lost = [i for i in result.ledger["instances"] if i["instance_id"] == killed["instance"]]
     assert lost and lost[0]["released_s"] is not None
     assert len(result.ledger["instances"]) >= 3                      # a replacement was launched and billed
+
+
+def test_ctrl_c_while_the_head_starts_leaves_nothing_running(tmp_path, model, cloud):
+    import rubberband.providers.local as local
+
+    spec = rb.ExperimentSpec.from_stages([(2, 1)])
+    plan = plan_allocation(spec, (2,), model, cloud, deadline_s=600, samples=20)
+    run_id = "ctrl-c-at-start"
+    state = local.STATE_ROOT / f"{run_id}.json"
+
+    def press_ctrl_c():
+        deadline = time.time() + 60
+        while not state.exists() and time.time() < deadline:    # `ray start --head` was spawned
+            time.sleep(0.01)
+        sid = json.loads(state.read_text())["sid"]
+        seen["sid"] = sid
+        os.kill(os.getpid(), signal.SIGINT)
+
+    seen: dict = {}
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        execute(plan, trainer("Tiny"), SPACE, runs_dir=tmp_path / "runs", latency_scale=0.2, run_id=run_id)
+    assert seen, "the head never started"
+    assert not (tmp_path / "runs" / run_id / "result.json").exists()
+    assert local._session_pids(seen["sid"]) == []            # the head's whole session is gone
+    assert LocalCluster.known() == [] and not state.exists()
 
 
 def test_an_exception_releases_every_node(tmp_path, model, cloud):
