@@ -127,7 +127,8 @@ def test_run_on_aws_launches_tags_scales_down_and_terminates(tmp_path, moto_ec2,
 
 
 def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec2, model):
-    plan = _plan(model, [(2, 8)], (2,), market="spot")
+    # 20 iterations (~6 s) leave the provider time to see the reclaim before the trial ends.
+    plan = _plan(model, [(2, 20)], (2,), market="spot")
     run_id = "spot-interrupt"
     run_dir = tmp_path / "runs" / run_id
     reclaimed = {}
@@ -152,7 +153,7 @@ def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec
                      cluster_config=write_cluster_yaml(tmp_path / "c.yaml", spot=True))
     assert reclaimed, "the test never found the instance to reclaim"
     t0 = result.trials["t000"]
-    assert t0["restarts"] >= 1 and t0["step"] == 8 * Slow.steps_per_iter        # resumed and finished
+    assert t0["restarts"] >= 1 and t0["step"] == 20 * Slow.steps_per_iter       # resumed and finished
     ledger = {i["provider_id"]: i for i in result.ledger["instances"]}
     assert ledger[reclaimed["ec2_id"]]["release_reason"] == "interrupted"
     assert len(ledger) >= 3 and all(i["released_s"] is not None for i in ledger.values())   # replacement billed
