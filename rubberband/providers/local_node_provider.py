@@ -41,6 +41,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         self._rng = np.random.default_rng(int(provider_config.get("seed", 0)))
         self._counter = 0
         self._event_lock = threading.Lock()
+        self._release_seen: set[str] = set()     # released instances seen by the last update
 
     def _event(self, **fields) -> None:
         fields["t"] = time.time()
@@ -107,13 +108,22 @@ class LocalNodeProvider(FakeMultiNodeProvider):
 
     def _terminate_released(self) -> None:
         # Instances the executor released (it emptied them at a SYNC and listed them in
-        # release.json) are terminated now, most recently launched first as the executor
-        # chose them; Ray's idle-timeout would keep a node that a resource request still
-        # fits on, and would pick which node goes by itself.
+        # release.json) are terminated, most recently launched first as the executor chose
+        # them; Ray's idle-timeout would keep a node that a resource request still fits on,
+        # and would pick which node goes by itself.
+        #
+        # Not on the update that first sees a release but on the next one: each autoscaler
+        # update reads Ray's resource demand *before* it asks the provider for its nodes, so
+        # the update that first sees the release may hold a demand read before the executor
+        # lowered it, and would launch a new instance for every one terminated now. The
+        # executor lowers the demand before it writes the release file, so the next update
+        # reads the lowered demand.
         released = self._released()
-        if released:
+        due = released & self._release_seen
+        self._release_seen = released
+        if due:
             with self.lock:
-                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in released]
+                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get("rb-instance") in due]
             for nid in doomed:
                 self.terminate_node(nid)
 
