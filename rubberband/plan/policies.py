@@ -272,7 +272,7 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf,
             opt_h.append(np.full(len(more), v, dtype=np.int64))
         ok, oh = np.concatenate(opt_k), np.concatenate(opt_h)
         prev_states, inverse = np.unique(H, return_inverse=True)
-        dur, cost = _stage_options(table, i, cands[i], ok, oh, prev_states)
+        dur, cost = table.stage_grid(i, cands[i][ok], oh, prev_states)
         Tn = (T[:, None] + dur[inverse]).ravel()
         Cn = (C[:, None] + cost[inverse]).ravel()
         parent = np.repeat(np.arange(len(T)), len(ok))
@@ -302,26 +302,6 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf,
             best_c = C[j]
             plans.append(_backtrack(history, int(j)))
     return plans
-
-
-def _stage_options(table: StageTable, i: int, cands: np.ndarray, ok: np.ndarray, oh: np.ndarray,
-                   prev_states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean duration and surrogate cost of stage ``i`` for every previous held count (rows)
-    and option (columns: allocation ``cands[ok]`` holding ``oh`` instances), exactly as
-    ``StageTable.stage`` computes them one at a time."""
-    train = np.array([table.entry(i, int(a)).train_s for a in cands])[ok]
-    busy = np.array([table.entry(i, int(a)).busy_usd for a in cands])[ok]
-    new = np.maximum(0, oh[None, :] - prev_states[:, None])
-    init = np.zeros(int(new.max()) + 1)
-    for n in np.unique(new):
-        init[n] = table.init_s(i, int(n))
-    scale = table.scale_s[i]
-    dur = train[None, :] + table.sync_s[i] + np.where(new > 0, scale + init[new], 0.0)
-    if table.per_instance:
-        cost = table.usd_per_s * (oh[None, :] * dur - new * scale)
-    else:
-        cost = np.broadcast_to(busy[None, :], dur.shape).copy()
-    return dur, cost + new * table.data_usd
 
 
 def _backtrack(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]],

@@ -167,6 +167,25 @@ class StageTable:
             cost = entry.busy_usd
         return duration, cost + new * self.data_usd
 
+    def stage_grid(self, i: int, allocations: np.ndarray, held: np.ndarray,
+                   previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``stage`` for many plans at once: rows are the ``previous`` held counts, columns
+        the options (``allocations[j]`` holding ``held[j]`` instances); the same formulas,
+        in the same order, so every value equals ``stage``'s."""
+        distinct, column = np.unique(allocations, return_inverse=True)
+        entries = [self.entry(i, int(a)) for a in distinct]
+        new = np.maximum(0, held[None, :] - previous[:, None])
+        init = np.zeros(int(new.max()) + 1)
+        for n in np.unique(new):
+            init[n] = self.init_s(i, int(n))
+        duration = np.array([e.train_s for e in entries])[column][None, :] + self.sync_s[i]
+        duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
+        if self.per_instance:
+            cost = self.usd_per_s * (held[None, :] * duration - new * self.scale_s[i])
+        else:
+            cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column][None, :], duration.shape)
+        return duration, cost + new * self.data_usd
+
     def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:
         """Mean JCT and surrogate mean cost of a whole plan, by adding up its stages."""
         held = [self.need(i, a) for i, a in enumerate(allocation)] if held is None else held

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -209,6 +210,23 @@ def test_optimal_equals_brute_force(job, seed, billing):
         assert (plan.allocation, plan.instances) in ties, (label, d, plan.allocation, plan.instances, best)
         assert plan.predicted.mean_cost_usd == pytest.approx(best.cost_usd, rel=1e-9), label
         assert plan.predicted.mean_jct_s <= d
+
+
+@pytest.mark.parametrize("billing", [DEFAULT, PER_FUNCTION], ids=["per-instance", "per-function"])
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: j.name)
+def test_stage_grid_equals_stage_one_plan_at_a_time(job, billing):
+    model, cloud = setup(job, billing, 5)
+    cloud = CloudProfile.from_dict({**cloud.to_dict(), "data": {"dataset_gb": 1.0, "price_usd_per_gb": 0.05}})
+    table = StageTable(job.spec, model, cloud, samples=SAMPLES, seed=5)
+    most = max(table.need(i, a) for i in range(table.num_stages) for a in table.candidates(i))
+    previous = np.arange(0, most + 2)
+    for i in range(table.num_stages):
+        allocs = np.array([a for a in table.candidates(i) for _ in range(3)])
+        held = np.array([table.need(i, a) + extra for a in table.candidates(i) for extra in (0, 1, 3)])
+        dur, cost = table.stage_grid(i, allocs, held, previous)
+        for r, hp in enumerate(previous):
+            for c, (a, h) in enumerate(zip(allocs, held)):
+                assert (dur[r, c], cost[r, c]) == table.stage(i, int(a), int(h), int(hp))
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: j.name)
