@@ -33,7 +33,7 @@ def main() -> None:
                       AWS_DEFAULT_REGION="us-east-1", RUBBERBAND_STATE_DIR=str(tmp / "state"),
                       RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     import rubberband as rb
-    from rubberband.execute.run import execute
+    from rubberband.executor.run import execute
     from rubberband.plan import plan_allocation
 
     ec2 = boto3.client("ec2", region_name="us-east-1")

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from rubberband.place import place, scale_down_plan
+from rubberband.placement import place, scale_down_plan
 
 NUM_TRIALS = 1024
 NUM_NODES = 256

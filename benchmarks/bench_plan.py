@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rubberband import InfeasibleDeadlineError, load_experiment  # noqa: E402
-from rubberband.cli.table import render  # noqa: E402
 from rubberband.plan import POLICIES, compile_plan  # noqa: E402
+from rubberband.render import render  # noqa: E402
 
 TARGETS_S = {"optimal": 1.0, "greedy": 2.0}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
-from rubberband.simulate import layout, simulate
+from rubberband.simulator import layout, simulate
 from rubberband.testing.reference_sim import reference_simulate
 
 ROOT = Path(__file__).resolve().parents[1]

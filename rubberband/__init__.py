@@ -19,10 +19,10 @@ _EXPORTS = {
     "Billing": "rubberband.profiles", "BillingModel": "rubberband.profiles", "CloudCatalog": "rubberband.profiles",
     "CloudProfile": "rubberband.profiles", "DataCost": "rubberband.profiles", "Market": "rubberband.profiles",
     "ModelProfile": "rubberband.profiles",
-    "SimResult": "rubberband.simulate", "build_dag": "rubberband.simulate", "simulate": "rubberband.simulate",
+    "SimResult": "rubberband.simulator", "build_dag": "rubberband.simulator", "simulate": "rubberband.simulator",
     "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec",
-    "Placement": "rubberband.place", "place": "rubberband.place",
-    "Trainer": "rubberband.execute", "execute": "rubberband.execute", "profile": "rubberband.profile",
+    "Placement": "rubberband.placement", "place": "rubberband.placement",
+    "Trainer": "rubberband.executor", "execute": "rubberband.executor", "profile": "rubberband.profiler",
 }
 
 __all__ = ["__version__", *_EXPORTS]

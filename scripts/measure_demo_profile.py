@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Measure the demo job on this machine and write the profiles the planner uses for it.
 
-A thin wrapper over ``rubberband.profile.profile`` (also ``rubberband profile``): starts a local
+A thin wrapper over ``rubberband.profiler.profile`` (also ``rubberband profile``): starts a local
 cluster of the experiment's instance type and measures, through the real executor, the
 initialisation latency (running -> warm workers) over two launches and, per GPUs-per-trial
 count, trial start-up and seconds per iteration from small stages run by the real driver.
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from rubberband.errors import RubberbandError
-    from rubberband.profile import profile
+    from rubberband.profiler import profile
 
     try:
         result = profile(args.experiment, iters=args.iters, repeats=args.repeats, max_seconds=args.max_seconds,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rubberband.errors import SpecError
-from rubberband.simulate.trace import Timeline
+from rubberband.simulator.trace import Timeline
 
 
 def draw_gantt(timeline: Timeline, path: str, title: str = "") -> None:

@@ -3,39 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from rubberband.cli.common import COMMANDS
 from rubberband.errors import RubberbandError
-from rubberband.schema import jsonable
 
-# name -> (help, add_arguments, run); filled by the modules below via `command`.
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, help: str):
-    """Register a subcommand: decorate ``run(args) -> exit code`` whose ``.arguments`` adds options."""
-
-    def wrap(run: Callable[[argparse.Namespace], int]):
-        COMMANDS[name] = (help, getattr(run, "arguments", lambda p: None), run)
-        return run
-
-    return wrap
-
-
-def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
-    """Print ``payload`` as JSON with ``--json``, else the human text."""
-    if getattr(args, "json", False):
-        print(json.dumps(payload, indent=2, default=jsonable))
-    else:
-        print(text)
+# The order of `rubberband --help`: the pipeline's, then the cluster housekeeping.
+ORDER = ("validate", "plan", "simulate", "whatif", "profile", "run", "status", "down")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from rubberband import __version__
-    from rubberband.cli import commands  # noqa: F401  registers the subcommands
+
+    # Importing a command module registers its subcommand; the order here is the order in --help.
+    from rubberband.cli import (  # noqa: F401
+        cluster_cmd,
+        plan_cmd,
+        profile_cmd,
+        run_cmd,
+        simulate_cmd,
+        validate_cmd,
+        whatif_cmd,
+    )
 
     parser = argparse.ArgumentParser(
         prog="rubberband",
@@ -44,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"rubberband {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, add_arguments, run) in COMMANDS.items():
+    for name in sorted(COMMANDS, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        help_text, add_arguments, run = COMMANDS[name]
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
         add_arguments(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rubberband.cli.main import command, emit
+from rubberband.cli.common import command, emit
 from rubberband.errors import SpecError
 
 
@@ -37,7 +37,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
 
 
 def profile_cmd(args: argparse.Namespace) -> int:
-    from rubberband.profile import profile
+    from rubberband.profiler import profile
     from rubberband.units import parse_duration
 
     gpus = _gpus(args.gpus) if args.gpus is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rubberband.execute.trainer import Trainer
+from rubberband.executor.trainer import Trainer
 
 
 class DigitsMLP(Trainer):

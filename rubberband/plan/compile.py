@@ -171,7 +171,7 @@ def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
-    from rubberband.simulate.engine import simulate
+    from rubberband.simulator.engine import simulate
 
     result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances)
     return Plan(allocation=result.allocation, instances=result.instances,

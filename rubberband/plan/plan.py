@@ -10,7 +10,7 @@ import numpy as np
 
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.schema import jsonable
-from rubberband.simulate.result import SimResult, StageStats
+from rubberband.simulator.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
 
 

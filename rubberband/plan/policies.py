@@ -17,7 +17,7 @@ import numpy as np
 from rubberband.errors import SpecError
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
-from rubberband.simulate.engine import simulate
+from rubberband.simulator.engine import simulate
 
 MAX_FULL_SIMULATIONS = 200
 

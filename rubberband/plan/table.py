@@ -28,7 +28,7 @@ import numpy as np
 
 from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulate.model import StageDraws, instances_needed, stage_shape
+from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
 from rubberband.spec.experiment import ExperimentSpec
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.execute.ports import Node, TrainResult
+from rubberband.executor.ports import Node, TrainResult
 
 
 class FakeClock:

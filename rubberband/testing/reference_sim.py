@@ -4,7 +4,7 @@ It walks the stages of one sampled run with Python lists, drawing every latency 
 goes, and is written straight from DESIGN §4 without reusing the simulator's code. It is
 slow on purpose and exists so that tests and benchmarks can check the vectorised
 simulator against an independent reading of the model. Its random streams are laid out
-differently from ``rubberband.simulate.StageDraws``: compare it with the simulator in
+differently from ``rubberband.simulator.StageDraws``: compare it with the simulator in
 distribution (means, spreads), not sample by sample.
 """
 

@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 import rubberband as rb
-from rubberband.execute.run import execute
+from rubberband.executor.run import execute
 from rubberband.plan import plan_allocation
 from rubberband.providers.local import LocalCluster, _session_pids
 from rubberband.testing.ec2_faults import Ec2FaultProxy
@@ -238,7 +238,7 @@ def test_sigkill_then_down_terminates_every_instance(tmp_path, _isolated_state, 
 
 
 def test_profile_on_aws_times_launches_from_ec2_and_terminates_everything(tmp_path, moto_ec2):
-    from rubberband.profile import profile
+    from rubberband.profiler import profile
 
     exp = _experiment(tmp_path, "aws-profile", [[2, 1]], "Tiny")
     out = tmp_path / "profiles" / "tiny_g5.yaml"

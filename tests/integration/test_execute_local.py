@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import rubberband as rb
-from rubberband.execute.run import execute
+from rubberband.executor.run import execute
 from rubberband.plan import plan_allocation
 from rubberband.providers.local import LocalCluster
 

@@ -9,8 +9,8 @@ import yaml
 import rubberband as rb
 import rubberband.cli.profile_cmd  # noqa: F401  registers `profile`
 from rubberband.cli.main import main
-from rubberband.execute.run import execute
-from rubberband.profile import profile
+from rubberband.executor.run import execute
+from rubberband.profiler import profile
 
 from .conftest import ROOT, trainer
 

@@ -1,0 +1,101 @@
+"""`rubberband plan`: the cheapest plan that meets the deadline, next to every other policy."""
+
+from __future__ import annotations
+
+import argparse
+
+from rubberband.cli.common import command, deadline_arg, emit, experiment_arg, summary_line
+from rubberband.config import Experiment, load_experiment
+from rubberband.errors import SpecError
+from rubberband.render import render
+from rubberband.units import format_duration, format_usd
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    experiment_arg(p)
+    p.add_argument("--deadline", help="deadline, e.g. 20m, 90s, 1.5h (default: the experiment's)")
+    p.add_argument("--policy", help="optimal (default), greedy, static or naive-elastic")
+    p.add_argument("--confidence", type=float, help="require P(JCT <= deadline) >= this, e.g. 0.9")
+    p.add_argument("--instance-type", help="an instance type of the cloud profile, or `auto` for the cheapest")
+    p.add_argument("--market", choices=["on-demand", "spot"], help="purchasing option (default: the experiment's)")
+    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
+    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
+
+
+def plan_from_args(args: argparse.Namespace, exp: Experiment):
+    """Plan an experiment with the CLI's overrides; compare every policy."""
+    from rubberband.plan import compile_plan
+    from rubberband.profiles.cloud import Market
+
+    deadline = deadline_arg(args, exp)
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
+    instance_type = getattr(args, "instance_type", None) or exp.instance_type
+    market = Market(args.market) if getattr(args, "market", None) else exp.market
+    if market is not exp.market:
+        from dataclasses import replace
+
+        exp = replace(exp, market=market)
+    cloud = exp.catalog.with_overrides(exp.cloud_overrides) if instance_type == "auto" else exp.cloud_for(instance_type)
+    confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
+    return compile_plan(
+        exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
+        samples=getattr(args, "samples", None) or exp.samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
+        confidence=confidence, instance_type=instance_type if instance_type == "auto" else None,
+        market=market, compare=True,
+    )
+
+
+def plan_table(plan) -> str:
+    from rubberband.simulator import instances_needed
+
+    p = plan.predicted
+
+    def held(s) -> str:
+        # A stage may hold more instances than its trials need, for a later stage.
+        idle = s.instances - instances_needed(s.num_trials, s.allocation, plan.cloud.gpus_per_instance)
+        return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
+
+    return render(
+        ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", "mean time", "stage cost"],
+        [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, held(s),
+          format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in p.stages],
+        title=f"plan ({plan.policy}) on {plan.instance_type} x{max(plan.instances)} at most, "
+              f"{plan.cloud.market.value} {format_usd(plan.cloud.hourly_usd)}/h, deadline {format_duration(plan.deadline_s)}"
+              + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
+    )
+
+
+def considered_table(plan) -> str:
+    chosen = plan.predicted.mean_cost_usd
+    rows = []
+    for c in plan.considered:
+        if "infeasible" in c:
+            rows.append([c["policy"], c["instance_type"], "-", "infeasible", "-", "-", "-", "-", ""])
+            continue
+        mark = "*" if (c["policy"] == plan.policy and c["instance_type"] == plan.instance_type) else ""
+        rows.append([c["policy"], c["instance_type"], max(c["instances"]), format_duration(c["jct_s_mean"]),
+                     format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
+                     f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
+    return render(["policy", "instance type", "max inst", "JCT mean", "JCT p90", "cost mean", "cost p90",
+                   "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+
+
+def plan_cmd(args: argparse.Namespace) -> int:
+    exp = load_experiment(args.experiment)
+    plan = plan_from_args(args, exp)
+    text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s), "", considered_table(plan)]
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(plan.to_json())
+        text.append(f"\nwrote {args.out}")
+    payload = plan.to_dict()
+    payload["predicted"].pop("jct_s")
+    payload["predicted"].pop("cost_usd")
+    emit(args, {"experiment": exp.name, **payload}, "\n".join(text))
+    return 0
+
+
+plan_cmd.arguments = _plan_args  # type: ignore[attr-defined]
+command("plan", "find the cheapest plan that meets the deadline, and compare every policy")(plan_cmd)

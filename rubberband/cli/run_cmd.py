@@ -1,0 +1,85 @@
+"""`rubberband run`: plan the job (or read a plan) and run it for real; predicted vs actual."""
+
+from __future__ import annotations
+
+import argparse
+
+from rubberband.cli.common import (
+    command,
+    deadline_arg,
+    emit,
+    experiment_arg,
+    int_list,
+    summary_line,
+)
+from rubberband.cli.plan_cmd import plan_from_args, plan_table
+from rubberband.config import load_experiment
+from rubberband.errors import SpecError
+from rubberband.units import parse_duration
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    experiment_arg(p)
+    p.add_argument("--provider", default="local", help="where to run: local (default) or aws")
+    p.add_argument("--cluster", metavar="CLUSTER_YAML",
+                   help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
+    p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
+    p.add_argument("--policy", help="planning policy (default: the experiment's)")
+    p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
+    p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
+    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
+    p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
+    p.add_argument("--latency-scale", type=float, default=1.0,
+                   help="scale the emulated provisioning latency (local; aws against an emulator)")
+    p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
+    p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    import signal
+
+    from rubberband.executor.run import _raise_interrupt, execute, progress_printer
+    from rubberband.plan.plan import Plan
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM cleans up like Ctrl-C
+
+    exp = load_experiment(args.experiment)
+    if not exp.trainer:
+        raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
+    if args.provider not in ("local", "aws"):
+        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local or aws")
+    cluster = args.cluster or exp.cluster
+    if args.provider == "aws" and not cluster:
+        raise SpecError("--cluster: the aws provider needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` in the experiment")
+    if args.launch_attempts < 1:
+        raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
+    backoff = parse_duration(args.launch_backoff, "--launch-backoff")
+    if args.plan:
+        try:
+            plan = Plan.from_json(open(args.plan).read())
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {exc}") from None
+    elif args.allocation:
+        from rubberband.plan import plan_allocation
+
+        plan = plan_allocation(exp.spec, int_list(args.allocation, "--allocation"), exp.model, exp.cloud,
+                               deadline_arg(args, exp) or float("inf"), samples=args.samples or exp.samples, seed=exp.seed)
+    else:
+        args.instance_type = args.market = args.confidence = None
+        plan = plan_from_args(args, exp)
+    if not args.json:
+        print(plan_table(plan))
+        print(summary_line(plan.predicted, plan.deadline_s))
+        print()
+    result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
+                     seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
+                     latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
+                     cluster_config=cluster if args.provider == "aws" else None,
+                     launch_attempts=args.launch_attempts, launch_backoff_s=backoff)
+    emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
+    return 0
+
+
+run_cmd.arguments = _run_args  # type: ignore[attr-defined]
+command("run", "plan the job and run it for real, then report predicted vs actual")(run_cmd)

@@ -1,0 +1,326 @@
+"""The driver: runs a plan stage by stage through a cluster port and a trial runner port.
+
+Per stage: ask the cluster for the stage's instances, let the placement policy map trials
+to instances (keeping each trial's workers together and unchanged trials where they are),
+start or continue each trial's gang, train the stage's iterations one at a time (the
+checkpoint after each one is what a trial resumes from if its node dies), hand a freed GPU
+to the next queued trial, rank trials at the SYNC and keep the best ``1/eta``, stop the
+gangs on instances the next stage does not need, and release those instances.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import ProviderError, RubberbandError, SpecError
+from rubberband.executor.ports import ClusterPort, Node, TrialRunnerPort
+from rubberband.executor.search_space import sample_configs
+from rubberband.placement import Placement, place
+from rubberband.plan.plan import Plan
+
+log = logging.getLogger("rubberband.executor")
+
+MAX_TRIAL_RESTARTS = 3
+
+
+@dataclass
+class TrialState:
+    """One trial as the driver tracks it."""
+
+    id: str
+    config: dict[str, Any]
+    bracket: int
+    checkpoint: bytes | None = None
+    step: int = 0
+    metric: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    gang: Any = None
+    instances: tuple[str, ...] = ()
+    history: list[dict[str, Any]] = field(default_factory=list)
+    eliminated_after: int | None = None
+    restarts: int = 0
+    ranks_in_sync: bool = True     # every multi-worker gang's ranks held identical parameters
+
+
+@dataclass
+class StageRecord:
+    """What a stage really did."""
+
+    index: int
+    start_s: float
+    end_s: float
+    instances: int
+    trials: list[str]
+    promoted: list[str]
+
+
+@dataclass
+class DriverOutcome:
+    trials: dict[str, TrialState]
+    stages: list[StageRecord]
+    train_runs: list[dict[str, Any]]
+    started_at: float
+    ended_at: float
+
+
+class Driver:
+    """The control loop over one plan (see the module docstring)."""
+
+    def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
+                 metric: str, mode: str = "min", seed: int = 0, clock: Callable[[], float] = time.time,
+                 checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
+                 wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 keep_warm: bool = False):
+        if mode not in ("min", "max"):
+            raise SpecError(f"mode: expected min or max, got {mode!r}")
+        self.plan, self.cluster, self.runner = plan, cluster, runner
+        self.search_space, self.metric, self.mode, self.seed = search_space, metric, mode, seed
+        self.clock = clock
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.node_timeout_s, self.wait_timeout_s = node_timeout_s, wait_timeout_s
+        self.on_event = on_event or (lambda kind, data: None)
+        self.keep_warm = keep_warm      # leave the runner's warm workers up (back-to-back runs)
+        self.trials: dict[str, TrialState] = {}
+        self.stages: list[StageRecord] = []
+        self.train_runs: list[dict[str, Any]] = []
+        self.placement = Placement()
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _emit(self, kind: str, **data: Any) -> None:
+        self.on_event(kind, data)
+
+    def _save_checkpoint(self, trial: TrialState, blob: bytes | None) -> None:
+        if blob is None:
+            return
+        trial.checkpoint = blob
+        if self.checkpoint_dir is not None:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.checkpoint_dir / f"{trial.id}.pt.tmp"
+            tmp.write_bytes(blob)
+            tmp.replace(self.checkpoint_dir / f"{trial.id}.pt")
+
+    def _stop_gang(self, trial: TrialState) -> None:
+        if trial.gang is not None:
+            try:
+                self.runner.stop(trial.gang)
+            finally:
+                trial.gang, trial.instances = None, ()
+        if trial.id in self.placement.assignments:
+            self.placement = _without(self.placement, [trial.id])
+
+    def _instances_of(self, placement: Placement, trial: str) -> tuple[str, ...]:
+        return tuple(str(node) for node, _ in placement.slots(trial))
+
+    def _launch_all(self, tids: Sequence[str]) -> None:
+        """Give each trial a gang on its placed instances: keep its own when it is already
+        there, else release the old one first (its workers go back to the warm pool)."""
+        wanted = {tid: self._instances_of(self.placement, tid) for tid in tids}
+        for tid in tids:
+            trial = self.trials[tid]
+            if trial.gang is not None and trial.instances != wanted[tid]:
+                self.runner.stop(trial.gang)
+                trial.gang, trial.instances = None, ()
+        for tid in tids:
+            trial = self.trials[tid]
+            if trial.gang is None:
+                trial.gang = self.runner.start(tid, trial.config, wanted[tid], trial.checkpoint)
+                trial.instances = wanted[tid]
+                self._emit("gang", trial=tid, instances=list(wanted[tid]))
+
+    def _launch(self, trial: TrialState, instances: tuple[str, ...]) -> Any:
+        """Resume one trial on ``instances`` (after its gang was lost)."""
+        if trial.gang is not None and trial.instances == instances:
+            return trial.gang
+        if trial.gang is not None:
+            self.runner.stop(trial.gang)
+        trial.gang = self.runner.start(trial.id, trial.config, instances, trial.checkpoint)
+        trial.instances = instances
+        self._emit("gang", trial=trial.id, instances=list(instances))
+        return trial.gang
+
+    def _better(self, value: float) -> float:
+        return value if self.mode == "min" else -value
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self) -> DriverOutcome:
+        spec, plan = self.plan.spec, self.plan
+        started = self.clock()
+        bracket = -1
+        active: list[str] = []
+        for i, stage in enumerate(spec.stages):
+            if i in spec.bracket_starts:
+                bracket += 1
+                for tid in active:
+                    self._stop_gang(self.trials[tid])
+                configs = sample_configs(self.search_space, stage.num_trials, seed=self.seed + 1000 * bracket)
+                active = []
+                for j, config in enumerate(configs):
+                    tid = f"b{bracket}-t{j:03d}" if len(spec.bracket_starts) > 1 else f"t{j:03d}"
+                    self.trials[tid] = TrialState(tid, config, bracket)
+                    active.append(tid)
+            if len(active) != stage.num_trials:
+                raise RubberbandError(f"stage {i}: {len(active)} trials alive but the spec runs {stage.num_trials}")
+            stage_start = self.clock() - started
+            count, m = plan.instances[i], plan.gpus_per_trial[i]
+            slots = min(plan.allocation[i], stage.num_trials)
+            self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count)
+            self.cluster.scale_to(count, stage=i)
+            nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
+            warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
+            self._emit("nodes", stage=i, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
+            self._run_stage(i, stage.iters, active, slots, m, nodes, started)
+            # SYNC: rank and promote within the bracket.
+            next_same = i + 1 < spec.num_stages() and (i + 1) not in spec.bracket_starts
+            ranked = sorted(active, key=lambda t: self._better(self.trials[t].metric))
+            keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
+            for tid in active:
+                if tid not in keep:
+                    trial = self.trials[tid]
+                    trial.eliminated_after = i
+                    self._stop_gang(trial)
+            next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else (count if self.keep_warm else 0)
+            if next_count < count:
+                current = self.cluster.nodes()
+                kept = [n.name for n in current[:next_count]]
+                for tid in keep:
+                    trial = self.trials[tid]
+                    if any(inst not in kept for inst in trial.instances):
+                        self._stop_gang(trial)      # checkpointed every iteration: resumes next stage
+                for node in current[next_count:]:
+                    self.runner.release_instance(node.name)
+                self.cluster.release_to(kept, stage=i)
+            self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep)))
+            self._emit("sync", index=i, promoted=keep)
+            active = keep
+        for trial in self.trials.values():
+            self._stop_gang(trial)
+        if not self.keep_warm:
+            self.runner.shutdown()
+        return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
+
+    def _run_stage(self, index: int, iters: int, active: list[str], slots: int, m: int, nodes: list[Node],
+                   started: float) -> None:
+        node_pairs = [(n.name, n.gpus) for n in nodes]
+        queue = list(active)
+        first = queue[:slots]
+        # Trials not running now free their slots; the rest keep theirs where they can.
+        self.placement = _without(self.placement, [t for t in self.placement.trials() if t not in first])
+        for tid in list(self.placement.trials()):
+            if tid in first and len(self.placement.slots(tid)) != m:
+                self._stop_gang(self.trials[tid])
+        self.placement = place({t: m for t in first}, node_pairs, previous=self.placement)
+        if self.placement.unplaced:
+            raise ProviderError(f"stage {index}: cannot place trials {list(self.placement.unplaced)} on {len(nodes)} instances")
+        for tid in active:
+            if tid not in first:
+                self._stop_gang(self.trials[tid])
+        queue = queue[slots:]
+        remaining: dict[str, int] = {}
+        began: dict[str, float] = {}
+        compute: dict[str, list[float]] = {}
+        pending: dict[Any, str] = {}
+
+        def start(tid: str, began_at: float) -> None:
+            # A TRAIN node starts before its gang is formed: start-up (workers joining, the
+            # checkpoint restored) is part of it, as in the simulator's model.
+            remaining[tid] = iters
+            began[tid] = began_at - started
+            self._emit("start", trial=tid, stage=index)
+            pending[self.runner.train(self.trials[tid].gang, 1)] = tid
+
+        launched_at = self.clock()
+        self._launch_all(first)
+        for tid in first:
+            start(tid, launched_at)
+        while pending:
+            done, _ = self.runner.wait(list(pending), self.wait_timeout_s)
+            if not done:
+                raise ProviderError(f"stage {index}: no trial reported for {self.wait_timeout_s:.0f}s")
+            for future in done:
+                tid = pending.pop(future)
+                trial = self.trials[tid]
+                try:
+                    res = self.runner.result(future)
+                except Exception as exc:  # the gang died (its node went away): resume from checkpoint
+                    self._recover(trial, exc, m, node_pairs)
+                    pending[self.runner.train(trial.gang, 1)] = tid
+                    node_pairs = [(n.name, n.gpus) for n in self.cluster.nodes()]
+                    continue
+                self._save_checkpoint(trial, res.checkpoint)
+                trial.step = res.step
+                compute.setdefault(tid, []).extend(res.iter_times)
+                if res.digests and len(res.digests) > 1:
+                    first = res.digests[0]
+                    trial.ranks_in_sync = trial.ranks_in_sync and all(
+                        d is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(a)) for a, b in zip(d, first))
+                        for d in res.digests)
+                remaining[tid] -= 1
+                if remaining[tid] > 0:
+                    pending[self.runner.train(trial.gang, 1)] = tid
+                    continue
+                trial.metrics = dict(res.metrics)
+                if self.metric not in res.metrics:
+                    raise SpecError(f"metric: the trainer reports {sorted(res.metrics)}, not {self.metric!r}; set `metric:` to one of them")
+                trial.metric = float(res.metrics[self.metric])
+                end = self.clock() - started
+                trial.history.append({"stage": index, "iters": iters, "gpus": m, "step": trial.step,
+                                      "instances": list(trial.instances), "restarts": trial.restarts,
+                                      "start_s": began[tid], "end_s": end, **trial.metrics})
+                self.train_runs.append({"trial": tid, "stage": index, "gpus": m, "start_s": began[tid], "end_s": end,
+                                        "iters": iters, "iter_s": compute.pop(tid, [])})
+                self._emit("trial", trial=tid, stage=index, metric=trial.metric, step=trial.step)
+                if queue:   # this GPU takes the next queued trial, in the same running workers
+                    nxt = self.trials[queue.pop(0)]
+                    handoff_at = self.clock()
+                    slots_freed = self.placement.slots(tid)
+                    gang, trial.gang, trial.instances = trial.gang, None, ()
+                    self.placement = Placement({**{t: s for t, s in self.placement.assignments.items() if t != tid},
+                                                nxt.id: slots_freed})
+                    nxt.gang = self.runner.reassign(gang, nxt.id, nxt.config, nxt.checkpoint)
+                    nxt.instances = self._instances_of(self.placement, nxt.id)
+                    start(nxt.id, handoff_at)
+
+    def _recover(self, trial: TrialState, exc: Exception, m: int, node_pairs) -> None:
+        trial.restarts += 1
+        if trial.restarts > MAX_TRIAL_RESTARTS:
+            raise ProviderError(f"trial {trial.id}: failed {trial.restarts} times, last: {exc}") from exc
+        reason = " ".join(str(exc).split())      # Ray's errors span lines; a log line does not
+        log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", trial.id, reason[:300], trial.step)
+        self._emit("recover", trial=trial.id, error=str(exc), step=trial.step)
+        self._stop_gang(trial)
+        count = len(node_pairs)
+        nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
+        self.runner.forget_dead([n.name for n in nodes])
+        self.runner.warm(nodes)
+        pairs = [(n.name, n.gpus) for n in nodes]
+        others = [t for t in self.placement.trials() if t != trial.id]
+        alive_nodes = {n for n, _ in pairs}
+        stale = [t for t in others if any(node not in alive_nodes for node, _ in self.placement.slots(t))]
+        self.placement = _without(self.placement, [trial.id, *stale])
+        reserved = [t for t in self.placement.trials()]
+        self.placement = place({**{t: len(self.placement.slots(t)) for t in reserved}, trial.id: m}, pairs,
+                               previous=self.placement, reserved=reserved)
+        if trial.id in self.placement.unplaced:
+            raise ProviderError(f"trial {trial.id}: no room to resume after its node was lost")
+        self._launch(trial, self._instances_of(self.placement, trial.id))
+
+
+def _without(placement: Placement, trials: Sequence[str]) -> Placement:
+    drop = set(trials)
+    return Placement({t: s for t, s in placement.assignments.items() if t not in drop})
+
+
+def best_trial(trials: dict[str, TrialState], mode: str) -> TrialState | None:
+    """The trial with the best final metric among those that ran longest."""
+    finished = [t for t in trials.values() if t.metric is not None and math.isfinite(t.metric)]
+    if not finished:
+        return None
+    most = max(t.step for t in finished)
+    top = [t for t in finished if t.step == most]
+    return min(top, key=lambda t: t.metric if mode == "min" else -t.metric)

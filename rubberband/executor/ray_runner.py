@@ -1,0 +1,293 @@
+"""Ray adapters of the executor's ports: gangs of DDP actors, and the local cluster's nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rubberband.errors import ProviderError
+from rubberband.executor.ports import Node, TrainResult
+from rubberband.executor.worker import DDPWorker
+
+try:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the executor needs Ray: pip install 'rubberband[ray,torch]'") from exc
+
+INSTANCE_PREFIX = "rb-instance-"
+SLOT_RESOURCE = "rb-slot"
+
+
+@dataclass(eq=False)
+class Worker:
+    """A warm worker actor, pinned to one GPU of one instance by its own placement group."""
+
+    actor: Any
+    pg: Any
+    instance: str
+
+
+@dataclass(eq=False)
+class Gang:
+    """One trial's workers, all on the instances the placement controller chose."""
+
+    trial: str
+    workers: list[Worker]
+    instances: tuple[str, ...]
+
+    @property
+    def actors(self) -> list[Any]:
+        return [w.actor for w in self.workers]
+
+
+@dataclass(eq=False)
+class GangFuture:
+    """A chunk of training in flight: rank 0's result and the other ranks' completions."""
+
+    gang: Gang
+    rank0: Any
+    others: list[Any]
+
+
+class RayTrialRunner:
+    """Runs trials as gangs of warm ``DDPWorker`` actors pinned to the placement's instances.
+
+    Each worker holds one GPU of one instance through a one-bundle placement group that also
+    asks for the instance's own resource (``rb-instance-<n>``), so a gang sits exactly where
+    the placement controller put it. Workers are started once per GPU when an instance joins
+    (``warm``: process start, torch import, the trainer's ``prepare``) and then reused trial
+    after trial, like Ray Tune's ``reuse_actors``; a resize forms a new gang from warm
+    workers and restores the checkpoint.
+    """
+
+    def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0):
+        self.trainer, self.seed, self.timeout_s = trainer, seed, timeout_s
+        self._worker_cls = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0, max_task_retries=0)(DDPWorker)
+        self.pool: dict[str, list[Worker]] = {}
+        self.busy: set[Worker] = set()
+
+    # --- warm workers --------------------------------------------------------------------
+    def _new_worker(self, instance: str) -> Worker:
+        pg = placement_group([{"GPU": 1, instance: 0.001}], strategy="STRICT_PACK")
+        try:
+            ray.get(pg.ready(), timeout=self.timeout_s)
+        except Exception as exc:
+            remove_placement_group(pg)
+            raise ProviderError(f"instance {instance}: no free GPU for a worker: {exc}") from exc
+        actor = self._worker_cls.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
+        ).remote(self.trainer, self.seed)
+        return Worker(actor, pg, instance)
+
+    def warm(self, nodes: Sequence[Node]) -> float:
+        """Start one warm worker per GPU of every node that has none yet; return seconds taken."""
+        t0 = time.time()
+        fresh = []
+        for node in nodes:
+            have = len(self.pool.get(node.name, ())) + sum(1 for w in self.busy if w.instance == node.name)
+            for _ in range(node.gpus - have):
+                fresh.append(self._new_worker(node.name))
+        if fresh:
+            ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
+            for w in fresh:
+                self.pool.setdefault(w.instance, []).append(w)
+        return time.time() - t0
+
+    def _kill(self, worker: Worker) -> None:
+        self.busy.discard(worker)
+        try:
+            ray.kill(worker.actor, no_restart=True)
+        except Exception:
+            pass
+        try:
+            remove_placement_group(worker.pg)
+        except Exception:
+            pass
+
+    def release_instance(self, instance: str) -> None:
+        """Stop the warm workers of an instance about to be released (so it is idle)."""
+        for w in self.pool.pop(instance, []):
+            self._kill(w)
+        for w in [w for w in self.busy if w.instance == instance]:
+            self._kill(w)
+
+    def forget_dead(self, alive: Sequence[str]) -> None:
+        """Drop workers of instances that are gone (a lost node)."""
+        for inst in [i for i in self.pool if i not in alive]:
+            for w in self.pool.pop(inst):
+                self._kill(w)
+        for w in [w for w in self.busy if w.instance not in alive]:
+            self._kill(w)
+
+    def shutdown(self) -> None:
+        for inst in list(self.pool):
+            self.release_instance(inst)
+        for w in list(self.busy):
+            self._kill(w)
+
+    # --- gangs ---------------------------------------------------------------------------
+    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> Gang:
+        workers, fresh = [], []
+        for inst in instances:
+            free = self.pool.get(inst)
+            if free:
+                workers.append(free.pop())
+            else:
+                w = self._new_worker(inst)
+                workers.append(w)
+                fresh.append(w)
+        self.busy.update(workers)
+        gang = Gang(trial, workers, tuple(instances))
+        try:
+            if fresh:
+                ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
+            if len(workers) > 1:
+                port = ray.get(workers[0].actor.free_port.remote(), timeout=self.timeout_s)
+                ray.get([w.actor.join.remote(rank, len(workers), port) for rank, w in enumerate(workers)],
+                        timeout=self.timeout_s)
+            ckpt = ray.put(checkpoint) if checkpoint is not None else None
+            ray.get([w.actor.assign.remote(config, ckpt) for w in workers], timeout=self.timeout_s)
+        except Exception:
+            for w in workers:
+                self._kill(w)
+            raise
+        return gang
+
+    def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
+        """Hand a gang's running workers to another trial (no process or group restart)."""
+        ckpt = ray.put(checkpoint) if checkpoint is not None else None
+        ray.get([a.assign.remote(config, ckpt) for a in gang.actors], timeout=self.timeout_s)
+        gang.trial = trial
+        return gang
+
+    def train(self, gang: Gang, iters: int) -> GangFuture:
+        refs = [a.train.remote(iters) for a in gang.actors]
+        ckpt = gang.actors[0].checkpoint.remote()
+        return GangFuture(gang, refs[0], refs[1:] + [ckpt])
+
+    def wait(self, pending: Sequence[GangFuture], timeout_s: float) -> tuple[list[GangFuture], list[GangFuture]]:
+        by_ref = {f.rank0: f for f in pending}
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        done = [by_ref[r] for r in ready]
+        return done, [f for f in pending if f not in done]
+
+    def result(self, future: GangFuture) -> TrainResult:
+        out = ray.get(future.rank0, timeout=self.timeout_s)
+        rest = ray.get(future.others, timeout=self.timeout_s)
+        digests = [out.get("digest")] + [o.get("digest") for o in rest[:-1]]
+        return TrainResult(step=int(out["step"]), iter_times=list(out["iter_times"]),
+                           metrics=dict(out.get("metrics", {})), checkpoint=rest[-1], digests=digests)
+
+    def digests(self, gang: Gang) -> list[list[float]]:
+        """Parameter digests of every rank (identical in a healthy gang)."""
+        return ray.get([a.param_digest.remote() for a in gang.actors], timeout=self.timeout_s)
+
+    def stop(self, gang: Gang) -> None:
+        """Release a gang's workers back to the warm pool (or kill them if they are unhealthy)."""
+        try:
+            ray.get([a.leave.remote() for a in gang.actors], timeout=30)
+        except Exception:  # a dead or stuck gang cannot leave cleanly; replace its workers
+            for w in gang.workers:
+                self._kill(w)
+            return
+        for w in gang.workers:
+            self.busy.discard(w)
+            self.pool.setdefault(w.instance, []).append(w)
+
+
+class RayClusterPort:
+    """The cluster port over a Ray cluster autoscaled by ``request_resources``.
+
+    Each instance is a Ray node with ``gpus_per_instance`` GPUs and a unique resource
+    ``rb-instance-<n>``; nodes are ordered oldest first by ``<n>``.
+    """
+
+    def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2,
+                 release_file: str | None = None, require_ready: bool | None = None):
+        self.G = gpus_per_instance
+        self.release_file = release_file
+        self.released: set[str] = set()
+        self._events = events or (lambda: [])
+        # Whether the provider says when initialisation ends (a `ready` event); real EC2
+        # workers join by themselves, and a live Ray node is then ready.
+        self._require_ready = events is not None if require_ready is None else require_ready
+        self.poll_s = poll_s
+
+    def _alive(self, events: list[dict[str, Any]] | None = None) -> list[Node]:
+        events = self._events() if events is None else events
+        ready = {e["instance"] for e in events if e.get("event") == "ready"}
+        out = []
+        for n in ray.nodes():
+            if not n.get("Alive"):
+                continue
+            names = [k for k in n.get("Resources", {}) if k.startswith(INSTANCE_PREFIX)]
+            if (names and n["Resources"].get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready)
+                    and names[0] not in self.released):
+                out.append(Node(names[0], int(n["Resources"]["GPU"])))
+        return sorted(out, key=lambda node: int(node.name[len(INSTANCE_PREFIX):]))
+
+    def nodes(self) -> list[Node]:
+        return self._alive()
+
+    def scale_to(self, count: int, stage: int) -> None:
+        from ray.autoscaler.sdk import request_resources
+
+        # One never-used `rb-slot` per instance: the request means "this many instances",
+        # whether or not their GPUs are held by warm workers, so busy nodes count and only
+        # nodes we emptied on purpose are idle and get released.
+        request_resources(bundles=[{SLOT_RESOURCE: 1}] * count)
+
+    def wait_nodes(self, count: int, timeout_s: float, surplus_grace_s: float = 3.0) -> list[Node]:
+        deadline = time.time() + timeout_s
+        surplus_since = None
+        while True:
+            events = self._events()      # read once per poll: readiness and launch failures
+            alive = self._alive(events)
+            if len(alive) == count:
+                return alive
+            fatal = [e for e in events if e.get("event") == "launch_failed" and e.get("fatal")]
+            if fatal:
+                raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
+            if len(alive) > count:
+                # A node the autoscaler launched against a request that was just lowered (a
+                # release racing its loop) would be kept forever: release the newest surplus.
+                surplus_since = surplus_since or time.time()
+                if time.time() - surplus_since > surplus_grace_s:
+                    self.release_to([n.name for n in alive[:count]], stage=-1)
+                    surplus_since = None
+            else:
+                surplus_since = None
+            if time.time() > deadline:
+                failures = [e for e in events if e.get("event") in ("launch_error", "launch_failed")]
+                why = ""
+                if failures:
+                    last = failures[-1]
+                    why = f"; last launch error: {last.get('code') or last.get('error')} ({len(failures)} failed attempt(s))"
+                raise ProviderError(f"cluster: {len(alive)} instances alive, waited {timeout_s:.0f}s for {count}{why}")
+            time.sleep(self.poll_s)
+
+    def release_to(self, keep: Sequence[str], stage: int) -> None:
+        """Release every instance not in ``keep``: lower the request, and have the provider
+        terminate exactly those (listed in its release file)."""
+        self.scale_to(len(keep), stage)
+        self.released |= {n.name for n in self._alive() if n.name not in set(keep)}
+        if self.release_file:
+            tmp = self.release_file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump(sorted(self.released), fh)
+            os.replace(tmp, self.release_file)
+
+    def shutdown(self) -> None:
+        try:
+            self.scale_to(0, -1)
+        except Exception:
+            pass
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._events()

@@ -1,0 +1,69 @@
+"""RunResult: what a real run did next to what its plan predicted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rubberband.units import format_duration, format_usd
+
+
+@dataclass
+class RunResult:
+    """A finished run: the best trial, every trial's history, the ledger, and predicted vs actual.
+
+    ``predicted`` and ``actual`` hold ``jct_s`` and ``cost_usd``; ``stages`` lists per stage
+    the predicted and actual duration, instances and cost; ``best`` has ``config`` and
+    ``metric``.
+    """
+
+    run_id: str
+    run_dir: str
+    best: dict[str, Any]
+    predicted: dict[str, float]
+    actual: dict[str, float]
+    stages: list[dict[str, Any]]
+    trials: dict[str, Any]
+    ledger: dict[str, Any]
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    def error(self, key: str) -> float:
+        """Relative error of the prediction: (actual - predicted) / predicted."""
+        return (self.actual[key] - self.predicted[key]) / self.predicted[key] if self.predicted[key] else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "run_dir": self.run_dir, "best": self.best, "predicted": self.predicted,
+            "actual": self.actual, "error": {k: self.error(k) for k in ("jct_s", "cost_usd")},
+            "stages": self.stages, "trials": self.trials, "ledger": self.ledger, "plan": self.plan,
+        }
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path) if path else Path(self.run_dir) / "result.json"
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        return path
+
+    def table(self) -> str:
+        from rubberband.render import render
+
+        rows = []
+        for s in self.stages:
+            rows.append([s["index"], s["trials"], s["gpus_per_trial"],
+                         s["predicted"]["instances"], s["actual"]["instances"],
+                         format_duration(s["predicted"]["duration_s"]), format_duration(s["actual"]["duration_s"]),
+                         format_usd(s["predicted"]["cost_usd"]), format_usd(s["actual"]["cost_usd"])])
+        lines = [render(["stage", "trials", "GPUs/trial", "inst pred", "inst real", "time pred", "time real",
+                         "cost pred", "cost real"], rows, title="predicted vs actual")]
+        lines.append(
+            f"JCT  predicted {format_duration(self.predicted['jct_s'])}  actual {format_duration(self.actual['jct_s'])}  "
+            f"({self.error('jct_s'):+.1%})"
+        )
+        lines.append(
+            f"cost predicted {format_usd(self.predicted['cost_usd'])}  actual {format_usd(self.actual['cost_usd'])}  "
+            f"({self.error('cost_usd'):+.1%})"
+        )
+        if self.best:
+            lines.append(f"best trial {self.best['trial']}: {self.best['metric_name']} = {self.best['metric']:.4g}  config {self.best['config']}")
+        return "\n".join(lines)

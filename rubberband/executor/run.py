@@ -1,0 +1,351 @@
+"""rb.execute: run a plan for real on a provider and report actual JCT and cost."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rubberband.errors import SpecError
+from rubberband.executor.driver import Driver, best_trial
+from rubberband.executor.ledger import Ledger
+from rubberband.executor.report import RunResult
+from rubberband.plan.plan import Plan
+from rubberband.schema import did_you_mean
+
+log = logging.getLogger("rubberband.executor")
+PROVIDERS = ("local", "aws")
+LIFECYCLE = ("request", "running", "ready", "terminated", "launch_failed")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = "local", metric: str | None = None,
+            mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
+            on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
+            cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0) -> RunResult:
+    """Run ``plan`` for real and return what happened next to what was predicted.
+
+    Args:
+        plan: from ``compile_plan``.
+        trainer: a ``rubberband.executor.Trainer`` (class, instance or ``module:Name``).
+        search_space: Ray Tune domains, YAML samplers or lists per hyperparameter.
+        provider: ``local`` (Ray nodes on this machine with logical GPUs) or ``aws`` (EC2
+            instances launched through Ray's autoscaler; needs ``cluster_config``).
+        metric, mode: what to rank trials by (default: the trainer's).
+        seed: samples the configs and seeds the workers.
+        runs_dir: the run writes ``<runs_dir>/<run_id>/`` (checkpoints, ledger, result.json).
+        latency_scale: multiplies the provider's emulated provisioning latency (local, and aws
+            against an emulator such as moto).
+        cluster_config: ``aws`` only: a Ray cluster YAML (path) with ``provider: {type: aws}``.
+        launch_attempts, launch_backoff_s: ``aws`` only: how often and how patiently a launch
+            that fails for lack of capacity is retried (the backoff doubles each time).
+
+    Every instance launched is released when the run ends, fails or is interrupted.
+    """
+    if provider not in PROVIDERS:
+        raise SpecError(f"provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; choose one of {', '.join(PROVIDERS)}")
+    if provider != "aws" and cluster_config is not None:
+        raise SpecError(f"cluster_config: only the aws provider launches from a cluster YAML; pass provider='aws' "
+                        f"(got provider={provider!r})")
+    if provider == "aws" and cluster_config is None:
+        raise SpecError("cluster: the aws provider needs a Ray cluster YAML (region, node type, AMI, subnets); "
+                        "pass --cluster PATH or set `cluster:` in the experiment")
+    from rubberband.executor.worker import load_trainer
+
+    trainer_obj = load_trainer(trainer)
+    metric = metric or getattr(trainer_obj, "metric", "val_loss")
+    mode = mode or getattr(trainer_obj, "mode", "min")
+    run_id = run_id or new_run_id()
+    run_dir = Path(runs_dir).resolve() / run_id
+    if provider == "aws":
+        from rubberband.providers import aws_cluster
+        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
+
+        # Check the cluster YAML against the plan before anything is written or launched.
+        cfg = cluster_config if isinstance(cluster_config, AwsClusterConfig) else \
+            load_cluster_config(cluster_config, plan.cloud.instance_type)
+        cfg = aws_cluster.check_against_plan(cfg, plan.cloud, max(plan.instances))
+        aws_cluster.check_credentials(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "plan.json").write_text(plan.to_json())
+    if provider == "aws":
+        def start_aws():
+            aws_cluster.remember_run(run_id, cfg.region, cfg.path)
+            cluster, _ = aws_cluster.start(run_id, run_dir, plan.cloud, cfg, max(plan.instances), latency_scale=latency_scale,
+                                           seed=seed, launch_attempts=launch_attempts, launch_backoff_s=launch_backoff_s)
+            return cluster
+
+        def after_stop(cluster):
+            try:
+                aws_cluster.sweep(cluster, cfg.region, cfg.credentials)
+            except Exception as exc:   # keep the run's own outcome; say how to make sure
+                from rubberband.providers.aws import safe_error
+
+                log.error("could not check EC2 for instances of run %s left running (%s); run "
+                          "`rubberband down --provider aws --run-id %s`", run_id, safe_error(exc), run_id)
+                return
+            aws_cluster.forget_run(run_id)
+
+        return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_aws,
+                           events=aws_cluster.ledger_events, after_stop=after_stop)
+
+    def start_local():
+        from rubberband.providers.local import LocalCluster
+
+        return LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
+
+    return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_local)
+
+
+def _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_cluster,
+                events=None, after_stop=None) -> RunResult:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
+
+    main = threading.current_thread() is threading.main_thread()
+    # SIGTERM cleans up like Ctrl-C, from the moment the head starts.
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    try:
+        cluster = start_cluster()
+    except BaseException:
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        raise
+    read_events = (lambda: events(cluster)) if events else cluster.read_events
+    ended = None
+    driver = None
+    outcome = None
+    watcher = _ProviderWatcher(cluster.read_events, on_event)
+    try:
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        if main:
+            signal.signal(signal.SIGTERM, _raise_interrupt)     # again: ray.init installs its own
+        port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
+                              release_file=str(cluster.run_dir / "provider" / "release.json"),
+                              require_ready=cluster.meta.get("mirror", True))
+        t_run = time.time()
+
+        def with_spend(kind: str, data: dict[str, Any]) -> None:
+            # What the run has cost so far, from the provider's own records.
+            now = time.time()
+            ledger = ledger_from_events(plan, read_events(), t_run, now, [(0.0, now - t_run)])
+            data = {**data, "spend_usd": ledger.cost_usd(now - t_run), "instances_up": len(ledger.running())}
+            if on_event:
+                on_event(kind, data)
+
+        watcher.start()
+        runner = RayTrialRunner(trainer, seed=seed)
+        driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
+                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
+        outcome = driver.run()
+        ended = time.time()
+        port.shutdown()
+        _wait_released(cluster, timeout_s=30)
+    finally:
+        watcher.stop()
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            stop_time = time.time()
+            try:
+                cluster.stop()
+            finally:
+                if after_stop is not None:
+                    after_stop(cluster)
+                if previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, previous_sigterm)
+    return _report(plan, driver, outcome, read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+
+
+class _ProviderWatcher:
+    """Passes the provider's launch errors and interruptions to ``on_event`` as they happen
+    (a launch waiting out a capacity shortage happens while the driver only waits)."""
+
+    def __init__(self, read_events, on_event, poll_s: float = 0.5):
+        self.read_events, self.on_event, self.poll_s = read_events, on_event, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._seen = 0
+
+    def start(self) -> None:
+        if self.on_event:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+            self._drain()      # what the provider said in the last moments
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._drain()
+
+    def _drain(self) -> None:
+        events = self.read_events()
+        for e in events[self._seen:]:
+            if e.get("event") in ("launch_error", "launch_failed") or \
+                    (e.get("event") == "terminated" and e.get("reason") in ("interrupted", "lost")):
+                try:
+                    self.on_event("provider", dict(e))
+                except Exception:
+                    pass
+        self._seen = len(events)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _wait_released(cluster, timeout_s: float) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        state: dict[str, str] = {}
+        for e in cluster.read_events():
+            if e.get("event") in LIFECYCLE and state.get(e["instance"]) not in ("terminated", "launch_failed"):
+                state[e["instance"]] = e["event"]
+        if all(v in ("terminated", "launch_failed") for v in state.values()):
+            return
+        time.sleep(0.2)
+
+
+def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float, stop_time: float,
+                       stage_windows: list[tuple[float, float]]) -> Ledger:
+    """Build the ledger from the provider's own timestamps (seconds since the run started)."""
+    ledger = Ledger(plan.cloud, stage_windows=stage_windows)
+
+    def stage_at(t: float, ending: bool = False) -> int:
+        # A launch at the very start of a stage belongs to that stage; a release at the very
+        # end of a stage (its SYNC) belongs to the stage it ends.
+        for i, (_, b) in enumerate(stage_windows):
+            if t < b or (ending and t <= b):
+                return i
+        return max(0, len(stage_windows) - 1)
+
+    for e in events:
+        t = e["t"] - started
+        inst = e.get("instance")
+        if e["event"] == "request":
+            ledger.request(inst, t, stage_at(t)).provider_id = e.get("node_id")
+        elif e["event"] in ("launch_error", "launch_failed"):
+            ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
+                                         ("event", "code", "message", "attempt", "retry_in_s", "error") if k in e}})
+        elif inst in ledger.instances:
+            rec = ledger.instances[inst]
+            if e["event"] == "running":
+                rec.launched_s = t
+                rec.provider_id = e.get("ec2_id") or rec.provider_id
+                rec.market = e.get("market", rec.market)
+            elif e["event"] == "ready":
+                rec.ready_s = t
+            elif e["event"] == "terminated" and rec.released_s is None:
+                rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
+                rec.release_reason = e.get("reason", "released")
+    for rec in ledger.instances.values():
+        if rec.released_s is None:   # stopped with the cluster
+            rec.released_s = stop_time - started
+            rec.stage_released = stage_at(rec.released_s, ending=True)
+            rec.release_reason = "shutdown"
+    return ledger
+
+
+def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, metric, mode) -> RunResult:
+    started = outcome.started_at
+    windows = [(s.start_s, s.end_s) for s in outcome.stages]
+    ledger = ledger_from_events(plan, events, started, stop_time, windows)
+    from rubberband.executor.ledger import TrialRun
+
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []))
+                     for r in outcome.train_runs]
+    last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
+    jct = outcome.ended_at - started
+    costs = ledger.stage_costs(now=last_release)
+    stages = []
+    for rec, pred in zip(outcome.stages, plan.predicted.stages):
+        stages.append({
+            "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
+            "promoted": rec.promoted,
+            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
+            "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index]},
+        })
+    best = best_trial(outcome.trials, mode)
+    result = RunResult(
+        run_id=run_id, run_dir=str(run_dir),
+        best={"trial": best.id, "config": best.config, "metric": best.metric, "metric_name": metric, "step": best.step} if best else {},
+        predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
+        actual={"jct_s": jct, "cost_usd": ledger.cost_usd(now=last_release)},
+        stages=stages,
+        trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
+                       "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync}
+                for t in outcome.trials.values()},
+        ledger=ledger.to_dict(now=last_release),
+        plan=plan.summary(),
+    )
+    result.save()
+    return result
+
+
+def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
+    """Progress: on a terminal, a live status line (stage, trials running, instances, spend so
+    far) under the event lines; otherwise plain log lines only."""
+    stream = stream or sys.stderr
+    live = hasattr(stream, "isatty") and stream.isatty()
+    t0 = time.time()
+    state = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0}
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if live:
+            print("\r\033[K", end="", file=stream)
+        _line(kind, data)
+        state["spend"] = data.get("spend_usd", state["spend"])
+        state["instances"] = data.get("instances_up", state["instances"])
+        if kind == "stage":
+            state["stage"], state["running"] = data["index"], 0
+        elif kind == "start":
+            state["running"] += 1
+        elif kind == "trial":
+            state["running"] = max(0, state["running"] - 1)
+        if live:
+            print(f"stage {state['stage']} | trials running {state['running']} | instances {state['instances']} | "
+                  f"spent ${state['spend']:.4f} | {time.time() - t0:.0f}s", end="", file=stream, flush=True)
+
+    def _line(kind: str, data: dict[str, Any]) -> None:
+        stamp = f"[{time.time() - t0:7.1f}s]"
+        if kind == "stage":
+            print(f"{stamp} stage {data['index']}: {data['trials']} trials x {data['iters']} iters, "
+                  f"{data['gpus_per_trial']} GPU(s)/trial on {data['instances']} instance(s)", file=stream, flush=True)
+        elif kind == "trial":
+            print(f"{stamp}   trial {data['trial']} done: metric {data['metric']:.4g} at step {data['step']}", file=stream, flush=True)
+        elif kind == "sync":
+            print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
+        elif kind == "recover":
+            print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "launch_error":
+            retry = f"retrying in {data['retry_in_s']:.1f}s" if data.get("retry_in_s") is not None else "giving up"
+            print(f"{stamp}   launch of {data.get('instance_type', 'an instance')} in {data.get('region', '?')} failed "
+                  f"(attempt {data.get('attempt')}): {data.get('code')}; {retry}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "launch_failed":
+            print(f"{stamp}   launch of {data.get('instance')} given up: {data.get('error')}", file=stream, flush=True)
+        elif kind == "provider" and data.get("event") == "terminated":
+            what = "was interrupted (spot reclaim)" if data.get("reason") == "interrupted" else "was lost"
+            print(f"{stamp}   instance {data.get('instance')} {data.get('ec2_id') or ''} {what}; a replacement is on its way",
+                  file=stream, flush=True)
+        elif kind == "nodes" and "spend_usd" in data:
+            print(f"{stamp}   {len(data['instances'])} instance(s) ready, spent ${data['spend_usd']:.4f} so far",
+                  file=stream, flush=True)
+
+    return on_event

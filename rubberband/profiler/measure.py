@@ -1,0 +1,714 @@
+"""The profiler: measure a job's model profile and the provider's latencies through the real executor.
+
+It starts a cluster of the experiment's instance type on the provider and measures with the
+executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, the driver):
+
+* **cloud latencies**, over ``launches`` (>= 2) instance launches (the first one before the
+  model measurements, the others after them, each growing the cluster by one): provisioning,
+  request -> running, from the provider's event log; initialisation, running -> usable: until
+  its workers are warm (the driver's ``nodes`` event), plus the one-off extra time the first
+  trials on those fresh workers take (first model build, first backward pass, ...), which a
+  job pays once per new instance and the trial start-up measured on used workers misses;
+* **per GPUs-per-trial count** ``m`` (powers of two up to the requested maximum): TRAIN
+  durations of one-stage runs of the driver, with trials of ``k = 1`` and ``k = 1 + iters``
+  iterations. ``d = startup + k L`` (DESIGN §4) gives per-trial samples of ``L`` and of the
+  start-up (``fit.split_train_durations``); ``m = 1`` queues ``2 G`` trials on ``G`` GPUs (so
+  both a fresh gang and a hand-off are measured), ``m > 1`` runs ``G // m`` gangs at once;
+* **SYNC**: a stage's time outside its TRAIN nodes (ranking, stopping gangs, asking for the
+  next stage's instances).
+
+Each latency is fitted with ``fit.fit_latency``; the raw samples are kept under
+``profiling.samples``. The profiling's own wall time and cost (the provider's instance-seconds
+with the cloud profile's price and billing rules, ``ledger_from_events``) are reported. ``ray``
+is imported only when a cluster is started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rubberband.config import Experiment, load_experiment
+from rubberband.errors import ProviderError, RubberbandError, SpecError
+from rubberband.profiler.fit import split_train_durations, to_profile_entry
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile
+from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
+from rubberband.profiles.model import ModelProfile
+from rubberband.schema import did_you_mean
+
+log = logging.getLogger("rubberband.profiler")
+
+K_SHORT = 1                 # iterations of the short trials; the long ones run K_SHORT + iters
+MIN_LAUNCHES = 2
+HEADER = "# Measured on this machine by `rubberband profile`; rerun it to refresh.\n"
+
+
+# --- what was asked ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    """A checked profiling request (everything that can be wrong is caught before any cluster starts)."""
+
+    experiment: Experiment
+    provider: str
+    cloud: CloudProfile
+    gpu_counts: tuple[int, ...]
+    iters: int
+    repeats: int
+    max_seconds: float | None
+    launches: int
+    global_batch_size: int | None
+    cluster: Any = None            # aws: the checked Ray cluster YAML (AwsClusterConfig)
+    latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
+
+
+def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tuple[int, ...]:
+    """GPUs per trial to measure: powers of two up to ``min(G, max(requested))``, plus any
+    other count asked for explicitly.
+
+    Raises:
+        SpecError: a count below 1, or one that one instance of ``cloud`` cannot host.
+    """
+    G = cloud.gpus_per_instance
+    if requested is None:
+        asked: list[int] = [G]
+    elif isinstance(requested, int) and not isinstance(requested, bool):
+        asked = [requested]
+    else:
+        asked = list(requested)
+    if not asked:
+        raise SpecError("--gpus: give at least one GPU count per trial, e.g. 1,2")
+    for g in asked:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+            raise SpecError(f"--gpus: expected whole numbers of GPUs per trial of at least 1, got {g!r}")
+        if g > G:
+            raise SpecError(f"--gpus: {g} GPUs per trial cannot fit on {cloud.instance_type} ({G} GPUs per instance); "
+                            f"profile at most {G}, or pick an instance type with more GPUs")
+    top = max(asked)
+    counts = {1 << i for i in range(top.bit_length()) if 1 << i <= top}
+    return tuple(sorted(counts | set(asked)))
+
+
+def check_request(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
+                  iters: int = 4, repeats: int = 3, max_seconds: float | None = None, launches: int = MIN_LAUNCHES,
+                  cluster: Any = None) -> Request:
+    """Load and check what to profile, without starting anything.
+
+    Raises:
+        SpecError: an unknown provider, ``iters`` or ``repeats`` below 1, a GPU count the
+            instance type cannot host, no trainer, a trainer that cannot be loaded, ...
+    """
+    if provider not in PROVIDERS:
+        raise SpecError(f"--provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; "
+                        f"profiling runs on {', '.join(PROVIDERS)}")
+    for name, value in (("--iters", iters), ("--repeats", repeats), ("launches", launches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{name}: must be a whole number of at least 1, got {value!r}")
+    if launches < MIN_LAUNCHES:
+        raise SpecError(f"launches: at least {MIN_LAUNCHES} instance launches are needed to fit latencies, got {launches}")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
+                                    or not max_seconds > 0):
+        raise SpecError(f"--max-seconds: must be a positive number of seconds, got {max_seconds!r}")
+    exp = experiment if isinstance(experiment, Experiment) else load_experiment(experiment)
+    if exp.auto_instance_type:
+        raise SpecError("cloud.instance_type: `auto` cannot be profiled; name the instance type to measure on")
+    if not exp.trainer:
+        raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
+    cloud = exp.cloud
+    counts = gpu_counts(gpus, cloud)
+    from rubberband.executor.worker import load_trainer  # imports the user's module, not torch
+
+    trainer = load_trainer(exp.trainer)
+    batch = getattr(trainer, "global_batch_size", None)
+    if isinstance(batch, int):
+        bad = [m for m in counts if batch % m]
+        if bad:
+            raise SpecError(f"--gpus: the trainer's global_batch_size {batch} does not split over {bad[0]} GPUs; "
+                            f"profile counts that divide it")
+    cluster_cfg = None
+    if provider == "aws":
+        from rubberband.providers import aws_cluster
+        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
+
+        cluster = cluster or exp.cluster
+        if cluster is None:
+            raise SpecError("--cluster: profiling on aws needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` "
+                            "in the experiment")
+        cluster_cfg = cluster if isinstance(cluster, AwsClusterConfig) else load_cluster_config(cluster, cloud.instance_type)
+        cluster_cfg = aws_cluster.check_against_plan(cluster_cfg, cloud, launches)
+        aws_cluster.check_credentials(cluster_cfg)
+    elif cluster is not None:
+        raise SpecError(f"--cluster: only the aws provider launches from a cluster YAML (got --provider {provider})")
+    return Request(exp, provider, cloud, counts, iters, repeats, float(max_seconds) if max_seconds else None,
+                   launches, batch if isinstance(batch, int) else None, cluster_cfg)
+
+
+# --- what was measured -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GpuCountResult:
+    """One GPUs-per-trial count: its fitted seconds per iteration and the samples behind it."""
+
+    gpus: int
+    iter_latency_s: Distribution
+    iter_samples: tuple[float, ...]
+    startup_samples: tuple[float, ...]
+    repeats: int
+
+    @property
+    def startup_s(self) -> float:
+        return statistics.fmean(self.startup_samples) if self.startup_samples else 0.0
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """What ``profile`` measured, wrote and spent."""
+
+    experiment: str
+    provider: str
+    instance_type: str
+    trainer: str
+    per_gpus: tuple[GpuCountResult, ...]
+    trial_startup_s: Distribution
+    sync_s: Distribution
+    provision_latency_s: Distribution
+    init_latency_s: Distribution
+    samples: dict[str, Any]
+    seconds: float
+    cost_usd: float
+    instance_seconds: float
+    price_usd_per_hour: float
+    iters: int
+    repeats: int
+    stopped_early: bool
+    notes: tuple[str, ...]
+    profile: dict[str, Any]
+    cloud_overrides: dict[str, Any]
+    out: str | None = None
+    cloud_out: str | None = None
+    region_file: str | None = None
+    run_dir: str | None = None
+    skipped_gpus: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def model(self) -> ModelProfile:
+        """The measured model profile."""
+        return ModelProfile.from_dict(self.profile, where="measured profile")
+
+    @property
+    def gpu_counts(self) -> tuple[int, ...]:
+        return tuple(r.gpus for r in self.per_gpus)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment, "provider": self.provider, "instance_type": self.instance_type,
+            "trainer": self.trainer, "iters": self.iters, "repeats": self.repeats,
+            "gpus": [{"gpus": r.gpus, "repeats": r.repeats, "startup_s": r.startup_s,
+                      "iter_latency_s": r.iter_latency_s.to_dict(), "iter_samples": list(r.iter_samples),
+                      "startup_samples": list(r.startup_samples)} for r in self.per_gpus],
+            "skipped_gpus": list(self.skipped_gpus),
+            "trial_startup_s": self.trial_startup_s.to_dict(), "sync_s": self.sync_s.to_dict(),
+            "provision_latency_s": self.provision_latency_s.to_dict(), "init_latency_s": self.init_latency_s.to_dict(),
+            "samples": self.samples, "seconds": self.seconds, "cost_usd": self.cost_usd,
+            "instance_seconds": self.instance_seconds, "price_usd_per_hour": self.price_usd_per_hour,
+            "stopped_early": self.stopped_early, "notes": list(self.notes),
+            "out": self.out, "cloud_out": self.cloud_out, "region_file": self.region_file, "run_dir": self.run_dir,
+            "profile": self.profile, "cloud_overrides": self.cloud_overrides,
+        }
+
+    def table(self) -> str:
+        """The human summary the CLI prints."""
+        from rubberband.render import render
+        from rubberband.units import format_usd
+
+        rows = [[r.gpus, len(r.iter_samples), r.repeats, f"{r.startup_s:.3f}s", f"{r.iter_latency_s.mean:.4f}",
+                 f"{r.iter_latency_s.std:.4f}", describe(r.iter_latency_s)] for r in self.per_gpus]
+        lines = [f"profiled {self.experiment} on {self.provider} {self.instance_type} (trainer {self.trainer}; "
+                 f"trials of {K_SHORT} and {K_SHORT + self.iters} iterations, {self.repeats} repeats)", ""]
+        lines.append(render(["GPUs/trial", "samples", "repeats", "start-up", "s/iter mean", "s/iter std", "fitted"], rows))
+        lines.append("")
+        n_launch = len(self.samples.get("cloud", {}).get("init_latency_s", []))
+        lines.append(f"trial start-up                            {describe(self.trial_startup_s)}")
+        lines.append(f"sync (per stage)                          {describe(self.sync_s)}")
+        lines.append(f"provisioning (request -> running)         {describe(self.provision_latency_s)} over {n_launch} launches")
+        lines.append(f"initialisation (running -> usable)        {describe(self.init_latency_s)} over {n_launch} launches")
+        for note in self.notes:
+            lines.append(f"note: {note}")
+        written = [p for p in (self.out, self.cloud_out) if p]
+        if written:
+            lines.append("wrote " + " and ".join(written) + (" (use the latter as the experiment's `cloud.overrides`)"
+                                                             if self.cloud_out else ""))
+        if self.region_file:
+            lines.append(f"updated defaults.init_latency_s in {self.region_file}")
+        lines.append(f"profiling took {self.seconds:.0f}s and cost {format_usd(self.cost_usd)} "
+                     f"({self.instance_seconds:.0f} instance-seconds of {self.instance_type} at "
+                     f"{format_usd(self.price_usd_per_hour)}/h, billed per the cloud profile)")
+        return "\n".join(lines)
+
+
+def describe(dist: Distribution) -> str:
+    """``normal mean 0.47s std 0.02s`` — one latency in words."""
+    if isinstance(dist, Constant):
+        return f"constant {dist.value:.4g}s"
+    return f"{dist.kind} mean {dist.mean:.4g}s std {dist.std:.4g}s"
+
+
+# --- providers -----------------------------------------------------------------------------------
+class _Session:
+    """A running cluster to measure on: the executor's ports plus the provider's event log."""
+
+    port: Any
+    runner: Any
+    read_events: Callable[[], list[dict[str, Any]]]
+    stopped_at: float | None
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class _LocalSession(_Session):
+    """The `local` provider: Ray nodes on this machine, autoscaled by Ray's autoscaler."""
+
+    def __init__(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        import ray
+
+        from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
+
+        self._ray = ray
+        self.stopped_at = None
+        self.runner = None
+        self._previous_sigterm = None
+        self.cluster = self._start(req, run_id, run_dir, max_instances)
+        try:
+            ray.init(address=self.cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+            if threading.current_thread() is threading.main_thread():
+                # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
+                self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+            self.port = RayClusterPort(req.cloud.gpus_per_instance, events=self.cluster.read_events,
+                                       release_file=str(self.cluster.run_dir / "provider" / "release.json"),
+                                       require_ready=self.cluster.meta.get("mirror", True))
+            self.runner = RayTrialRunner(req.experiment.trainer, seed=req.experiment.seed)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
+        from rubberband.providers.local import LocalCluster
+
+        cluster = LocalCluster.start(run_id, run_dir, req.cloud, max_instances, seed=req.experiment.seed,
+                                     latency_scale=req.latency_scale)
+        self.read_events = cluster.read_events
+        return cluster
+
+    def _after_stop(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        try:
+            if self.runner is not None:
+                try:
+                    self.runner.shutdown()
+                except Exception:  # a broken cluster is stopped below anyway
+                    pass
+            if self._ray.is_initialized():
+                self._ray.shutdown()
+        finally:
+            self.stopped_at = time.time()
+            try:
+                self.cluster.stop()
+            finally:
+                self._after_stop()
+                if self._previous_sigterm is not None:
+                    signal.signal(signal.SIGTERM, self._previous_sigterm)
+                    self._previous_sigterm = None
+
+
+class _AwsSession(_LocalSession):
+    """The `aws` provider: EC2 instances launched by Ray's autoscaler through ``AwsNodeProvider``;
+    provisioning is timed from EC2's own LaunchTime."""
+
+    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
+        from rubberband.providers import aws_cluster
+
+        self._aws = aws_cluster
+        self._cfg = req.cluster
+        aws_cluster.remember_run(run_id, req.cluster.region, req.cluster.path)
+        cluster, _ = aws_cluster.start(run_id, run_dir, req.cloud, req.cluster, max_instances, seed=req.experiment.seed,
+                                       latency_scale=req.latency_scale)
+        self.read_events = lambda: aws_cluster.ledger_events(cluster)
+        return cluster
+
+    def _after_stop(self) -> None:
+        self._aws.sweep(self.cluster, self._cfg.region, self._cfg.credentials)
+        self._aws.forget_run(self.cluster.run_id)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+PROVIDERS: dict[str, type[_Session]] = {"local": _LocalSession, "aws": _AwsSession}
+
+
+# --- the measurement -----------------------------------------------------------------------------
+class _Measurement:
+    """Runs one-stage jobs through the real driver on a session and collects samples."""
+
+    def __init__(self, req: Request, session: _Session):
+        self.req, self.session = req, session
+        exp = req.experiment
+        self.G = req.cloud.gpus_per_instance
+        # Only the plan's shape matters here: any latency will do for the planning model.
+        self.planning_model = ModelProfile({m: Constant(1.0) for m in {1, *req.gpu_counts}}, name="profiling")
+        self.metric, self.mode, self.seed = exp.metric, exp.mode, exp.seed
+        self.warmed: dict[str, float] = {}
+        self.asked: list[float] = []        # when the driver asked for a stage's instances
+        self.first_trials: dict[str, list[float]] = {}   # instance -> TRAIN durations of its first trials
+        self.plan = None
+        self.runs = 0
+
+    def _on_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "stage":
+            self.asked.append(time.time())
+        elif kind == "nodes":
+            for inst in data["instances"]:
+                self.warmed.setdefault(inst, data["at"])
+
+    def run(self, trials: int, iters: int, allocation: int):
+        """One stage of ``trials`` trials of ``iters`` iterations on ``allocation`` GPUs."""
+        from rubberband.executor.driver import Driver
+        from rubberband.plan import plan_allocation
+        from rubberband.spec import ExperimentSpec
+
+        spec = ExperimentSpec.from_stages([(trials, iters)])
+        plan = plan_allocation(spec, (allocation,), self.planning_model, self.req.cloud, deadline_s=3600, samples=10,
+                               seed=self.seed)
+        self.plan = plan
+        # A new seed per stage: the trials sample new configs, so the samples span the search
+        # space as a tuning job's trials do.
+        self.runs += 1
+        driver = Driver(plan, self.session.port, self.session.runner, self.req.experiment.search_space, self.metric,
+                        self.mode, seed=self.seed + self.runs, on_event=self._on_event, keep_warm=True)
+        return driver.run()
+
+    def launch(self, count: int) -> float:
+        """Grow to ``count`` instances (one launch more) with a tiny stage on every GPU; return
+        seconds taken. Instances are only ever added: releasing one while the autoscaler still
+        sees the larger request can make it launch a replacement."""
+        t0 = time.time()
+        before = set(self.warmed)
+        outcome = self.run(self.G * count, K_SHORT, self.G * count)
+        fresh = set(self.warmed) - before
+        # The trials that ran on the new instance were its workers' first: their TRAIN
+        # durations show the one-off cost of a worker's first trial.
+        on_fresh = {tid for tid, t in outcome.trials.items() if t.history and set(t.history[-1]["instances"]) <= fresh}
+        for inst in fresh:
+            self.first_trials[inst] = [r["end_s"] - r["start_s"] for r in outcome.train_runs if r["trial"] in on_fresh]
+        return time.time() - t0
+
+    def cloud_samples(self, hot_short_s: float) -> dict[str, list[float]]:
+        """Per launch: ``provision`` (the provider's request -> running) and ``init`` (running
+        -> usable), where ``init = warm + first_trial``: ``warm`` is running -> warm workers
+        and ``first_trial`` how much longer the instance's first trials took than
+        ``hot_short_s``, the mean of the same trials on used workers (the one-off cost of a
+        worker's first trial, which ``warm`` does not pay). Also ``lag``, from the driver
+        asking for instances to the provider's request (the autoscaler noticing the request;
+        reported, not fitted)."""
+        events = self.session.read_events()
+        times: dict[str, dict[str, float]] = {}
+        for e in events:
+            times.setdefault(e["instance"], {}).setdefault(e["event"], e["t"])
+        out: dict[str, list[float]] = {"provision": [], "init": [], "warm": [], "first_trial": [], "lag": []}
+        for inst, warm_at in self.warmed.items():
+            t = times.get(inst, {})
+            if "request" in t and "running" in t:
+                out["provision"].append(max(0.0, t["running"] - t["request"]))
+                asked = [a for a in self.asked if a <= t["request"]]
+                if asked:
+                    out["lag"].append(t["request"] - asked[-1])
+            if "running" in t:
+                warm = max(0.0, warm_at - t["running"])
+                first = self.first_trials.get(inst)
+                extra = max(0.0, statistics.fmean(first) - hot_short_s) if first else 0.0
+                out["warm"].append(warm)
+                out["first_trial"].append(extra)
+                out["init"].append(warm + extra)
+        return out
+
+    def gpu_count(self, m: int) -> tuple[list[float], list[float], list[float]]:
+        """One repeat at ``m`` GPUs per trial: (short durations, long durations, sync samples)."""
+        G = self.G
+        trials, allocation = (2 * G, G) if m == 1 else (G // m, m * (G // m))
+        out: list[list[float]] = []
+        sync: list[float] = []
+        for k in (K_SHORT, K_SHORT + self.req.iters):
+            outcome = self.run(trials, k, allocation)
+            runs = outcome.train_runs
+            out.append([r["end_s"] - r["start_s"] for r in runs])
+            stage = outcome.stages[0]
+            sync.append(max(0.0, (stage.end_s - stage.start_s) - (max(r["end_s"] for r in runs)
+                                                                   - min(r["start_s"] for r in runs))))
+        return out[0], out[1], sync
+
+
+def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
+            iters: int = 4, repeats: int = 3, max_seconds: float | None = None, out: str | Path | None = None,
+            cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES, update_region: bool = False,
+            runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None,
+            cluster: Any = None, latency_scale: float = 1.0) -> ProfileResult:
+    """Measure a job's model profile and the provider's latencies, and write them.
+
+    Args:
+        experiment: an experiment YAML path or a loaded ``Experiment`` (its trainer, search
+            space, metric, seed and instance type are used).
+        provider: where to measure: ``local`` or ``aws`` (EC2, with ``cluster``).
+        gpus: GPUs per trial: powers of two up to ``min(G, max(gpus))`` are measured
+            (default: up to the instance type's ``G``).
+        iters: extra iterations of the long trials (they run ``1 + iters``; short ones 1).
+        repeats: runs of each trial length per GPU count.
+        max_seconds: a bound on the profiling's wall time: repeats (and then GPU counts) that
+            would not fit are skipped and the result says so. The start-up and the instance
+            launches are always done.
+        out: the model profile YAML to write (default ``profiles/<experiment>_<type>.yaml``).
+        cloud_out: the cloud-profile override YAML (``provision_latency_s``,
+            ``init_latency_s``) to write; default next to ``out`` as ``<stem>.cloud.yaml``;
+            ``False`` writes none.
+        launches: instance launches to time (at least 2; the cluster grows to this many instances).
+        update_region: also write the fitted initialisation latency into
+            ``defaults.init_latency_s`` of the experiment's region file.
+        runs_dir: where the profiling cluster keeps its run directory.
+        on_progress: called with one line of text per step.
+        cluster: ``aws`` only: the Ray cluster YAML to launch from (default: the experiment's ``cluster:``).
+        latency_scale: multiplies the provider's emulated provisioning wait (the local
+            provider; aws against an emulator such as moto). Real EC2 is timed as it is.
+
+    Returns:
+        A ``ProfileResult``.
+
+    Raises:
+        SpecError: bad arguments (checked before any cluster starts), or a trainer rejecting
+            its input.
+        ProviderError: the trainer or the provider failed; the message names the trainer
+            and the error. The cluster is stopped in every case.
+    """
+    req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches, cluster)
+    if isinstance(latency_scale, bool) or not isinstance(latency_scale, (int, float)) or not latency_scale > 0:
+        raise SpecError(f"--latency-scale: must be a positive number, got {latency_scale!r}")
+    req = dataclasses.replace(req, latency_scale=float(latency_scale))
+    exp, cloud = req.experiment, req.cloud
+    progress = on_progress or (lambda line: None)
+    from rubberband.executor.run import ledger_from_events, new_run_id
+
+    run_id = "profile-" + new_run_id()
+    run_dir = Path(runs_dir).resolve() / run_id
+    t_start = time.time()
+    progress(f"starting a {provider} cluster of {cloud.instance_type} for {exp.name}")
+    session = PROVIDERS[provider](req, run_id, run_dir, max_instances=req.launches)
+    measurement = _Measurement(req, session)
+    durations: dict[int, tuple[list[float], list[float]]] = {}
+    done_repeats: dict[int, int] = {}
+    sync: list[float] = []
+    notes: list[str] = []
+    skipped: list[int] = []
+    stopped_early = False
+    try:
+        try:
+            # The first launch; the model is measured on that one instance, the other launches
+            # come last (they grow the cluster, which the measurements should not see).
+            launch_s = measurement.launch(1)
+            progress(f"first instance ready and warm after {launch_s:.1f}s")
+            reserve_s = (req.launches - 1) * launch_s
+            repeat_s: dict[int, float] = {}
+            for _ in range(req.repeats):
+                for m in req.gpu_counts:
+                    if m in skipped:
+                        continue
+                    guess = repeat_s.get(m) or (max(repeat_s.values()) if repeat_s else 0.0)
+                    if (req.max_seconds is not None and durations
+                            and time.time() - t_start + guess + reserve_s > req.max_seconds):
+                        stopped_early = True
+                        if m not in durations:
+                            skipped.append(m)
+                        continue
+                    t0 = time.time()
+                    short, long, stage_sync = measurement.gpu_count(m)
+                    repeat_s[m] = time.time() - t0
+                    have = durations.setdefault(m, ([], []))
+                    have[0].extend(short)
+                    have[1].extend(long)
+                    sync.extend(stage_sync)
+                    done_repeats[m] = done_repeats.get(m, 0) + 1
+                    est_iter, _ = _estimate(have, req.iters)
+                    progress(f"{m} GPU(s)/trial, repeat {done_repeats[m]}/{req.repeats}: "
+                             f"{statistics.fmean(est_iter):.4f}s per iteration ({repeat_s[m]:.1f}s)")
+            for count in range(2, req.launches + 1):
+                measurement.launch(count)
+            cloud_samples = measurement.cloud_samples(statistics.fmean(durations[1][0]))
+            provision, init = cloud_samples["provision"], cloud_samples["init"]
+            progress(f"provisioning: {_secs(provision)}; initialisation: {_secs(init)} (running -> warm workers "
+                     f"{_secs(cloud_samples['warm'])}, plus first trials' one-off cost {_secs(cloud_samples['first_trial'])}); "
+                     f"autoscaler lag (asked -> provider request): {_secs(cloud_samples['lag'])}")
+        except RubberbandError:
+            raise
+        except Exception as exc:
+            raise _trainer_error(exc, exp.trainer) from None
+    finally:
+        session.stop()
+    stop_time = session.stopped_at or time.time()
+    took = stop_time - t_start
+    ledger = ledger_from_events(measurement.plan, session.read_events(), t_start, stop_time, [(0.0, took)])
+    cost = ledger.cost_usd(now=took)
+    instance_s = sum(rec.lifetime_s(took) for rec in ledger.instances.values())
+
+    if stopped_early:
+        short_of = {m: n for m, n in done_repeats.items() if n < req.repeats}
+        parts = [f"{m} GPU(s) with {n} of {req.repeats} repeats" for m, n in short_of.items()]
+        if skipped:
+            parts.append(f"GPU counts {', '.join(map(str, skipped))} not measured")
+        notes.append(f"stopped early to stay within {req.max_seconds:.0f}s: " + "; ".join(parts))
+
+    estimates = {m: _estimate(durations[m], req.iters) for m in req.gpu_counts if m in durations}
+    startup_all = [s for _, startup in estimates.values() for s in startup]
+    entries = {
+        "iter_latency_s": {m: to_profile_entry(iter_samples) for m, (iter_samples, _) in estimates.items()},
+        "trial_startup_s": to_profile_entry(startup_all),
+        "sync_s": to_profile_entry(sync),
+        "provision_latency_s": to_profile_entry(provision),
+        "init_latency_s": to_profile_entry(init),
+    }
+    samples = {
+        "iter_latency_s": {m: e["empirical"]["samples"] for m, e in entries["iter_latency_s"].items()},
+        "trial_startup_s": entries["trial_startup_s"]["empirical"]["samples"],
+        "sync_s": entries["sync_s"]["empirical"]["samples"],
+        "cloud": {"provision_latency_s": entries["provision_latency_s"]["empirical"]["samples"],
+                  "init_latency_s": entries["init_latency_s"]["empirical"]["samples"],
+                  **{key: [round(x, 4) for x in cloud_samples[part]] for key, part in (
+                      ("init_warm_s", "warm"), ("init_first_trial_s", "first_trial"), ("scale_request_lag_s", "lag"))}},
+    }
+    fitted = {key: parse_distribution(entries[key]["fitted"], key)
+              for key in ("trial_startup_s", "sync_s", "provision_latency_s", "init_latency_s")}
+    per_gpus = tuple(GpuCountResult(m, parse_distribution(entries["iter_latency_s"][m]["fitted"], f"iter_latency_s.{m}"),
+                                    tuple(iter_samples), tuple(startup), done_repeats[m])
+                     for m, (iter_samples, startup) in estimates.items())
+    trainer_name = exp.trainer.split(":")[-1]
+    now = dt.datetime.now(dt.timezone.utc)
+    profile_doc: dict[str, Any] = {
+        "name": exp.model.name,
+        "description": f"{trainer_name} on {provider} {cloud.instance_type}, measured by `rubberband profile`",
+        "measured_on": {"provider": provider, "region": cloud.region, "instance_type": cloud.instance_type,
+                        "gpu_model": cloud.gpu_model or "unknown", "host": os.uname().nodename},
+        "measured_at": now.isoformat(timespec="seconds"),
+        "rubberband_version": _version(),
+    }
+    if req.global_batch_size:
+        profile_doc["global_batch_size"] = req.global_batch_size
+    profile_doc["profiling"] = {
+        "experiment": exp.name, "trainer": exp.trainer,
+        "seconds": round(took, 1), "cost_usd": round(cost, 6), "instance_seconds": round(instance_s, 1),
+        "iters": req.iters, "trial_iters": [K_SHORT, K_SHORT + req.iters], "repeats": req.repeats,
+        "repeats_done": dict(done_repeats), "launches": req.launches, "stopped_early": stopped_early,
+        **({"notes": list(notes)} if notes else {}),
+        "fit": {"criterion": "aic", "iter_latency_s": {m: e["fit"] for m, e in entries["iter_latency_s"].items()}},
+        "samples": samples,
+    }
+    profile_doc["iter_latency_s"] = {m: e["fitted"] for m, e in entries["iter_latency_s"].items()}
+    profile_doc["trial_startup_s"] = entries["trial_startup_s"]["fitted"]
+    profile_doc["sync_s"] = entries["sync_s"]["fitted"]
+    ModelProfile.from_dict(profile_doc, where="measured profile")   # what we write must load
+
+    overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
+                 "init_latency_s": entries["init_latency_s"]["fitted"]}
+    exp.catalog.with_overrides(overrides).get(cloud.instance_type, exp.market)   # and so must this
+
+    out_path = Path(out) if out else Path("profiles") / f"{exp.name}_{cloud.instance_type}.yaml"
+    cloud_path = None if cloud_out is False else (
+        Path(cloud_out) if cloud_out not in (None, True) else out_path.with_name(out_path.stem + ".cloud.yaml"))
+    _write_yaml(out_path, HEADER, profile_doc)
+    if cloud_path is not None:
+        header = (f"# Cloud latencies measured by `rubberband profile` on {provider} {cloud.instance_type} at "
+                  f"{profile_doc['measured_at']}\n# over {len(init)} launches (provisioning: request -> running; "
+                  f"initialisation: running -> warm workers, plus their first trials' one-off cost).\n# Use these keys as an experiment's `cloud.overrides`.\n")
+        _write_yaml(cloud_path, header, overrides)
+    region = None
+    if update_region:
+        region = _update_region(exp.catalog, overrides["init_latency_s"])
+
+    result = ProfileResult(
+        experiment=exp.name, provider=provider, instance_type=cloud.instance_type, trainer=exp.trainer,
+        per_gpus=per_gpus, trial_startup_s=fitted["trial_startup_s"], sync_s=fitted["sync_s"],
+        provision_latency_s=fitted["provision_latency_s"], init_latency_s=fitted["init_latency_s"], samples=samples, seconds=took,
+        cost_usd=cost, instance_seconds=instance_s, price_usd_per_hour=cloud.hourly_usd, iters=req.iters,
+        repeats=req.repeats, stopped_early=stopped_early, notes=tuple(notes), profile=profile_doc,
+        cloud_overrides=overrides, out=str(out_path), cloud_out=str(cloud_path) if cloud_path else None,
+        region_file=str(region) if region else None, run_dir=str(run_dir), skipped_gpus=tuple(skipped),
+    )
+    return result
+
+
+def _secs(values: Sequence[float]) -> str:
+    return ", ".join(f"{x:.2f}s" for x in values) or "-"
+
+
+def _estimate(durations: tuple[list[float], list[float]], iters: int) -> tuple[list[float], list[float]]:
+    return split_train_durations(durations[0], durations[1], K_SHORT, K_SHORT + iters)
+
+
+def _trainer_error(exc: BaseException, trainer: str) -> RubberbandError:
+    """One line naming the trainer and what went wrong (Ray wraps the worker's exception)."""
+    cause = getattr(exc, "cause", None) or exc
+    text = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    if len(text) > 300:
+        text = text[:297] + "..."
+    msg = f"trainer {trainer} failed while profiling: {type(cause).__name__}: {text}"
+    return SpecError(msg) if isinstance(cause, SpecError) else ProviderError(msg)
+
+
+def _version() -> str:
+    from rubberband import __version__
+
+    return __version__
+
+
+def _plain(value: Any) -> Any:
+    """Python scalars only (``yaml.safe_dump`` refuses numpy's)."""
+    if isinstance(value, dict):
+        return {(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return value
+
+
+def _write_yaml(path: Path, header: str, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(header + yaml.safe_dump(_plain(data), sort_keys=False))
+    tmp.replace(path)
+
+
+def _update_region(catalog: CloudCatalog, init_latency: dict[str, Any]) -> Path:
+    """Write ``init_latency`` as ``defaults.init_latency_s`` of the region file, keeping its
+    leading comments (how ``scripts/demo`` calibrates the local provider)."""
+    if not catalog.path:
+        raise SpecError("update_region: the experiment's cloud profile has no file to update")
+    path = Path(catalog.path)
+    text = path.read_text()
+    data = yaml.safe_load(text)
+    data.setdefault("defaults", {})["init_latency_s"] = init_latency
+    CloudCatalog.from_dict(_plain(data), where=str(path))
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    _write_yaml(path, header, data)
+    return path

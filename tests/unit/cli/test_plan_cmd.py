@@ -1,0 +1,175 @@
+"""`rubberband plan` and `rubberband whatif`: tables, JSON, plan files, plots and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rubberband.cli.main import main
+from rubberband.plan import POLICIES, Plan
+
+ROOT = Path(__file__).resolve().parents[3]
+CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, *needles: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+def test_plan_prints_the_plan_summary_and_considered_plans(capsys):
+    code, out, err = run(capsys, "plan", CIFAR)
+    assert code == 0, err
+    assert "plan (optimal) on p3.8xlarge" in out and "deadline 20m00s" in out
+    for header in ("stage", "trials", "iters", "GPUs/trial", "instances", "mean time", "stage cost"):
+        assert header in out
+    assert "JCT  mean" in out and "cost mean" in out and "P(JCT <= 20m00s)" in out
+    assert "considered plans (* chosen)" in out
+    considered = out.split("considered plans (* chosen)")[1]
+    rows = [line.split()[0] for line in considered.strip().splitlines()[2:]]
+    assert sorted(rows) == sorted(POLICIES)
+    assert "1.00x *" in considered
+
+
+def test_plan_json(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--json", "--samples", "200")
+    assert code == 0
+    data = json.loads(out)
+    assert data["experiment"] == "resnet101-cifar10" and data["policy"] == "optimal"
+    for key in ("allocation", "instances", "gpus_per_trial", "predicted", "considered", "cloud", "stages"):
+        assert key in data
+    assert len(data["allocation"]) == len(data["instances"]) == len(data["stages"]) == 4
+    assert data["predicted"]["jct_s_mean"] <= data["deadline_s"] == 1200.0
+    assert "jct_s" not in data["predicted"]              # per-sample arrays stay out of the CLI output
+    assert sorted(c["policy"] for c in data["considered"]) == sorted(POLICIES)
+    assert min(c["cost_usd_mean"] for c in data["considered"]) == pytest.approx(data["predicted"]["cost_usd_mean"])
+
+
+def test_plan_out_writes_a_plan_file(capsys, tmp_path):
+    path = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "200", "--out", str(path))
+    assert code == 0 and f"wrote {path}" in out
+    plan = Plan.from_json(path.read_text())
+    assert plan.policy == "optimal" and plan.deadline_s == 1200.0 and plan.samples == 200
+    assert plan.instance_type == "p3.8xlarge" and len(plan.allocation) == 4
+    assert plan.predicted.samples == 200 and plan.predicted.mean_jct_s <= 1200.0
+
+
+def test_plan_infeasible_deadline_is_one_error_line(capsys):
+    code, out, err = run(capsys, "plan", CIFAR, "--deadline", "1m", "--samples", "100")
+    assert code == 2 and out == ""
+    assert_one_line_error(err, "no plan meets the deadline of 60s", "shortest achievable JCT is ")
+
+
+def test_plan_unknown_policy_is_one_error_line_with_did_you_mean(capsys):
+    code, out, err = run(capsys, "plan", CIFAR, "--policy", "gredy")
+    assert code == 2 and out == ""
+    assert_one_line_error(err, "unknown policy 'gredy'", "did you mean `greedy`")
+
+
+def test_plan_with_a_policy_and_deadline(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--policy", "static", "--deadline", "25m", "--samples", "100", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["policy"] == "static" and data["deadline_s"] == 1500.0
+    assert len(set(data["instances"])) == 1              # a static cluster holds the same count
+
+
+def test_plan_confidence(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--confidence", "0.9", "--samples", "200")
+    assert code == 0
+    assert "P(meet) >= 0.9" in out
+    code, out, _ = run(capsys, "plan", CIFAR, "--confidence", "0.9", "--samples", "200", "--json")
+    data = json.loads(out)
+    assert data["confidence"] == 0.9 and data["predicted"]["p_meet"] >= 0.9
+
+
+def test_plan_bad_confidence_is_one_error_line(capsys):
+    code, _, err = run(capsys, "plan", CIFAR, "--confidence", "1.5")
+    assert code == 2
+    assert_one_line_error(err, "confidence")
+
+
+def test_plan_instance_type_auto(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--instance-type", "auto", "--samples", "200", "--json")
+    assert code == 0
+    data = json.loads(out)
+    types = {c["instance_type"] for c in data["considered"]}
+    assert {"p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge"} <= types
+    assert not types & {"p3.2xlarge", "g4dn.12xlarge", "p4d.24xlarge"}
+    same_policy = [c for c in data["considered"] if c["policy"] == "optimal" and "infeasible" not in c]
+    assert data["predicted"]["cost_usd_mean"] == pytest.approx(min(c["cost_usd_mean"] for c in same_policy))
+    code, out, _ = run(capsys, "plan", CIFAR, "--instance-type", "auto", "--samples", "200")
+    assert code == 0 and "p3.16xlarge" in out and "p3dn.24xlarge" in out
+
+
+def test_plan_unknown_instance_type_is_one_error_line(capsys):
+    code, _, err = run(capsys, "plan", CIFAR, "--instance-type", "p3.8xlarg")
+    assert code == 2
+    assert_one_line_error(err, "did you mean `p3.8xlarge`")
+
+
+# --- whatif ----------------------------------------------------------------------------------------
+
+def test_whatif_deadline_sweep_with_plot(capsys, tmp_path):
+    png = tmp_path / "x.png"
+    code, out, err = run(capsys, "whatif", CIFAR, "--deadline", "18m:24m:2m", "--plot", str(png), "--samples", "100")
+    assert code == 0, err
+    for label in ("18m00s", "20m00s", "22m00s", "24m00s"):
+        assert label in out
+    assert "static/optimal" in out and f"wrote {png}" in out
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_whatif_init_latency(capsys):
+    code, out, _ = run(capsys, "whatif", CIFAR, "--init-latency", "1s,100s", "--samples", "100", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["axes"] == ["init_latency_s"]
+    assert [s["init_latency_s"] for s in data["scenarios"]] == [1.0, 100.0]
+    cheap, dear = (s["cost_usd"]["optimal"] for s in data["scenarios"])
+    assert cheap < dear
+
+
+def test_whatif_billing(capsys):
+    code, out, _ = run(capsys, "whatif", CIFAR, "--billing", "per_instance,per_function", "--samples", "100")
+    assert code == 0
+    assert "per_instance" in out and "per_function" in out
+
+
+def test_whatif_trials_json(capsys):
+    code, out, _ = run(capsys, "whatif", CIFAR, "--trials", "16,32", "--samples", "100", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["policies"] == list(POLICIES)
+    assert [s["num_trials"] for s in data["scenarios"]] == [16, 32]
+    for s in data["scenarios"]:
+        assert set(s["cost_usd"]) == set(POLICIES)
+        assert s["cost_usd"]["optimal"] <= min(v for v in s["cost_usd"].values() if v is not None) + 1e-9
+
+
+def test_whatif_without_a_sweep_is_one_error_line(capsys):
+    code, out, err = run(capsys, "whatif", CIFAR)
+    assert code == 2 and out == ""
+    assert_one_line_error(err, "nothing to sweep")
+
+
+def test_whatif_unknown_billing_is_one_error_line(capsys):
+    code, _, err = run(capsys, "whatif", CIFAR, "--billing", "per_second")
+    assert code == 2
+    assert_one_line_error(err, "per_second")

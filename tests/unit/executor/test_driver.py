@@ -1,0 +1,274 @@
+"""The executor's control loop (``Driver``) against the in-process fakes of its ports."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband.errors import ProviderError, SpecError
+from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver, TrialState, best_trial
+from rubberband.executor.search_space import sample_configs
+from rubberband.plan import plan_allocation
+from rubberband.simulator.model import gpus_per_trial
+from rubberband.testing.fakes import Fakes, decode_checkpoint, make_fakes
+
+ITER_S = {1: 4.0, 2: 2.5, 4: 1.5}
+# Trial j gets LRS[j] (grid axes are enumerated in order): ranking by lr is not trial order.
+LRS = [0.5, 0.1, 0.8, 0.3, 0.7, 0.2, 0.6, 0.4]
+GRID = {"lr": {"grid": LRS}}
+
+
+def model() -> ModelProfile:
+    return ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
+
+
+def cloud(G: int) -> CloudProfile:  # noqa: N803 - the paper's symbol
+    return CloudProfile.from_dict({
+        "instance_type": "fake.gpu", "gpus_per_instance": G, "price_usd_per_hour": 3.6,
+        "provision_latency_s": 10, "init_latency_s": 5,
+    })
+
+
+def spec(*stages: tuple[int, int]) -> ExperimentSpec:
+    return ExperimentSpec.from_stages(stages)
+
+
+def plan_for(exp: ExperimentSpec, allocation, G: int):  # noqa: N803
+    return plan_allocation(exp, allocation, model(), cloud(G), deadline_s=1e6, samples=2)
+
+
+def run(exp, allocation, G, space=GRID, metric="loss", mode="min", before=None, **kwargs):  # noqa: N803
+    """Plan, wire the fakes, optionally prepare them, run; return (outcome, fakes)."""
+    fakes = make_fakes(G, ITER_S, provision_s=10, init_s=5)
+    if before:
+        before(fakes)
+    driver = Driver(plan_for(exp, allocation, G), fakes.cluster, fakes.runner, space, metric, mode,
+                    clock=fakes.clock, **kwargs)
+    return driver.run(), fakes
+
+
+def by_lr(trials: list[str], reverse: bool = False) -> list[str]:
+    return sorted(trials, key=lambda t: LRS[int(t[1:])], reverse=reverse)
+
+
+ALL = [f"t{j:03d}" for j in range(8)]
+
+
+# --- SHA promotion ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("metric", "mode", "best_first"), [
+    ("loss", "min", by_lr(ALL)),                   # low lr: low loss
+    ("loss", "max", by_lr(ALL, reverse=True)),     # keep the highest losses
+    ("accuracy", "max", by_lr(ALL)),               # accuracy = 1 - loss
+])
+def test_sha_promotes_the_top_trials_by_the_metric(metric, mode, best_first):
+    outcome, _ = run(spec((8, 1), (4, 1), (2, 1)), (8, 4, 2), G=4, metric=metric, mode=mode)
+    s0, s1, s2 = outcome.stages
+    assert s0.trials == ALL
+    assert set(s0.promoted) == set(best_first[:4])
+    assert set(s1.trials) == set(best_first[:4])
+    assert set(s1.promoted) == set(best_first[:2])
+    assert s2.promoted == []
+    for tid in best_first[4:]:
+        assert outcome.trials[tid].eliminated_after == 0
+        assert outcome.trials[tid].step == 1
+    for tid in best_first[2:4]:
+        assert outcome.trials[tid].eliminated_after == 1
+    for tid in best_first[:2]:
+        assert outcome.trials[tid].step == 3
+    best = best_trial(outcome.trials, mode)
+    assert best is not None and best.id == best_first[0]
+
+
+# --- queueing -----------------------------------------------------------------------------
+
+def test_queued_trials_run_at_most_allocation_at_a_time_in_trial_order():
+    outcome, fakes = run(spec((6, 2), (3, 2)), (2, 1), G=2)
+    assert fakes.runner.max_in_flight == 2
+    runs0 = {r["trial"]: r for r in outcome.train_runs if r["stage"] == 0}
+    # Two GPUs: t000 and t001 first; each later trial takes a freed GPU, in trial-id order.
+    assert [(a, b) for a, b in fakes.runner.called("reassign")][:4] == [
+        ("t000", "t002"), ("t001", "t003"), ("t002", "t004"), ("t003", "t005")]
+    starts = sorted(runs0.values(), key=lambda r: (r["start_s"], r["trial"]))
+    assert [r["trial"] for r in starts] == [f"t{j:03d}" for j in range(6)]
+    ends = {r["end_s"] for r in runs0.values()}
+    for r in starts[2:]:
+        assert r["start_s"] in ends                  # it started when another trial finished
+    # 3 rounds of 2 iterations of 4 s each on 2 GPUs.
+    s0 = outcome.stages[0]
+    assert s0.end_s - s0.start_s == pytest.approx(15 + 3 * 2 * 4.0)
+    assert all(outcome.trials[t].history[0]["step"] == 2 for t in s0.trials)
+    # Stage 1: one GPU, three trials one after another. Promoted trials queue in rank order
+    # (best first), which is also the order of ``promoted``.
+    runs1 = sorted((r for r in outcome.train_runs if r["stage"] == 1), key=lambda r: r["start_s"])
+    assert s0.promoted == by_lr(s0.promoted)
+    assert [r["trial"] for r in runs1] == s0.promoted
+    for a, b in zip(runs1, runs1[1:]):
+        assert b["start_s"] == pytest.approx(a["end_s"])
+
+
+# --- resize and gang reuse ----------------------------------------------------------------
+
+def test_resized_trials_get_a_new_gang_restored_from_their_checkpoint():
+    outcome, fakes = run(spec((4, 2), (2, 2), (1, 2)), (4, 4, 4), G=4)     # 1, 2, 4 GPUs per trial
+    runner = fakes.runner
+    winner = outcome.stages[2].trials[0]
+    gangs = runner.gangs_of(winner)
+    assert [g.size for g in gangs] == [1, 2, 4]
+    assert [g.from_step for g in gangs] == [0, 2, 4]
+    assert gangs[0].checkpoint is None
+    for g in gangs[1:]:
+        assert decode_checkpoint(g.checkpoint) == {"trial": winner, "step": g.from_step}
+    for g in gangs:
+        assert len(set(g.instances)) == 1           # a trial's workers stay on one instance
+    assert outcome.trials[winner].step == 6
+    assert outcome.trials[winner].history[-1]["gpus"] == 4
+
+
+def test_unchanged_trials_keep_their_gangs_across_stages():
+    outcome, fakes = run(spec((4, 2), (2, 2), (1, 2)), (4, 2, 1), G=4)     # 1 GPU per trial throughout
+    for tid in outcome.stages[1].trials:
+        assert len(fakes.runner.gangs_of(tid)) == 1, "a promoted trial of unchanged size was restarted"
+    winner = outcome.stages[2].trials[0]
+    assert outcome.trials[winner].step == 6
+    assert fakes.runner.called("stop").count((winner,)) == 1    # only at the very end
+
+
+# --- scale-down ---------------------------------------------------------------------------
+
+def test_scale_down_keeps_the_oldest_instances_and_stops_workers_first():
+    outcome, fakes = run(spec((4, 1), (2, 1), (1, 1)), (4, 2, 1), G=2)     # 2, 1, 1 instances
+    calls = fakes.calls
+    release = calls.index(("cluster", "release_to", ["rb-instance-1"], 0))
+    assert calls.index(("runner", "release_instance", "rb-instance-2")) < release
+    assert fakes.cluster.called("release_to")[0] == (["rb-instance-1"], 0)
+    # Every stage after the scale-down runs on the oldest instance only.
+    for tid in outcome.stages[1].trials:
+        assert outcome.trials[tid].history[-1]["instances"] == ["rb-instance-1"]
+    # Nothing is left running: the last SYNC releases every instance.
+    assert fakes.cluster.called("release_to")[-1] == ([], 2)
+    assert fakes.cluster.nodes() == []
+    assert fakes.runner.live == []
+    assert fakes.runner.shut_down
+
+
+@pytest.mark.parametrize(("stages", "allocation", "G"), [
+    (((8, 1), (4, 2), (2, 4), (1, 8)), (8, 8, 8, 4), 4),
+    (((8, 1), (4, 2), (2, 4), (1, 8)), (8, 4, 2, 1), 2),
+    (((8, 1), (4, 2), (2, 4), (1, 8)), (4, 8, 4, 4), 2),
+    (((6, 2), (3, 2), (1, 2)), (3, 3, 4), 4),
+    (((4, 1), (2, 1)), (8, 8), 2),                 # a 4-GPU trial spans two 2-GPU instances
+])
+def test_every_trial_trains_its_stages_without_oversubscribing(stages, allocation, G):  # noqa: N803
+    outcome, fakes = run(spec(*stages), allocation, G=G)     # FakeRunner.start checks GPUs
+    done = 0
+    for i, (n, k) in enumerate(stages):
+        done += k
+        rec = outcome.stages[i]
+        assert len(rec.trials) == n
+        assert rec.instances == fakes.cluster.called("wait_nodes")[i][0]
+        for tid in rec.trials:
+            (entry,) = [h for h in outcome.trials[tid].history if h["stage"] == i]
+            assert entry["step"] == done
+            assert entry["gpus"] == len(entry["instances"]) == gpus_per_trial(n, allocation[i])
+    assert fakes.cluster.nodes() == []
+
+
+# --- recovery -----------------------------------------------------------------------------
+
+def lr_space(*lrs: float) -> dict:
+    return {"lr": {"grid": list(lrs)}}
+
+
+def test_a_lost_gang_resumes_from_its_last_checkpoint():
+    outcome, fakes = run(spec((2, 3), (1, 3)), (2, 1), G=2, space=lr_space(0.1, 0.5),
+                         before=lambda f: f.runner.fail("t000", at_step=2))
+    trial = outcome.trials["t000"]
+    assert trial.restarts == 1
+    assert trial.step == 6
+    assert outcome.stages[1].trials == ["t000"]
+    gangs = fakes.runner.gangs_of("t000")
+    assert gangs[1].from_step == 1 and decode_checkpoint(gangs[1].checkpoint)["step"] == 1
+    assert outcome.trials["t001"].restarts == 0
+
+
+def test_a_lost_instance_is_replaced_and_its_trials_resume():
+    def before(f: Fakes) -> None:
+        f.runner.fail("t000", at_step=2, lose_instance=True)
+
+    outcome, fakes = run(spec((4, 3), (2, 3)), (4, 2), G=2, before=before)
+    lost = fakes.cluster.called("lose")[0][0]
+    on_lost = [t for t in ALL[:4] if any(lost in g.instances for g in fakes.runner.gangs_of(t))]
+    assert "t000" in on_lost and len(on_lost) == 2            # two 1-GPU trials per instance
+    for tid in on_lost:
+        assert outcome.trials[tid].restarts == 1
+        assert outcome.trials[tid].history[0]["step"] == 3
+    assert fakes.cluster.launched == 3                      # one replacement
+    assert all(outcome.trials[t].step == 6 for t in outcome.stages[1].trials)
+
+
+def test_more_than_max_restarts_raises_provider_error():
+    with pytest.raises(ProviderError, match=rf"t000: failed {MAX_TRIAL_RESTARTS + 1} times"):
+        run(spec((2, 3), (1, 3)), (2, 1), G=2, space=lr_space(0.1, 0.5),
+            before=lambda f: f.runner.fail("t000", at_step=2, times=MAX_TRIAL_RESTARTS + 1))
+
+
+def test_max_restarts_failures_still_complete():
+    outcome, _ = run(spec((2, 3), (1, 3)), (2, 1), G=2, space=lr_space(0.1, 0.5),
+                     before=lambda f: f.runner.fail("t000", at_step=2, times=MAX_TRIAL_RESTARTS))
+    assert outcome.trials["t000"].restarts == MAX_TRIAL_RESTARTS
+    assert outcome.trials["t000"].step == 6
+
+
+def test_a_metric_the_trainer_does_not_report_is_a_spec_error():
+    with pytest.raises(SpecError, match="val_acc"):
+        run(spec((2, 1)), (2,), G=2, metric="val_acc")
+
+
+def test_an_unknown_mode_is_a_spec_error():
+    fakes = make_fakes(2, ITER_S)
+    with pytest.raises(SpecError, match="mode"):
+        Driver(plan_for(spec((2, 1)), (2,), 2), fakes.cluster, fakes.runner, GRID, "loss", "maximise")
+
+
+# --- HyperBand ----------------------------------------------------------------------------
+
+def test_hyperband_brackets_sample_fresh_trials():
+    brackets = [ExperimentSpec.sha(4, 1, 2, 2), ExperimentSpec.sha(2, 2, 2, 2)]   # 4x1 2x1 | 2x2
+    exp = ExperimentSpec.chain(brackets)
+    assert exp.bracket_starts == (0, 2)
+    space = {"lr": {"uniform": [0.1, 0.9]}}
+    outcome, fakes = run(exp, (4, 2, 2), G=2, space=space, seed=7)
+    b0 = [t for t in outcome.trials if t.startswith("b0-")]
+    b1 = [t for t in outcome.trials if t.startswith("b1-")]
+    assert b0 == ["b0-t000", "b0-t001", "b0-t002", "b0-t003"]
+    assert b1 == ["b1-t000", "b1-t001"]
+    assert [outcome.trials[t].config for t in b0] == sample_configs(space, 4, seed=7)
+    assert [outcome.trials[t].config for t in b1] == sample_configs(space, 2, seed=7 + 1000)
+    assert outcome.stages[2].trials == b1
+    for tid in b1:
+        (gang,) = fakes.runner.gangs_of(tid)
+        assert gang.from_step == 0 and gang.checkpoint is None
+        assert outcome.trials[tid].step == 2
+    # Every trial of the first bracket is done before the second starts.
+    assert all(outcome.trials[t].eliminated_after in (0, 1) for t in b0)
+    assert outcome.stages[1].promoted == []
+
+
+# --- best_trial ---------------------------------------------------------------------------
+
+def state(tid: str, step: int, metric: float | None) -> TrialState:
+    return TrialState(tid, {}, 0, step=step, metric=metric)
+
+
+@pytest.mark.parametrize(("mode", "best"), [("min", "c"), ("max", "b")])
+def test_best_trial_is_the_best_among_those_that_ran_longest(mode, best):
+    trials = {t.id: t for t in [state("a", 10, 0.1), state("b", 20, 0.9), state("c", 20, 0.7),
+                                state("d", 20, math.nan), state("e", 30, None)]}
+    assert best_trial(trials, mode).id == best
+
+
+def test_best_trial_of_nothing_finished_is_none():
+    assert best_trial({"a": state("a", 0, None)}, "min") is None

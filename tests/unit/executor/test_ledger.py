@@ -1,0 +1,239 @@
+"""The run's ledger: billing by the simulator's rules, provider events to records, and a
+fake-driven run of a deterministic plan costing exactly what the simulator predicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband.executor.driver import Driver
+from rubberband.executor.ledger import Ledger, TrialRun
+from rubberband.executor.run import ledger_from_events
+from rubberband.plan import plan_allocation
+from rubberband.simulator import simulate
+from rubberband.testing.fakes import make_fakes
+
+EXACT = {"rel": 1e-12, "abs": 1e-12}
+PRICE = 3.6                      # USD per hour: 0.001 USD per second
+
+
+def cloud(G: int = 4, per_function: bool = False, granularity_s: float = 1, minimum_s: float = 60,  # noqa: N803
+          dataset_gb: float = 0.0, usd_per_gb: float = 0.0, provision_s: float = 10, init_s: float = 5) -> CloudProfile:
+    billing = {"model": "per_function"} if per_function else \
+        {"model": "per_instance", "granularity_s": granularity_s, "minimum_s": minimum_s}
+    return CloudProfile.from_dict({
+        "instance_type": "fake.gpu", "gpus_per_instance": G, "price_usd_per_hour": PRICE, "billing": billing,
+        "provision_latency_s": provision_s, "init_latency_s": init_s,
+        "data": {"dataset_gb": dataset_gb, "price_usd_per_gb": usd_per_gb},
+    })
+
+
+def launched(ledger: Ledger, name: str, start: float, end: float | None, stage: int = 0,
+             stage_released: int | None = None):
+    rec = ledger.request(name, start, stage)
+    rec.launched_s = start
+    rec.released_s = end
+    rec.stage_released = stage_released
+    return rec
+
+
+# --- billing rules ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("lifetime", "granularity", "minimum", "billed"), [
+    (61, 60, 0, 120),          # rounded up to the granularity
+    (120, 60, 0, 120),
+    (10, 1, 60, 60),           # at least the minimum
+    (61.2, 1, 60, 62),
+    (59.5, 1, 60, 60),
+    (0, 60, 0, 0),
+])
+def test_an_instance_is_billed_rounded_up_and_at_least_the_minimum(lifetime, granularity, minimum, billed):
+    ledger = Ledger(cloud(granularity_s=granularity, minimum_s=minimum))
+    rec = launched(ledger, "i1", 5.0, 5.0 + lifetime)
+    assert ledger.instance_cost_usd(rec, now=1e9) == pytest.approx(billed * PRICE / 3600, **EXACT)
+    assert ledger.cost_usd(now=1e9) == pytest.approx(billed * PRICE / 3600, **EXACT)
+
+
+def test_a_running_instance_is_billed_up_to_now_and_an_unlaunched_one_not_at_all():
+    ledger = Ledger(cloud(minimum_s=0, dataset_gb=10, usd_per_gb=0.02))
+    launched(ledger, "i1", 0.0, None)
+    ledger.request("i2", 0.0, 0)                      # requested, never running
+    assert [r.instance_id for r in ledger.running()] == ["i1", "i2"]
+    assert ledger.cost_usd(now=100.0) == pytest.approx(100 * 0.001 + 0.2, **EXACT)
+
+
+def test_data_is_paid_once_per_launched_instance():
+    ledger = Ledger(cloud(minimum_s=0, dataset_gb=10, usd_per_gb=0.02))   # 0.2 USD a launch
+    launched(ledger, "i1", 0.0, 100.0)
+    launched(ledger, "i2", 50.0, 100.0)
+    ledger.request("i3", 60.0, 0)
+    assert ledger.cost_usd(now=100.0) == pytest.approx(150 * 0.001 + 2 * 0.2, **EXACT)
+
+
+def test_per_function_billing_charges_only_gpu_seconds_of_trial_runs():
+    ledger = Ledger(cloud(G=4, per_function=True, dataset_gb=10, usd_per_gb=0.02))
+    launched(ledger, "i1", 0.0, 1000.0)               # instance time itself is free
+    ledger.trials = [TrialRun("a", 0, 1, 0.0, 40.0, 4), TrialRun("b", 0, 2, 10.0, 30.0, 4),
+                     TrialRun("a", 1, 4, 40.0, 50.0, 4)]
+    gpu_s = 1 * 40 + 2 * 20 + 4 * 10
+    assert ledger.cost_usd(now=1000.0) == pytest.approx(gpu_s * 0.001 / 4 + 0.2, **EXACT)
+
+
+def staged_ledger(per_function: bool, last_release: float | None) -> Ledger:
+    ledger = Ledger(cloud(G=2, per_function=per_function, granularity_s=60, minimum_s=60, dataset_gb=1,
+                          usd_per_gb=0.09), stage_windows=[(0.0, 70.0), (70.0, 95.0), (95.0, 200.0)])
+    launched(ledger, "i1", 10.0, 200.0, stage=0, stage_released=2)
+    launched(ledger, "i2", 10.0, 70.0, stage=0, stage_released=0)
+    launched(ledger, "i3", 75.0, 95.0, stage=1, stage_released=1)
+    launched(ledger, "i4", 100.0, last_release, stage=2, stage_released=2 if last_release else None)
+    ledger.trials = [TrialRun("a", 0, 1, 15.0, 70.0, 3), TrialRun("a", 1, 2, 75.0, 95.0, 3),
+                     TrialRun("a", 2, 4, 100.0, 190.0, 3)]
+    return ledger
+
+
+@pytest.mark.parametrize("per_function", [False, True], ids=["per-instance", "per-function"])
+@pytest.mark.parametrize("last_release", [200.0, None], ids=["released", "running"])
+def test_stage_costs_add_up_to_the_cost(per_function, last_release):
+    ledger = staged_ledger(per_function, last_release)
+    costs = ledger.stage_costs(now=200.0)
+    assert len(costs) == 3 and all(c > 0 for c in costs)
+    assert sum(costs) == pytest.approx(ledger.cost_usd(now=200.0), **EXACT)
+
+
+def test_stage_costs_add_up_when_an_instance_terminates_after_the_last_window():
+    ledger = staged_ledger(per_function=False, last_release=210.0)
+    assert sum(ledger.stage_costs(now=210.0)) == pytest.approx(ledger.cost_usd(now=210.0), **EXACT)
+
+
+def test_stage_costs_without_windows_are_empty():
+    assert Ledger(cloud()).stage_costs(now=10.0) == []
+
+
+# --- ledger_from_events -------------------------------------------------------------------
+
+def fake_plan(G: int = 2):  # noqa: N803
+    return plan_allocation(ExperimentSpec.from_stages([(2, 1), (1, 1)]), (2, 1),
+                           ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud(G), 1e6, samples=1)
+
+
+def test_ledger_from_events_maps_provider_events_to_records():
+    t0 = 500.0
+    events = [
+        {"event": "request", "instance": "rb-instance-1", "node_id": "n1", "t": t0 + 0.0},
+        {"event": "request", "instance": "rb-instance-2", "node_id": "n2", "t": t0 + 0.0},
+        {"event": "running", "instance": "rb-instance-1", "t": t0 + 10.0},
+        {"event": "running", "instance": "rb-instance-2", "t": t0 + 11.0},
+        {"event": "ready", "instance": "rb-instance-1", "t": t0 + 15.0},
+        {"event": "ready", "instance": "rb-instance-2", "t": t0 + 16.0},
+        {"event": "terminated", "instance": "rb-instance-2", "t": t0 + 40.0},   # released at stage 0's SYNC
+        {"event": "request", "instance": "rb-instance-3", "node_id": "n3", "t": t0 + 45.0},
+        {"event": "running", "instance": "rb-instance-3", "t": t0 + 55.0},
+        {"event": "running", "instance": "rb-ghost", "t": t0 + 56.0},            # never requested: ignored
+        {"event": "terminated", "instance": "rb-instance-3", "t": t0 + 70.0},
+    ]
+    windows = [(0.0, 40.0), (40.0, 80.0)]
+    ledger = ledger_from_events(fake_plan(), events, started=t0, stop_time=t0 + 90.0, stage_windows=windows)
+    assert set(ledger.instances) == {"rb-instance-1", "rb-instance-2", "rb-instance-3"}
+    one, two, three = (ledger.instances[f"rb-instance-{n}"] for n in (1, 2, 3))
+    assert (one.requested_s, one.launched_s, one.ready_s) == (0.0, 10.0, 15.0)
+    assert one.provider_id == "n1" and one.instance_type == "fake.gpu" and one.price_usd_per_hour == PRICE
+    # Never terminated: released when the cluster stopped.
+    assert (one.released_s, one.stage_released) == (90.0, 1)
+    assert (two.released_s, two.stage_released) == (40.0, 0)
+    assert (three.requested_s, three.stage_requested, three.launched_s) == (45.0, 1, 55.0)
+    assert (three.released_s, three.stage_released) == (70.0, 1)
+    assert ledger.stage_windows == windows
+    assert ledger.cost_usd(now=90.0) == pytest.approx((80 + 60 + 60) * 0.001, **EXACT)
+
+
+def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons():
+    from rubberband.providers.aws_cluster import ledger_events
+
+    t0 = 1000.0
+    raw = [
+        {"event": "request", "instance": "rb-instance-1", "node_id": "n1", "t": t0},
+        {"event": "launch_error", "instance": "rb-instance-1", "code": "InsufficientInstanceCapacity", "attempt": 1,
+         "retry_in_s": 2.0, "t": t0 + 1},
+        {"event": "running", "instance": "rb-instance-1", "ec2_id": "i-1", "market": "spot", "t": t0 + 4.6, "t_ec2": t0 + 4.0},
+        {"event": "ready", "instance": "rb-instance-1", "t": t0 + 8},
+        {"event": "describe_error", "instance": "-", "error": "x", "t": t0 + 9},
+        {"event": "terminated", "instance": "rb-instance-1", "ec2_id": "i-1", "reason": "interrupted", "t": t0 + 30.5,
+         "t_ec2": t0 + 30.0},
+        {"event": "terminated", "instance": "rb-instance-1", "ec2_id": "i-1", "reason": "shutdown", "t": t0 + 60},  # sweep
+        {"event": "request", "instance": "rb-instance-2", "node_id": "n2", "t": t0 + 31},
+        {"event": "running", "instance": "rb-instance-2", "ec2_id": "i-2", "market": "spot", "t": t0 + 33.2, "t_ec2": t0 + 33.0},
+    ]
+
+    class Cluster:
+        def read_events(self):
+            return raw
+
+    events = ledger_events(Cluster())
+    ledger = ledger_from_events(fake_plan(), events, started=t0, stop_time=t0 + 70, stage_windows=[(0.0, 70.0)])
+    one, two = ledger.instances["rb-instance-1"], ledger.instances["rb-instance-2"]
+    assert (one.provider_id, one.market, one.launched_s, one.released_s, one.release_reason) == ("i-1", "spot", 4.0, 30.0, "interrupted")
+    assert (two.provider_id, two.launched_s, two.released_s, two.release_reason) == ("i-2", 33.0, 70.0, "shutdown")
+    assert [e["code"] for e in ledger.launch_errors] == ["InsufficientInstanceCapacity"]
+    assert ledger.to_dict(now=70.0)["launch_errors"][0]["retry_in_s"] == 2.0
+
+
+# --- a fake-driven run costs what the simulator predicts ----------------------------------
+
+ITER_S = {1: 4.0, 2: 2.5}
+SPACE = {"lr": {"grid": [0.5, 0.1, 0.8, 0.3, 0.7, 0.2, 0.6, 0.4]}}
+
+
+def drive(stages, allocation, per_function):
+    """Run a deterministic plan on fakes whose latencies are the profiles' constants, and
+    build the ledger the way ``rubberband.executor.run`` does."""
+    provision_s, init_s, G = 10.0, 5.0, 2
+    model = ModelProfile.from_dict({"iter_latency_s": dict(ITER_S)})     # no start-up, no SYNC time
+    cl = cloud(G, per_function=per_function, provision_s=provision_s, init_s=init_s, dataset_gb=10, usd_per_gb=0.02)
+    spec = ExperimentSpec.from_stages(stages)
+    plan = plan_allocation(spec, allocation, model, cl, deadline_s=1e6, samples=2)
+    fakes = make_fakes(G, ITER_S, provision_s=provision_s, init_s=init_s)
+    outcome = Driver(plan, fakes.cluster, fakes.runner, SPACE, "loss", clock=fakes.clock).run()
+    windows = [(s.start_s, s.end_s) for s in outcome.stages]
+    ledger = ledger_from_events(plan, fakes.cluster.events(), outcome.started_at, fakes.clock(), windows)
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r["iter_s"])
+                     for r in outcome.train_runs]
+    last_release = max(r.released_s for r in ledger.instances.values())
+    return plan, simulate(spec, allocation, model, cl, samples=3), outcome, ledger, last_release
+
+
+PLANS = [
+    (((4, 3), (2, 3), (1, 3)), (4, 4, 2)),               # 2, 2, 1 instances: resize, then scale down
+    (((4, 3), (2, 3), (1, 3)), (2, 4, 2)),               # queueing, then a scale-up
+    (((8, 10), (4, 10), (2, 10), (1, 10)), (8, 4, 4, 2)),
+]
+
+
+@pytest.mark.parametrize("per_function", [False, True], ids=["per-instance", "per-function"])
+@pytest.mark.parametrize(("stages", "allocation"), PLANS)
+def test_a_deterministic_run_costs_exactly_what_the_simulator_predicts(stages, allocation, per_function):
+    # The fakes reproduce the simulator's model exactly: one SCALE then INIT for all new
+    # instances, trials in parallel (list scheduling when they queue), release at the SYNC,
+    # the oldest kept; so no tolerance is needed beyond float rounding.
+    plan, sim, outcome, ledger, last_release = drive(stages, allocation, per_function)
+    assert sim.jct_s[0] == plan.predicted.jct_s[0]
+    assert outcome.ended_at - outcome.started_at == pytest.approx(sim.jct_s[0], **EXACT)
+    assert ledger.cost_usd(now=last_release) == pytest.approx(sim.cost_usd[0], **EXACT)
+    for rec, pred in zip(outcome.stages, sim.stages):
+        assert rec.end_s - rec.start_s == pytest.approx(pred.mean_duration_s, **EXACT)
+        assert rec.instances == pred.instances
+
+
+@pytest.mark.parametrize("per_function", [False, True], ids=["per-instance", "per-function"])
+@pytest.mark.parametrize(("stages", "allocation"), [PLANS[0], PLANS[2]])
+def test_a_deterministic_run_costs_per_stage_what_the_simulator_predicts(stages, allocation, per_function):
+    _, sim, _, ledger, last_release = drive(stages, allocation, per_function)
+    costs = ledger.stage_costs(now=last_release)
+    assert costs == pytest.approx([s.mean_cost_usd for s in sim.stages], **EXACT)
+
+
+@pytest.mark.parametrize("per_function", [False, True], ids=["per-instance", "per-function"])
+def test_a_scale_up_stage_pays_its_own_launches(per_function):
+    _, sim, _, ledger, last_release = drive(*PLANS[1], per_function)
+    assert ledger.instances["rb-instance-2"].stage_requested == 1
+    costs = ledger.stage_costs(now=last_release)
+    assert costs == pytest.approx([s.mean_cost_usd for s in sim.stages], **EXACT)

@@ -1,0 +1,153 @@
+"""ModelProfile: log2 interpolation between profiled GPU counts, range errors, YAML I/O."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rubberband import ModelProfile, SpecError
+from rubberband.profiles import Constant, Empirical, LogNormal, Normal
+
+ROOT = Path(__file__).resolve().parents[3]
+PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
+
+
+@pytest.fixture
+def two_point() -> ModelProfile:
+    return ModelProfile({1: Normal(4.0, 0.4), 4: Normal(1.3, 0.1)}, name="two-point")
+
+
+def test_log2_midpoint(two_point):
+    # log2(2) is halfway between log2(1) = 0 and log2(4) = 2.
+    lat = two_point.latency(2)
+    assert isinstance(lat, Normal)
+    assert lat.mean == pytest.approx(2.65, rel=1e-12)
+    assert lat.std == pytest.approx(0.25, rel=1e-12)
+
+
+def test_log2_interpolation_off_the_midpoint(two_point):
+    t = math.log2(3) / 2
+    lat = two_point.latency(3)
+    assert lat.mean == pytest.approx((1 - t) * 4.0 + t * 1.3, rel=1e-12)
+    assert lat.std == pytest.approx((1 - t) * 0.4 + t * 0.1, rel=1e-12)
+
+
+def test_profiled_points_are_returned_as_written(two_point):
+    assert two_point.latency(1) == Normal(4.0, 0.4)
+    assert two_point.latency(4) == Normal(1.3, 0.1)
+    assert two_point.latency(4.0) == Normal(1.3, 0.1)
+
+
+def test_interpolation_takes_the_family_of_the_lower_point():
+    profile = ModelProfile({1: Constant(4.0), 4: Normal(1.0, 0.2), 16: LogNormal(0.5, 0.1),
+                            64: Empirical((0.1, 0.3))})
+    assert profile.latency(2) == Normal(2.5, 0.1)             # constant below, normal above
+    assert isinstance(profile.latency(8), Normal)
+    assert profile.latency(8).mean == pytest.approx(0.75, rel=1e-12)
+    assert isinstance(profile.latency(32), LogNormal)
+    assert profile.latency(32).mean == pytest.approx((0.5 + 0.2) / 2, rel=1e-12)
+    assert profile.latency(64) == Empirical((0.1, 0.3))
+
+
+def test_beyond_the_largest_count_is_an_error(two_point):
+    with pytest.raises(SpecError, match=r"gpus per trial: 5 is outside the profiled range 1\.\.4 of model profile 'two-point'"):
+        two_point.latency(5)
+
+
+def test_below_the_smallest_count_is_an_error():
+    profile = ModelProfile({2: Normal(2.0, 0.2), 8: Normal(0.7, 0.1)})
+    assert not profile.covers(1)
+    assert profile.covers(5)
+    with pytest.raises(SpecError, match=r"gpus per trial: 1 is outside the profiled range 2\.\.8"):
+        profile.latency(1)
+
+
+@pytest.mark.parametrize("gpus", [2.5, "2", True])
+def test_non_integer_gpu_counts_are_errors(two_point, gpus):
+    with pytest.raises(SpecError, match="gpus per trial: expected an integer"):
+        two_point.latency(gpus)
+
+
+def test_profiled_counts_are_sorted():
+    profile = ModelProfile({8: Constant(1.0), 1: Constant(5.0), 2: Constant(3.0)})
+    assert profile.gpu_counts == (1, 2, 8)
+    assert (profile.min_gpus, profile.max_gpus) == (1, 8)
+
+
+def test_from_dict_to_dict_round_trip():
+    data = {
+        "name": "resnet101-cifar10-bs1024",
+        "measured_on": {"provider": "aws", "instance_type": "p3.8xlarge"},
+        "global_batch_size": 1024,
+        "iter_latency_s": {
+            1: {"dist": "normal", "mean": 4.0, "std": 0.4},
+            "2": {"dist": "lognormal", "mean": 2.2, "std": 0.2},
+            4: {"dist": "empirical", "samples": [1.2, 1.3, 1.4]},
+        },
+        "trial_startup_s": {"dist": "constant", "value": 8},
+        "sync_s": 1,
+    }
+    profile = ModelProfile.from_dict(data)
+    assert profile.gpu_counts == (1, 2, 4)
+    assert profile.trial_startup_s == Constant(8.0)
+    assert profile.sync_s == Constant(1.0)
+    assert profile.extra == {"global_batch_size": 1024}
+    again = ModelProfile.from_dict(profile.to_dict())
+    assert again == profile
+    assert again.to_dict() == profile.to_dict()
+
+
+def test_defaults_for_startup_and_sync():
+    profile = ModelProfile.from_dict({"iter_latency_s": {1: 2.0}})
+    assert profile.trial_startup_s == Constant(0.0)
+    assert profile.sync_s == Constant(0.0)
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+def test_every_shipped_profile_loads_and_round_trips(path):
+    profile = ModelProfile.load(path)
+    assert profile.min_gpus == 1
+    assert len(profile.gpu_counts) >= 2
+    # Every count in range interpolates; the paper-shaped approximations scale sublinearly
+    # (latency falls as GPUs are added). Measured profiles say what they measured: on a CPU,
+    # DDP over logical GPUs can be slower than one worker.
+    means = [profile.latency(g).mean for g in range(1, profile.max_gpus + 1)]
+    assert all(m > 0 for m in means)
+    if profile.measured_on.get("approximate"):
+        assert all(a > b for a, b in zip(means, means[1:]))
+    assert ModelProfile.from_dict(profile.to_dict()) == profile
+
+
+def test_there_are_shipped_profiles():
+    assert len(PROFILES) >= 3
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ({}, r"^model_profile\.iter_latency_s: missing required field"),
+        ({"iter_latency_s": {}}, r"^model_profile\.iter_latency_s: expected a mapping of GPU count"),
+        ({"iter_latency_s": [1, 2]}, r"^model_profile\.iter_latency_s: expected a mapping of GPU count"),
+        ({"iter_latency_s": {0: 1.0}}, r"^model_profile\.iter_latency_s\.0: must be at least 1"),
+        ({"iter_latency_s": {"one": 1.0}}, r"^model_profile\.iter_latency_s\.one: expected an integer"),
+        ({"iter_latency_s": {1: {"dist": "normal", "mean": 1}}}, r"^model_profile\.iter_latency_s\.1\.std: missing"),
+        ({"iter_latency_s": {1: 1.0}, "sync": 1}, r"^model_profile\.sync: unknown key \(did you mean `sync_s`\?\)"),
+        ({"iter_latency_s": {1: 1.0}, "measured_on": "aws"}, r"^model_profile\.measured_on: expected a mapping"),
+        ({"iter_latency_s": {1: 1.0}, "trial_startup_s": -1}, r"^model_profile\.trial_startup_s: must be at least 0"),
+    ],
+)
+def test_from_dict_errors_name_the_field(data, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        ModelProfile.from_dict(data)
+
+
+def test_an_empty_profile_is_rejected():
+    with pytest.raises(SpecError, match="iter_latency_s: needs at least one GPU count"):
+        ModelProfile({})
+
+
+def test_load_of_a_missing_file():
+    with pytest.raises(SpecError, match="no such file"):
+        ModelProfile.load(ROOT / "profiles" / "does-not-exist.yaml")
