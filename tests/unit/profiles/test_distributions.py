@@ -169,10 +169,13 @@ def test_parse_errors_name_the_field(text, pattern):
 
 
 @pytest.mark.parametrize(
-    "build",
-    [lambda: Normal(-1.0, 1.0), lambda: Normal(1.0, -1.0), lambda: LogNormal(0.0, 1.0),
-     lambda: Constant(-1.0), lambda: Empirical(())],
+    ("build", "field"),
+    [(lambda: Normal(-1.0, 1.0), r"normal\.mean: must be at least 0"),
+     (lambda: Normal(1.0, -1.0), r"normal\.std: must be at least 0"),
+     (lambda: LogNormal(0.0, 1.0), r"lognormal\.mean: must be greater than 0"),
+     (lambda: Constant(-1.0), r"constant\.value: must be at least 0"),
+     (lambda: Empirical(()), r"empirical\.samples: needs at least one")],
 )
-def test_constructors_validate(build):
-    with pytest.raises(SpecError):
+def test_constructors_validate(build, field):
+    with pytest.raises(SpecError, match=field):
         build()
