@@ -26,3 +26,67 @@ def test_importing_the_core_and_the_cli_loads_no_sdk():
             + f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+# --- the import direction between packages ---------------------------------------------------
+# Pipeline order of the pure core: each may import only the neutral modules and the packages
+# before it. Everything above the core (config, providers, executor, profiler, testing) may
+# import the core, and nothing but the CLI itself imports the CLI.
+NEUTRAL = {"errors", "units", "schema", "render"}
+CORE_ORDER = ["spec", "profiles", "simulator", "plan", "placement"]
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Top-level package (or module) of ``rubberband`` -> the ones it imports, lazily or not."""
+    import ast
+
+    edges: dict[str, set[str]] = {}
+    for path in (ROOT / "rubberband").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        source = parts[1] if len(parts) > 1 else "<root>"
+        targets = edges.setdefault(source, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                bits = name.split(".")
+                if bits[0] == "rubberband":
+                    targets.add(bits[1] if len(bits) > 1 else "<root>")
+        targets.discard(source)
+    return edges
+
+
+def test_the_pure_core_imports_only_what_comes_before_it():
+    edges = _package_imports()
+    for i, package in enumerate(CORE_ORDER):
+        allowed = NEUTRAL | set(CORE_ORDER[:i])
+        assert edges[package] <= allowed, f"{package} imports {sorted(edges[package] - allowed)}"
+    for name in NEUTRAL:
+        assert edges.get(name, set()) <= NEUTRAL, f"{name} imports {sorted(edges[name] - NEUTRAL)}"
+
+
+def test_nothing_outside_the_cli_imports_it():
+    edges = _package_imports()
+    offenders = sorted(p for p, targets in edges.items() if "cli" in targets and p not in ("cli", "__main__"))
+    assert offenders == []
+
+
+def test_packages_import_each_other_without_cycles():
+    edges = _package_imports()
+    edges.pop("<root>", None)          # the package's lazy re-exports of the public API
+    for package in edges:
+        edges[package].discard("<root>")   # `from rubberband import __version__`
+    seen: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        if seen.get(node) == 1:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(node):] + [node]))
+        if seen.get(node) == 2:
+            return
+        seen[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            visit(nxt, path + [node])
+        seen[node] = 2
+
+    for package in sorted(edges):
+        visit(package, [])
