@@ -43,7 +43,7 @@ import yaml
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import ProviderError, RubberbandError, SpecError
 from rubberband.profiler.fit import split_train_durations, to_profile_entry
-from rubberband.profiles.cloud import CloudCatalog, CloudProfile
+from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import did_you_mean
@@ -196,7 +196,6 @@ class ProfileResult:
     cloud_overrides: dict[str, Any]
     out: str | None = None
     cloud_out: str | None = None
-    region_file: str | None = None
     run_dir: str | None = None
     skipped_gpus: tuple[int, ...] = field(default_factory=tuple)
 
@@ -222,7 +221,7 @@ class ProfileResult:
             "samples": self.samples, "seconds": self.seconds, "cost_usd": self.cost_usd,
             "instance_seconds": self.instance_seconds, "price_usd_per_hour": self.price_usd_per_hour,
             "stopped_early": self.stopped_early, "notes": list(self.notes),
-            "out": self.out, "cloud_out": self.cloud_out, "region_file": self.region_file, "run_dir": self.run_dir,
+            "out": self.out, "cloud_out": self.cloud_out, "run_dir": self.run_dir,
             "profile": self.profile, "cloud_overrides": self.cloud_overrides,
         }
 
@@ -248,8 +247,6 @@ class ProfileResult:
         if written:
             lines.append("wrote " + " and ".join(written) + (" (use the latter as the experiment's `cloud.overrides`)"
                                                              if self.cloud_out else ""))
-        if self.region_file:
-            lines.append(f"updated defaults.init_latency_s in {self.region_file}")
         lines.append(f"profiling took {self.seconds:.0f}s and cost {format_usd(self.cost_usd)} "
                      f"({self.instance_seconds:.0f} instance-seconds of {self.instance_type} at "
                      f"{format_usd(self.price_usd_per_hour)}/h, billed per the cloud profile)")
@@ -465,7 +462,7 @@ class _Measurement:
 
 def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
             iters: int = 4, repeats: int = 3, max_seconds: float | None = None, out: str | Path | None = None,
-            cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES, update_region: bool = False,
+            cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES,
             runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None,
             cluster: Any = None, latency_scale: float = 1.0) -> ProfileResult:
     """Measure a job's model profile and the provider's latencies, and write them.
@@ -481,14 +478,13 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         max_seconds: a bound on the profiling's wall time: repeats (and then GPU counts) that
             would not fit are skipped and the result says so. The start-up and the instance
             launches are always done.
-        out: the model profile YAML to write (default ``profiles/<experiment>_<type>.yaml``).
+        out: the model profile YAML to write (default under ``runs_dir``, see ``output_paths``).
         cloud_out: the cloud-profile override YAML (``provision_latency_s``,
             ``init_latency_s``) to write; default next to ``out`` as ``<stem>.cloud.yaml``;
             ``False`` writes none.
         launches: instance launches to time (at least 2; the cluster grows to this many instances).
-        update_region: also write the fitted initialisation latency into
-            ``defaults.init_latency_s`` of the experiment's region file.
-        runs_dir: where the profiling cluster keeps its run directory.
+        runs_dir: where the profiling cluster keeps its run directory, and where the profiles
+            go unless ``out`` says otherwise.
         on_progress: called with one line of text per step.
         cluster: ``aws`` only: the Ray cluster YAML to launch from (default: the experiment's ``cluster:``).
         latency_scale: multiplies the provider's emulated provisioning wait (the local
@@ -632,18 +628,13 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                  "init_latency_s": entries["init_latency_s"]["fitted"]}
     exp.catalog.with_overrides(overrides).get(cloud.instance_type, exp.market)   # and so must this
 
-    out_path = Path(out) if out else Path("profiles") / f"{exp.name}_{cloud.instance_type}.yaml"
-    cloud_path = None if cloud_out is False else (
-        Path(cloud_out) if cloud_out not in (None, True) else out_path.with_name(out_path.stem + ".cloud.yaml"))
+    out_path, cloud_path = output_paths(exp.name, cloud.instance_type, out, cloud_out, runs_dir)
     _write_yaml(out_path, HEADER, profile_doc)
     if cloud_path is not None:
         header = (f"# Cloud latencies measured by `rubberband profile` on {provider} {cloud.instance_type} at "
                   f"{profile_doc['measured_at']}\n# over {len(init)} launches (provisioning: request -> running; "
                   f"initialisation: running -> warm workers, plus their first trials' one-off cost).\n# Use these keys as an experiment's `cloud.overrides`.\n")
         _write_yaml(cloud_path, header, overrides)
-    region = None
-    if update_region:
-        region = _update_region(exp.catalog, overrides["init_latency_s"])
 
     result = ProfileResult(
         experiment=exp.name, provider=provider, instance_type=cloud.instance_type, trainer=exp.trainer,
@@ -652,9 +643,26 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         cost_usd=cost, instance_seconds=instance_s, price_usd_per_hour=cloud.hourly_usd, iters=req.iters,
         repeats=req.repeats, stopped_early=stopped_early, notes=tuple(notes), profile=profile_doc,
         cloud_overrides=overrides, out=str(out_path), cloud_out=str(cloud_path) if cloud_path else None,
-        region_file=str(region) if region else None, run_dir=str(run_dir), skipped_gpus=tuple(skipped),
+        run_dir=str(run_dir), skipped_gpus=tuple(skipped),
     )
     return result
+
+
+def output_paths(name: str, instance_type: str, out: str | Path | None = None,
+                 cloud_out: str | Path | bool | None = None, runs_dir: str | Path = "runs") -> tuple[Path, Path | None]:
+    """Where ``profile`` writes the model profile and the cloud latency overrides.
+
+    By default both go under ``runs_dir`` (``<runs_dir>/profiles/<name>_<type>.yaml`` and
+    ``<stem>.cloud.yaml`` beside it), never into the shipped ``profiles/`` or ``cloud_profiles/``:
+    a measurement is this machine's, and a checkout stays as committed. ``cloud_out=False``
+    writes no overrides.
+    """
+    out_path = Path(out) if out else Path(runs_dir) / "profiles" / f"{name}_{instance_type}.yaml"
+    if cloud_out is False:
+        return out_path, None
+    if cloud_out in (None, True):
+        return out_path, out_path.with_name(out_path.stem + ".cloud.yaml")
+    return out_path, Path(cloud_out)
 
 
 def _secs(values: Sequence[float]) -> str:
@@ -698,17 +706,3 @@ def _write_yaml(path: Path, header: str, data: dict[str, Any]) -> None:
     tmp.write_text(header + yaml.safe_dump(_plain(data), sort_keys=False))
     tmp.replace(path)
 
-
-def _update_region(catalog: CloudCatalog, init_latency: dict[str, Any]) -> Path:
-    """Write ``init_latency`` as ``defaults.init_latency_s`` of the region file, keeping its
-    leading comments (how ``scripts/demo`` calibrates the local provider)."""
-    if not catalog.path:
-        raise SpecError("update_region: the experiment's cloud profile has no file to update")
-    path = Path(catalog.path)
-    text = path.read_text()
-    data = yaml.safe_load(text)
-    data.setdefault("defaults", {})["init_latency_s"] = init_latency
-    CloudCatalog.from_dict(_plain(data), where=str(path))
-    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    _write_yaml(path, header, data)
-    return path
