@@ -1,0 +1,160 @@
+"""Spot market models (DESIGN §4.1): when the cloud reclaims a spot instance, and how much notice it gives.
+
+Two preemption models, exactly one per instance type:
+
+* ``rate_per_hour: λ`` — each instance's lifetime from the end of its SCALE is exponential with
+  rate λ per hour, independent of every other instance.
+* ``trace: {file, zone}`` — a zone's recorded availability, replayed from a uniformly random
+  offset per Monte-Carlo sample (cyclically: a 45-day trace outlasts any tuning job). While it
+  says unavailable a spot request waits; when it turns unavailable every spot instance of the
+  zone is reclaimed together.
+
+For types without a trace, ``advisor_rate_per_hour`` turns the AWS Spot Instance Advisor's
+interruption-frequency bucket into a rate. The Advisor's "frequency of interruption" is the
+share of instances interrupted over a month; with exponential lifetimes a share ``f`` per
+month of 730 h is ``λ = -ln(1 - f) / 730``, taken at the bucket's midpoint (25% for ">20%"):
+
+=========  ==========  ==========
+bucket     f (month)   λ per hour
+=========  ==========  ==========
+<5%        2.5%        0.000035
+5-10%      7.5%        0.00011
+10-15%     12.5%       0.00018
+15-20%     17.5%       0.00026
+>20%       25%         0.00039
+=========  ==========  ==========
+
+The shipped V100 traces (``cloud_profiles/aws/spot_traces``) show far more: 0.10–1.39
+reclaims per *available hour* in 2023, three to four orders of magnitude above what the
+"<5%/month" bucket suggests for GPU types. The Advisor's buckets are an optimistic prior;
+prefer a trace, or a rate measured on the workload's own runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rubberband.errors import SpecError
+from rubberband.schema import check_mapping, did_you_mean, number
+
+HOURS_PER_MONTH = 730.0
+ADVISOR_BUCKETS = {"<5%": 0.025, "5-10%": 0.075, "10-15%": 0.125, "15-20%": 0.175, ">20%": 0.25}
+
+
+def advisor_rate_per_hour(bucket: str) -> float:
+    """Reclaims per instance-hour for a Spot Instance Advisor interruption bucket (table above)."""
+    if bucket not in ADVISOR_BUCKETS:
+        raise SpecError(f"spot.preemption.advisor: unknown bucket {bucket!r}{did_you_mean(bucket, ADVISOR_BUCKETS)}; "
+                        f"choose one of {', '.join(ADVISOR_BUCKETS)}")
+    return -math.log1p(-ADVISOR_BUCKETS[bucket]) / HOURS_PER_MONTH
+
+
+@dataclass(frozen=True, eq=False)
+class SpotTrace:
+    """A zone's availability as a step function: ``values[i]`` instances available from
+    ``times_s[i]`` until the next change, over ``duration_s`` seconds (then it repeats)."""
+
+    zone: str
+    nodes: int
+    times_s: np.ndarray = field(repr=False)
+    values: np.ndarray = field(repr=False)
+    duration_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        t, v = np.asarray(self.times_s, dtype=float), np.asarray(self.values, dtype=np.int64)
+        where = f"spot trace {self.zone}"
+        if t.ndim != 1 or t.shape != v.shape or len(t) == 0:
+            raise SpecError(f"{where}: needs matching, non-empty change times and values")
+        if t[0] != 0.0 or np.any(np.diff(t) <= 0) or self.duration_s <= t[-1]:
+            raise SpecError(f"{where}: change times must start at 0, increase, and end before duration_s")
+        if np.any(v < 0) or np.any(v > self.nodes):
+            raise SpecError(f"{where}: availability must lie between 0 and nodes={self.nodes}")
+        object.__setattr__(self, "times_s", t)
+        object.__setattr__(self, "values", v)
+
+    def available_at(self, t_s: np.ndarray | float) -> np.ndarray:
+        """Instances available at ``t_s`` seconds from the trace's start (wrapping around)."""
+        idx = np.searchsorted(self.times_s, np.mod(t_s, self.duration_s), side="right") - 1
+        return self.values[idx]
+
+    def next_change(self, t_s: np.ndarray | float, up: bool) -> np.ndarray:
+        """The first time ``>= t_s`` at which the zone is up (``up``: some instance available) or
+        down (none), wrapping around; ``inf`` where that never happens."""
+        want = self.values > 0 if up else self.values == 0
+        if not want.any():
+            return np.full(np.shape(t_s), np.inf)
+        t = np.asarray(t_s, dtype=float)
+        cycles, local = np.divmod(t, self.duration_s)
+        idx = np.searchsorted(self.times_s, local, side="right") - 1
+        # The start of the next wanted run at or after each interval, on a doubled timeline.
+        starts = np.flatnonzero(want)
+        doubled = np.concatenate([self.times_s[starts], self.times_s[starts] + self.duration_s])
+        k = np.searchsorted(doubled, self.times_s[idx], side="left")
+        nxt = np.where(want[idx], local, doubled[np.minimum(k, len(doubled) - 1)])
+        return cycles * self.duration_s + np.maximum(nxt, local)
+
+    @property
+    def available_fraction(self) -> float:
+        """Share of the trace's time with at least one instance available."""
+        spans = np.diff(np.append(self.times_s, self.duration_s))
+        return float(spans[self.values > 0].sum() / self.duration_s)
+
+    @property
+    def drops_per_available_hour(self) -> float:
+        """Transitions from available to none, per hour available."""
+        up = self.values > 0
+        drops = int(np.sum(up[:-1] & ~up[1:]))
+        return drops / (self.available_fraction * self.duration_s / 3600.0) if up.any() else 0.0
+
+
+def load_trace(path: str | Path, zone: str, nodes: int = 1, where: str = "spot.preemption.trace") -> SpotTrace:
+    """One zone's trace from a file written by ``scripts/derive_spot_traces.py``."""
+    traces = _read_traces(str(Path(path).resolve()), where)
+    matches = [t for t in traces if t["zone"] == zone and t["nodes"] == nodes]
+    if not matches:
+        zones = sorted({t["zone"] for t in traces if t["nodes"] == nodes})
+        raise SpecError(f"{where}.zone: {zone!r} has no {nodes}-instance trace in {path}"
+                        f"{did_you_mean(zone, zones)}; choose one of {', '.join(zones) or '(none)'}")
+    t = matches[0]
+    times, values = zip(*t["changes"])
+    return SpotTrace(zone, nodes, np.array(times, dtype=float), np.array(values, dtype=np.int64),
+                     float(t["duration_s"]), source=str(path))
+
+
+def trace_zones(path: str | Path, nodes: int = 1) -> list[str]:
+    """The zones a trace file covers with ``nodes``-instance traces."""
+    return sorted({t["zone"] for t in _read_traces(str(Path(path).resolve()), "trace") if t["nodes"] == nodes})
+
+
+@lru_cache(maxsize=8)
+def _read_traces(path: str, where: str) -> tuple[dict[str, Any], ...]:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{where}.file: no trace file at {path}; point it at e.g. "
+                        f"cloud_profiles/aws/spot_traces/p3.2xlarge.json")
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SpecError(f"{where}.file: {path} is not a JSON trace file ({str(exc).splitlines()[0]}); "
+                        f"write one with scripts/derive_spot_traces.py") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traces"), list) or not doc["traces"]:
+        raise SpecError(f"{where}.file: {path} has no `traces:` list; write it with scripts/derive_spot_traces.py")
+    out = []
+    for i, t in enumerate(doc["traces"]):
+        w = f"{where}.file: {path} traces[{i}]"
+        t = check_mapping(t, w, required=("zone", "nodes", "duration_s", "changes"), optional=("start", "probe_s"))
+        changes = t["changes"]
+        if not isinstance(changes, list) or not changes or not all(
+                isinstance(c, list) and len(c) == 2 for c in changes):
+            raise SpecError(f"{w}.changes: expected a non-empty list of [seconds, available] pairs")
+        number(t["duration_s"], f"{w}.duration_s", positive=True)
+        out.append(t)
+    return tuple(out)
