@@ -64,13 +64,39 @@ def choice(value: Any, where: str, choices: Iterable[str]) -> str:
     return value
 
 
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A safe YAML loader that refuses a key given twice in one mapping.
+
+    PyYAML keeps the last value silently, so a second ``deadline:`` further down a file would
+    quietly win over the first; YAML itself says keys are unique.
+    """
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                # `<<` merge keys may repeat and may be overridden: that is what they are for.
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in first:
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"duplicate key `{key}` (first given at line {first[key].start_mark.line + 1}); keep one of them",
+                        key_node.start_mark,
+                    )
+                first[key] = key_node
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: str | Path, what: str = "file") -> dict:
-    """Read a YAML mapping from ``path`` with one-line errors for missing, empty or broken files."""
+    """Read a YAML mapping from ``path`` with one-line errors for missing, empty or broken files
+    and for a key given twice."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{what}: no such file {str(path)!r}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
