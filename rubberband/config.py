@@ -6,12 +6,12 @@ catalog together, so it imports both `spec` and `profiles` (which never import i
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
+from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, choice, integer, load_yaml, number
 from rubberband.spec.experiment import ExperimentSpec
@@ -162,15 +162,46 @@ def _parse_search_space(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def load_experiment(path: str | Path) -> Experiment:
+def load_experiment(path: str | Path, *, model_profile: str | Path | None = None,
+                    cloud_overrides: str | Path | None = None) -> Experiment:
     """Load and validate an experiment YAML file.
+
+    Args:
+        path: the experiment YAML.
+        model_profile: a model profile YAML used instead of the experiment's ``model_profile``
+            (e.g. one ``rubberband profile`` measured on this machine).
+        cloud_overrides: a YAML mapping of cloud-profile overrides (e.g. the ``.cloud.yaml``
+            ``rubberband profile`` writes) applied over the experiment's ``cloud.overrides``;
+            its keys replace the experiment's.
 
     Raises:
         SpecError: a one-line message naming the field, for any malformed input.
     """
     path = Path(path)
     data = load_yaml(path, "experiment")
-    return experiment_from_dict(data, base=path.parent, path=str(path))
+    exp = experiment_from_dict(data, base=path.parent, path=str(path))
+    return with_measured(exp, model_profile, cloud_overrides)
+
+
+def with_measured(exp: Experiment, model_profile: str | Path | None = None,
+                  cloud_overrides: str | Path | None = None) -> Experiment:
+    """``exp`` with another model profile file and extra cloud overrides (see ``load_experiment``)."""
+    changes: dict[str, Any] = {}
+    if model_profile is not None:
+        changes["model"] = ModelProfile.from_dict(load_yaml(model_profile, "--model-profile"), where=str(model_profile))
+    if cloud_overrides is not None:
+        extra = check_mapping(load_yaml(cloud_overrides, "--cloud-overrides"), str(cloud_overrides), optional=OVERRIDABLE)
+        changes["cloud_overrides"] = {**exp.cloud_overrides, **extra}
+    if not changes:
+        return exp
+    measured = replace(exp, **changes)
+    if "cloud_overrides" in changes:
+        try:   # the experiment alone was valid, so whatever fails now is the file's
+            for name in (measured.catalog.instance_types if measured.auto_instance_type else [measured.instance_type]):
+                measured.cloud_for(name)
+        except SpecError as exc:
+            raise SpecError(f"--cloud-overrides {cloud_overrides}: {exc}") from None
+    return measured
 
 
 def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = None) -> Experiment:

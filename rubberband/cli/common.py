@@ -6,7 +6,7 @@ import argparse
 import json
 from collections.abc import Callable
 
-from rubberband.config import Experiment
+from rubberband.config import Experiment, load_experiment
 from rubberband.errors import SpecError
 from rubberband.schema import jsonable
 from rubberband.units import format_duration, format_usd, parse_duration
@@ -35,6 +35,20 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
 
 def experiment_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", help="experiment YAML file")
+
+
+def measured_args(p: argparse.ArgumentParser) -> None:
+    """``--model-profile`` / ``--cloud-overrides``: plan with what `rubberband profile` measured."""
+    p.add_argument("--model-profile", metavar="YAML",
+                   help="model profile to use instead of the experiment's (e.g. runs/profiles/<name>.yaml from `profile`)")
+    p.add_argument("--cloud-overrides", metavar="YAML",
+                   help="cloud-profile overrides applied over the experiment's `cloud.overrides` "
+                        "(e.g. runs/profiles/<name>.cloud.yaml from `profile`)")
+
+
+def load_experiment_args(args: argparse.Namespace) -> Experiment:
+    """The experiment named on the command line, with the measured files of ``measured_args``."""
+    return load_experiment(args.experiment, model_profile=args.model_profile, cloud_overrides=args.cloud_overrides)
 
 
 def int_list(text: str, field: str) -> list[int]:

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from rubberband.cli.common import command, deadline_arg, emit, experiment_arg, summary_line
-from rubberband.config import Experiment, load_experiment
+from rubberband.cli.common import (
+    command,
+    deadline_arg,
+    emit,
+    experiment_arg,
+    load_experiment_args,
+    measured_args,
+    summary_line,
+)
+from rubberband.config import Experiment
 from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
@@ -13,6 +21,7 @@ from rubberband.units import format_duration, format_usd
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
+    measured_args(p)
     p.add_argument("--deadline", help="deadline, e.g. 20m, 90s, 1.5h (default: the experiment's)")
     p.add_argument("--policy", help="optimal (default), greedy, static or naive-elastic")
     p.add_argument("--confidence", type=float, help="require P(JCT <= deadline) >= this, e.g. 0.9")
@@ -83,7 +92,7 @@ def considered_table(plan) -> str:
 
 
 def plan_cmd(args: argparse.Namespace) -> int:
-    exp = load_experiment(args.experiment)
+    exp = load_experiment_args(args)
     plan = plan_from_args(args, exp)
     text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s), "", considered_table(plan)]
     if args.out:

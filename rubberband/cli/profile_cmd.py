@@ -29,9 +29,9 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=4, help="extra iterations of the long trials (default 4; at least 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each trial length per GPU count (default 3)")
     p.add_argument("--max-seconds", help="bound the profiling's wall time, e.g. 300 or 5m (fewer repeats if needed)")
-    p.add_argument("--out", help="model profile to write (default profiles/<experiment>_<instance type>.yaml)")
+    p.add_argument("--out", help="model profile to write (default <runs-dir>/profiles/<experiment>_<instance type>.yaml)")
     p.add_argument("--cloud-out", help="cloud latency overrides to write (default <out stem>.cloud.yaml)")
-    p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory")
+    p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory and, by default, the profiles")
     p.add_argument("--latency-scale", type=float, default=1.0,
                    help="scale the emulated provisioning wait (local; aws against an emulator)")
 

@@ -10,16 +10,18 @@ from rubberband.cli.common import (
     emit,
     experiment_arg,
     int_list,
+    load_experiment_args,
+    measured_args,
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
-from rubberband.config import load_experiment
 from rubberband.errors import SpecError
 from rubberband.units import parse_duration
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
+    measured_args(p)
     p.add_argument("--provider", default="local", help="where to run: local (default) or aws")
     p.add_argument("--cluster", metavar="CLUSTER_YAML",
                    help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
@@ -44,7 +46,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
-    exp = load_experiment(args.experiment)
+    exp = load_experiment_args(args)
     if not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
     if args.provider not in ("local", "aws"):

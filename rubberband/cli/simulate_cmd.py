@@ -11,15 +11,17 @@ from rubberband.cli.common import (
     emit,
     experiment_arg,
     int_list,
+    load_experiment_args,
+    measured_args,
     summary_line,
 )
-from rubberband.config import load_experiment
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
 
 def _simulate_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
+    measured_args(p)
     p.add_argument("--allocation", required=True, help="GPUs per stage, e.g. 32,20,12,8")
     p.add_argument("--instances", help="instances held per stage (default: the fewest that fit)")
     p.add_argument("--instance-type", help="instance type of the cloud profile (default: the experiment's)")
@@ -32,7 +34,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
 def simulate_cmd(args: argparse.Namespace) -> int:
     from rubberband.simulator import simulate
 
-    exp = load_experiment(args.experiment)
+    exp = load_experiment_args(args)
     cloud = cloud_for_args(exp, args.instance_type)
     allocation = int_list(args.allocation, "--allocation")
     instances = int_list(args.instances, "--instances") if args.instances else None
