@@ -7,29 +7,52 @@ import re
 
 from rubberband.errors import SpecError
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|sec|secs|m|min|mins|h|hr|hrs|d)?\s*$")
-_FACTORS = {None: 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "m": 60.0, "min": 60.0, "mins": 60.0,
-            "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "d": 86400.0}
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[-+]?[0-9]+)?"
+_BARE = re.compile(rf"\s*({_NUMBER})\s*")
+_PART = re.compile(rf"\s*({_NUMBER})\s*([a-z]+)\s*")
+_FACTORS = {"d": 86400.0, "day": 86400.0, "days": 86400.0,
+            "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+            "m": 60.0, "min": 60.0, "mins": 60.0, "s": 1.0, "sec": 1.0, "secs": 1.0}
+_EXAMPLES = "90s, 20m or 1.5h"
 
 
 def parse_duration(value: object, field: str = "duration") -> float:
-    """Turn ``90``, ``"90s"``, ``"20m"`` or ``"1.5h"`` into seconds.
+    """Turn ``90``, ``"90s"``, ``"20m"``, ``"1.5h"`` or ``"1h02m05s"`` into seconds.
+
+    A duration is a bare number of seconds, or parts with units from the largest down
+    (``d``, ``h``, ``m``, ``s``), each at most once, so every duration ``format_duration``
+    prints reads back.
 
     Raises:
         SpecError: naming ``field`` when the value is not a positive duration.
     """
     if isinstance(value, bool):
-        raise SpecError(f"{field}: expected a duration such as 90s, 20m or 1.5h, got {value!r}")
+        raise SpecError(f"{field}: expected a duration such as {_EXAMPLES}, got {value!r}")
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise SpecError(f"{field}: expected a duration such as 90s, 20m or 1.5h, got {value!r}")
-        seconds = float(match.group(1)) * _FACTORS[match.group(2)]
+        seconds = _seconds(str(value).lower())
+        if seconds is None:
+            raise SpecError(f"{field}: expected a duration such as {_EXAMPLES}, got {value!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise SpecError(f"{field}: must be a positive duration, got {value!r}")
     return seconds
+
+
+def _seconds(text: str) -> float | None:
+    """Seconds in ``text``, or None when it is not a duration."""
+    bare = _BARE.fullmatch(text)
+    if bare:
+        return float(bare.group(1))
+    seconds, previous, pos = 0.0, math.inf, 0
+    while pos < len(text):
+        part = _PART.match(text, pos)
+        factor = _FACTORS.get(part.group(2)) if part else None
+        if factor is None or factor >= previous:      # not a part, an unknown unit, or `30m1h` / `1m2m`
+            return None
+        seconds += float(part.group(1)) * factor
+        previous, pos = factor, part.end()
+    return seconds if pos else None
 
 
 def parse_range(value: str, field: str = "range") -> list[float]:
@@ -48,7 +71,7 @@ def parse_range(value: str, field: str = "range") -> list[float]:
 
 
 def format_duration(seconds: float) -> str:
-    """Format seconds as ``1h02m``, ``12m30s`` or ``45.2s``."""
+    """Format seconds as ``1h02m05s``, ``12m30s`` or ``45.2s``; ``parse_duration`` reads each back."""
     if not math.isfinite(seconds):
         return str(seconds)
     if seconds < 60:
@@ -57,7 +80,7 @@ def format_duration(seconds: float) -> str:
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    return f"{hours}h{minutes:02d}m{secs:02d}s"
 
 
 def format_usd(amount: float) -> str:
