@@ -20,20 +20,33 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 def check_mapping(value: Any, where: str, *, required: Iterable[str] = (), optional: Iterable[str] = ()) -> dict:
-    """Check that ``value`` is a mapping with all ``required`` keys and no unknown ones."""
+    """Check that ``value`` is a mapping with all ``required`` keys and no unknown ones.
+
+    ``where`` names the mapping (``cloud.overrides``); ``""`` is a file's top level, whose
+    keys are named alone.
+    """
     if not isinstance(value, Mapping):
-        raise SpecError(f"{where}: expected a mapping of keys to values, got {type(value).__name__}")
+        raise SpecError(f"{where or 'top level'}: expected a mapping of keys to values, got {type(value).__name__}")
     required, optional = list(required), list(optional)
-    allowed = required + optional
+    allowed = list(dict.fromkeys(required + optional))
+
+    def field(key: Any) -> str:
+        return f"{where}.{key}" if where else str(key)
+
     for key in value:
         if key not in allowed:
-            raise SpecError(
-                f"{where}.{key}: unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
-            )
+            raise SpecError(f"{field(key)}: unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}")
     for key in required:
         if key not in value or value[key] is None:
-            raise SpecError(f"{where}.{key}: missing required field")
+            raise SpecError(f"{field(key)}: missing required field")
     return dict(value)
+
+
+def strings(value: Any, where: str, what: str = "strings") -> list[str]:
+    """Check a list of strings (shell commands, subnet ids, ...)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{where}: expected a list of {what}, got {value!r}")
+    return list(value)
 
 
 def number(value: Any, where: str, *, minimum: float | None = None, positive: bool = False) -> float:
