@@ -77,7 +77,7 @@ def choice(value: Any, where: str, choices: Iterable[str]) -> str:
     return value
 
 
-class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class UniqueKeyLoader(yaml.SafeLoader):
     """A safe YAML loader that refuses a key given twice in one mapping.
 
     PyYAML keeps the last value silently, so a second ``deadline:`` further down a file would

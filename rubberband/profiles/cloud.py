@@ -96,6 +96,22 @@ _DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data"]
 OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour"]
 
 
+def _price(value: Any, where: str) -> float:
+    # A free instance is not a cloud anyone plans for, and the planner divides by the price.
+    return number(value, where, positive=True)
+
+
+# How each field an experiment may override is read (also when the profile itself gives it).
+_PARSE: dict[str, Any] = {
+    "price_usd_per_hour": _price,
+    "spot_price_usd_per_hour": _price,
+    "billing": lambda value, where: Billing.from_dict(value, where),
+    "data": lambda value, where: DataCost.from_dict(value, where),
+    "provision_latency_s": parse_distribution,
+    "init_latency_s": parse_distribution,
+}
+
+
 @dataclass(frozen=True)
 class CloudProfile:
     """One instance type of one region, as the simulator and planner see it (DESIGN §3)."""
@@ -119,9 +135,9 @@ class CloudProfile:
 
     def __post_init__(self) -> None:
         integer(self.gpus_per_instance, "gpus_per_instance")
-        number(self.price_usd_per_hour, "price_usd_per_hour", minimum=0)
+        _price(self.price_usd_per_hour, "price_usd_per_hour")
         if self.spot_price_usd_per_hour is not None:
-            number(self.spot_price_usd_per_hour, "spot_price_usd_per_hour", minimum=0)
+            _price(self.spot_price_usd_per_hour, "spot_price_usd_per_hour")
         if self.market is Market.SPOT and self.spot_price_usd_per_hour is None:
             raise SpecError(f"market: spot chosen but {self.instance_type} has no spot_price_usd_per_hour; add one or use on-demand")
 
@@ -153,21 +169,15 @@ class CloudProfile:
         kwargs: dict[str, Any] = {
             "instance_type": str(data.get("instance_type", "custom")),
             "gpus_per_instance": integer(data["gpus_per_instance"], f"{where}.gpus_per_instance"),
-            "price_usd_per_hour": number(data["price_usd_per_hour"], f"{where}.price_usd_per_hour", minimum=0),
             "provider": str(data.get("provider", "aws")),
             "region": str(data.get("region", "us-east-1")),
         }
-        if data.get("spot_price_usd_per_hour") is not None:
-            kwargs["spot_price_usd_per_hour"] = number(data["spot_price_usd_per_hour"], f"{where}.spot_price_usd_per_hour", minimum=0)
+        for key, parse in _PARSE.items():
+            # A null spot price means the type has no spot market; any other null is an error.
+            if key in data and not (key == "spot_price_usd_per_hour" and data[key] is None):
+                kwargs[key] = parse(data[key], f"{where}.{key}")
         if "market" in data:
             kwargs["market"] = Market(choice(data["market"], f"{where}.market", [m.value for m in Market]))
-        if "billing" in data:
-            kwargs["billing"] = Billing.from_dict(data["billing"], f"{where}.billing")
-        for key in ("provision_latency_s", "init_latency_s"):
-            if key in data:
-                kwargs[key] = parse_distribution(data[key], f"{where}.{key}")
-        if "data" in data:
-            kwargs["data"] = DataCost.from_dict(data["data"], f"{where}.data")
         for key in ("gpu_model", "prices_as_of"):
             if data.get(key) is not None:
                 kwargs[key] = str(data[key])
@@ -252,7 +262,8 @@ class CloudCatalog:
         """The ``CloudProfile`` of one instance type; unknown names get a did-you-mean hint.
 
         ``overrides`` replaces fields of the entry (an experiment's dataset size, a measured
-        initialisation latency, another billing model); ``data`` is merged key by key.
+        initialisation latency, another billing model); ``billing`` and ``data`` are merged
+        key by key. Errors in an override name ``cloud.overrides.<key>``, not the region file.
         """
         if instance_type not in self.types:
             raise SpecError(
@@ -262,14 +273,18 @@ class CloudCatalog:
         if isinstance(market, str):
             market = Market(choice(market, "market", [m.value for m in Market]))
         entry = {**self.defaults, **self.types[instance_type]}
-        for key, value in {**self.overrides, **(overrides or {})}.items():
-            if key not in OVERRIDABLE:
-                raise SpecError(f"cloud.overrides.{key}: unknown key{did_you_mean(key, OVERRIDABLE)}; allowed keys: {', '.join(OVERRIDABLE)}")
-            if key == "data" and isinstance(value, dict) and isinstance(entry.get("data"), dict):
-                value = {**entry["data"], **value}
-            entry[key] = value
-        entry.update(provider=self.provider, region=self.region, instance_type=instance_type, market=market.value)
+        entry.update(provider=self.provider, region=self.region, instance_type=instance_type)
         entry.setdefault("prices_as_of", self.prices_as_of)
         if entry["prices_as_of"] is None:
             entry.pop("prices_as_of")
-        return CloudProfile.from_dict(entry, where=f"{self.path}.instance_types.{instance_type}")
+        profile = CloudProfile.from_dict(entry, where=f"{self.path}.instance_types.{instance_type}")
+        changes: dict[str, Any] = {}
+        for key, value in {**self.overrides, **(overrides or {})}.items():
+            where = f"cloud.overrides.{key}"
+            if key not in OVERRIDABLE:
+                raise SpecError(f"{where}: unknown key{did_you_mean(key, OVERRIDABLE)}; allowed keys: {', '.join(OVERRIDABLE)}")
+            if key in ("billing", "data") and isinstance(value, dict):
+                value = {**getattr(profile, key).to_dict(), **value}
+            changes[key] = _PARSE[key](value, where)
+        # The market last: an override may be what gives the type its spot price.
+        return profile.replace(market=market, **changes)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rubberband import ExperimentSpec, Market, SpecError, load_experiment
+from rubberband import Billing, BillingModel, ExperimentSpec, Market, SpecError, load_experiment
 from rubberband.config import experiment_from_dict
 from rubberband.profiles import Constant, DataCost, Normal
 
@@ -170,6 +170,14 @@ def test_search_space_forms_are_accepted():
         ({"cloud": {"profile": "nope.yaml", "instance_type": "p3.8xlarge"}}, r"^cloud\.profile: no such file 'nope\.yaml'"),
         ({"cloud": {"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": {"init": 1}}}, r"^cloud\.overrides\.init: unknown key"),
         ({"cloud": {"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": [1]}}, r"^cloud\.overrides: expected a mapping"),
+        ({"cloud": {"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": {"price_usd_per_hour": 0}}},
+         r"^cloud\.overrides\.price_usd_per_hour: must be greater than 0, got 0$"),
+        ({"cloud": {"profile": str(AWS), "instance_type": "p3.8xlarge", "market": "spot", "overrides": {"spot_price_usd_per_hour": 0}}},
+         r"^cloud\.overrides\.spot_price_usd_per_hour: must be greater than 0, got 0$"),
+        ({"cloud": {"profile": str(AWS), "instance_type": "auto", "overrides": {"price_usd_per_hour": -1}}},
+         r"^cloud\.overrides\.price_usd_per_hour: must be greater than 0, got -1$"),
+        ({"cloud": {"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": {"billing": {"granularity_s": 0}}}},
+         r"^cloud\.overrides\.billing\.granularity_s: must be greater than 0, got 0$"),
         ({"model_profile": "nope.yaml"}, r"^model_profile: no such file 'nope\.yaml'"),
         ({"deadline": "soon"}, r"^deadline: expected a duration such as 90s, 20m or 1\.5h, got 'soon'"),
         ({"deadline": -5}, r"^deadline: must be a positive duration"),
@@ -192,6 +200,14 @@ def test_search_space_forms_are_accepted():
 def test_errors_name_the_field(changes, pattern):
     with pytest.raises(SpecError, match=pattern):
         experiment_from_dict(base(**changes))
+
+
+def test_a_partial_billing_override_merges_with_the_profiles_billing():
+    # us-east-1 bills per instance by the second with a 60 s minimum; only the minimum changes.
+    overrides = {"billing": {"minimum_s": 0}, "data": {"dataset_gb": 2.0}}
+    exp = experiment_from_dict(base(cloud={"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": overrides}))
+    assert exp.cloud.billing == Billing(BillingModel.PER_INSTANCE, granularity_s=1.0, minimum_s=0.0)
+    assert (exp.cloud.data.dataset_gb, exp.cloud.data.price_usd_per_gb) == (2.0, 0.0)
 
 
 def test_error_messages_are_one_line():

@@ -142,6 +142,18 @@ MALFORMED = {
         r"cloud\.overrides\.init_latncy_s: unknown key \(did you mean `init_latency_s`\?\)",
     ),
     "unknown-policy": (experiment(policy="optimall"), r"policy: unknown value 'optimall' \(did you mean `optimal`\?\)"),
+    "free-instance-override": (
+        experiment(cloud={"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": {"price_usd_per_hour": 0}}),
+        r"^error: cloud\.overrides\.price_usd_per_hour: must be greater than 0, got 0$",
+    ),
+    "zero-billing-granularity-override": (
+        experiment(cloud={"profile": str(AWS), "instance_type": "p3.8xlarge", "overrides": {"billing": {"granularity_s": 0}}}),
+        r"^error: cloud\.overrides\.billing\.granularity_s: must be greater than 0, got 0$",
+    ),
+    "duplicate-key": (
+        "name: t\ndeadline: 20m\nname: u\n",
+        r"^error: .*job\.yaml: not valid YAML at line 3, column 1: duplicate key `name` \(first given at line 1\); keep one of them$",
+    ),
 }
 
 

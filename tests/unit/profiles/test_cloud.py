@@ -206,7 +206,9 @@ def test_billing_errors(billing, pattern):
     [
         ({"gpus_per_instance": 0}, r"cloud_profile\.gpus_per_instance: must be at least 1"),
         ({"gpus_per_instance": 2.5}, r"cloud_profile\.gpus_per_instance: expected an integer"),
-        ({"price_usd_per_hour": -1}, r"cloud_profile\.price_usd_per_hour: must be at least 0"),
+        ({"price_usd_per_hour": -1}, r"cloud_profile\.price_usd_per_hour: must be greater than 0, got -1"),
+        ({"price_usd_per_hour": 0}, r"cloud_profile\.price_usd_per_hour: must be greater than 0, got 0"),
+        ({"spot_price_usd_per_hour": 0}, r"cloud_profile\.spot_price_usd_per_hour: must be greater than 0, got 0"),
         ({"price_usd_per_hour": None}, r"cloud_profile\.price_usd_per_hour: missing required field"),
         ({"data": {"dataset_gb": -1}}, r"cloud_profile\.data\.dataset_gb: must be at least 0"),
         ({"data": {"dataset_gbs": 1}}, r"cloud_profile\.data\.dataset_gbs: unknown key"),
@@ -230,3 +232,53 @@ def test_replace_is_a_copy():
     cheaper = cloud.replace(price_usd_per_hour=1.0)
     assert cheaper.price_usd_per_hour == 1.0
     assert cloud.price_usd_per_hour == 12.24
+
+
+def test_a_free_instance_type_in_a_region_file_is_refused_at_load():
+    entry = {"gpus_per_instance": 1, "price_usd_per_hour": 1.0, "spot_price_usd_per_hour": 0.0}
+    with pytest.raises(SpecError, match=r"^r\.yaml\.instance_types\.t\.spot_price_usd_per_hour: must be greater than 0, got 0\.0$"):
+        CloudCatalog.from_dict({"provider": "aws", "region": "x", "instance_types": {"t": entry}}, where="r.yaml")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "market", "pattern"),
+    [
+        ({"price_usd_per_hour": 0}, "on-demand", r"^cloud\.overrides\.price_usd_per_hour: must be greater than 0, got 0$"),
+        ({"price_usd_per_hour": -3.5}, "on-demand", r"^cloud\.overrides\.price_usd_per_hour: must be greater than 0, got -3\.5$"),
+        ({"spot_price_usd_per_hour": 0}, "spot", r"^cloud\.overrides\.spot_price_usd_per_hour: must be greater than 0, got 0$"),
+        ({"billing": {"granularity_s": 0}}, "on-demand", r"^cloud\.overrides\.billing\.granularity_s: must be greater than 0, got 0$"),
+        ({"billing": {"minimum_s": -1}}, "on-demand", r"^cloud\.overrides\.billing\.minimum_s: must be at least 0, got -1$"),
+        ({"billing": {"model": "per_hour"}}, "on-demand", r"^cloud\.overrides\.billing\.model: unknown value 'per_hour'"),
+        ({"billing": 60}, "on-demand", r"^cloud\.overrides\.billing: expected a mapping"),
+        ({"data": {"dataset_gb": -1}}, "on-demand", r"^cloud\.overrides\.data\.dataset_gb: must be at least 0"),
+        ({"init_latency_s": {"dist": "normal", "mean": 1}}, "on-demand", r"^cloud\.overrides\.init_latency_s\.std: missing"),
+    ],
+)
+def test_override_errors_name_the_override_not_the_region_file(overrides, market, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        CloudCatalog.load(AWS).get("p3.8xlarge", market, overrides)
+
+
+def test_a_partial_billing_override_keeps_the_rest_of_the_profiles_billing():
+    catalog = CloudCatalog.from_dict({
+        "provider": "aws", "region": "x",
+        "defaults": {"billing": {"model": "per_instance", "granularity_s": 60, "minimum_s": 600}},
+        "instance_types": {"t": {"gpus_per_instance": 1, "price_usd_per_hour": 1.0}},
+    })
+    assert catalog.get("t", overrides={"billing": {"minimum_s": 0}}).billing == Billing(BillingModel.PER_INSTANCE, 60.0, 0.0)
+    assert catalog.get("t", overrides={"billing": {"granularity_s": 1}}).billing == Billing(BillingModel.PER_INSTANCE, 1.0, 600.0)
+    assert catalog.get("t", overrides={"billing": {"model": "per_function"}}).billing.model is BillingModel.PER_FUNCTION
+    assert catalog.with_overrides({"billing": {"minimum_s": 5}}).get("t").billing == Billing(BillingModel.PER_INSTANCE, 60.0, 5.0)
+
+
+def test_an_override_may_give_the_spot_price_a_spot_market_needs():
+    catalog = CloudCatalog.from_dict({"provider": "aws", "region": "x",
+                                      "instance_types": {"t": {"gpus_per_instance": 1, "price_usd_per_hour": 1.0}}})
+    assert catalog.get("t", "spot", {"spot_price_usd_per_hour": 0.3}).hourly_usd == 0.3
+    with pytest.raises(SpecError, match=r"^market: spot chosen but t has no spot_price_usd_per_hour"):
+        catalog.get("t", "spot")
+
+
+def test_replace_refuses_a_free_price():
+    with pytest.raises(SpecError, match=r"^price_usd_per_hour: must be greater than 0, got 0"):
+        CloudProfile.load(AWS, "p3.8xlarge").replace(price_usd_per_hour=0)
