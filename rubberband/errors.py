@@ -14,6 +14,10 @@ class SpecError(RubberbandError, ValueError):
     """
 
 
+class RubberbandWarning(UserWarning):
+    """Input that can be used but looks wrong; the CLI prints it as one ``warning: ...`` line."""
+
+
 class InfeasibleDeadlineError(RubberbandError):
     """No allocation plan meets the deadline.
 

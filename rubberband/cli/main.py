@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from rubberband.cli.common import COMMANDS
-from rubberband.errors import RubberbandError
+from rubberband.errors import RubberbandError, RubberbandWarning
 
 # The order of `rubberband --help`: the pipeline's, then the cluster housekeeping.
 ORDER = ("validate", "plan", "simulate", "whatif", "profile", "run", "status", "down")
@@ -44,9 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_python_showwarning = warnings.showwarning
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Print rubberband's own warnings as one ``warning: ...`` line; others as Python does."""
+    if issubclass(category, RubberbandWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rubberband`` console script."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    warnings.showwarning = show_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

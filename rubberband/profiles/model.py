@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import SpecError
+from rubberband.errors import RubberbandWarning, SpecError
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
 from rubberband.schema import check_mapping, integer, load_yaml
 
@@ -43,8 +44,26 @@ class ModelProfile:
             g = integer(gpus, f"iter_latency_s.{gpus}")
             if not isinstance(dist, Distribution):
                 raise SpecError(f"iter_latency_s.{gpus}: expected a distribution")
+            if not dist.mean > 0:
+                # A free iteration would make every allocation equally fast: nothing to plan.
+                raise SpecError(
+                    f"iter_latency_s.{g}: the mean time per iteration with {g} GPU{'s' if g > 1 else ''} per trial "
+                    f"must be greater than 0 s, got {dist.mean:g}; re-profile it or remove the entry"
+                )
             cleaned[g] = dist
         object.__setattr__(self, "iter_latency_s", dict(sorted(cleaned.items())))
+        slower = [(a, b) for a, b in zip(self.gpu_counts, self.gpu_counts[1:])
+                  if self.iter_latency_s[b].mean > self.iter_latency_s[a].mean]
+        if slower:
+            # Legitimate (DDP over logical GPUs on a CPU is slower than one worker), but on real
+            # GPUs it usually means a broken measurement: say so, and plan with it anyway.
+            pairs = ", ".join(f"{b} GPUs ({self.iter_latency_s[b].mean:.3g}s) slower than {a} "
+                              f"({self.iter_latency_s[a].mean:.3g}s)" for a, b in slower)
+            warnings.warn(
+                f"model profile {self.name!r}: more GPUs per trial make an iteration slower: {pairs}; "
+                "check the profile if the model should speed up with more GPUs",
+                RubberbandWarning, stacklevel=3,
+            )
 
     @property
     def gpu_counts(self) -> tuple[int, ...]:
@@ -99,19 +118,20 @@ class ModelProfile:
         iter_latency = {}
         for gpus, dist in lat.items():
             g = integer(gpus if not isinstance(gpus, str) or not gpus.isdigit() else int(gpus), f"{where}.iter_latency_s.{gpus}")
+            if g in iter_latency:  # `1:` and `"1":` are one GPU count
+                raise SpecError(f"{where}.iter_latency_s.{gpus}: {g} GPUs given twice; keep one entry")
             iter_latency[g] = parse_distribution(dist, f"{where}.iter_latency_s.{gpus}")
         measured_on = data.get("measured_on") or {}
         if not isinstance(measured_on, dict):
             raise SpecError(f"{where}.measured_on: expected a mapping such as {{provider: aws, instance_type: p3.8xlarge}}")
         extra = {k: data[k] for k in _KEYS_OPTIONAL if k in data and k not in ("name", "measured_on", "trial_startup_s", "sync_s")}
-        return cls(
-            iter_latency_s=iter_latency,
-            trial_startup_s=parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s"),
-            sync_s=parse_distribution(data.get("sync_s", 0), f"{where}.sync_s"),
-            name=str(data.get("name", "model")),
-            measured_on=dict(measured_on),
-            extra=extra,
-        )
+        trial_startup_s = parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s")
+        sync_s = parse_distribution(data.get("sync_s", 0), f"{where}.sync_s")
+        try:
+            return cls(iter_latency_s=iter_latency, trial_startup_s=trial_startup_s, sync_s=sync_s,
+                       name=str(data.get("name", "model")), measured_on=dict(measured_on), extra=extra)
+        except SpecError as exc:  # the checks of __post_init__ name the field; add the file
+            raise SpecError(f"{where}.{exc}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> ModelProfile:

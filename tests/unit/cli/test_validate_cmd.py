@@ -62,14 +62,25 @@ def assert_one_error_line(code: int, out: str, err: str, pattern: str) -> None:
     assert "Traceback" not in out + err
 
 
+def warnings_of(err: str) -> list[str]:
+    """Each stderr line up to its second colon (``warning: model profile 'x'``)."""
+    return [":".join(line.split(":")[:2]) for line in err.splitlines()]
+
+
+def expected_warnings(exp) -> list[str]:
+    # The demo's measured profile is slower on 2 logical GPUs than on 1 (CPU DDP): one warning.
+    means = [d.mean for d in exp.model.iter_latency_s.values()]
+    return [f"warning: model profile {exp.model.name!r}"] if means != sorted(means, reverse=True) else []
+
+
 # --- the shipped experiments --------------------------------------------------------------
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
 def test_shipped_experiment_validates(path, capsys):
     code, out, err = run_validate(path, capsys)
     assert code == 0
-    assert err == ""
     exp = load_experiment(path)
+    assert warnings_of(err) == expected_warnings(exp)
     assert out.startswith(f"experiment {exp.name}: OK ({exp.spec.describe()})")
     assert f"instance type  {exp.instance_type} in {exp.catalog.provider}/{exp.catalog.region}" in out
 
@@ -78,7 +89,7 @@ def test_shipped_experiment_validates(path, capsys):
 def test_shipped_experiment_validates_as_json(path, capsys):
     code, out, err = run_validate(path, capsys, "--json")
     assert code == 0
-    assert err == ""
+    assert warnings_of(err) == expected_warnings(load_experiment(path))
     payload = json.loads(out)
     exp = load_experiment(path)
     assert payload["name"] == exp.name
@@ -198,3 +209,23 @@ def test_python_dash_m_prints_one_error_line_and_exits_2(tmp_path):
     assert lines[0].startswith("error: experiment.dealine: unknown key (did you mean `deadline`?)")
     assert "Traceback" not in proc.stdout + proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_profile_slower_with_more_gpus_validates_with_one_warning_line(tmp_path, capsys):
+    model = tmp_path / "slow.yaml"
+    model.write_text("name: slow\niter_latency_s: {1: 4.0, 2: 5.0}\n")
+    code, out, err = run_validate(write(tmp_path, experiment(model_profile=str(model))), capsys)
+    assert code == 0
+    assert out.startswith("experiment t: OK")
+    assert err.splitlines() == [
+        "warning: model profile 'slow': more GPUs per trial make an iteration slower: 2 GPUs (5s) slower than 1 (4s); "
+        "check the profile if the model should speed up with more GPUs"
+    ]
+
+
+def test_a_zero_iteration_time_is_one_error_line_naming_the_gpu_count(tmp_path, capsys):
+    model = tmp_path / "zero.yaml"
+    model.write_text("iter_latency_s: {1: 0, 2: 0}\n")
+    code, out, err = run_validate(write(tmp_path, experiment(model_profile=str(model))), capsys)
+    assert_one_error_line(code, out, err, r"^error: .*zero\.yaml\.iter_latency_s\.1: the mean time per iteration with 1 GPU per trial "
+                                         r"must be greater than 0 s, got 0")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import pytest
 
 from rubberband import ModelProfile, SpecError
+from rubberband.errors import RubberbandWarning
 from rubberband.profiles import Constant, Empirical, LogNormal, Normal
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -107,17 +109,24 @@ def test_defaults_for_startup_and_sync():
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
 def test_every_shipped_profile_loads_and_round_trips(path):
-    profile = ModelProfile.load(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RubberbandWarning)
+        profile = ModelProfile.load(path)
+    profiled = [d.mean for d in profile.iter_latency_s.values()]
+    slows_down = any(b > a for a, b in zip(profiled, profiled[1:]))
+    assert [str(w.message).split(":")[0] for w in caught] == ([f"model profile {profile.name!r}"] if slows_down else [])
     assert profile.min_gpus == 1
     assert len(profile.gpu_counts) >= 2
     # Every count in range interpolates; the paper-shaped approximations scale sublinearly
     # (latency falls as GPUs are added). Measured profiles say what they measured: on a CPU,
-    # DDP over logical GPUs can be slower than one worker.
+    # DDP over logical GPUs can be slower than one worker (and loading it says so).
     means = [profile.latency(g).mean for g in range(1, profile.max_gpus + 1)]
     assert all(m > 0 for m in means)
     if profile.measured_on.get("approximate"):
         assert all(a > b for a, b in zip(means, means[1:]))
-    assert ModelProfile.from_dict(profile.to_dict()) == profile
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RubberbandWarning)   # said above
+        assert ModelProfile.from_dict(profile.to_dict()) == profile
 
 
 def test_there_are_shipped_profiles():
@@ -136,6 +145,13 @@ def test_there_are_shipped_profiles():
         ({"iter_latency_s": {1: 1.0}, "sync": 1}, r"^model_profile\.sync: unknown key \(did you mean `sync_s`\?\)"),
         ({"iter_latency_s": {1: 1.0}, "measured_on": "aws"}, r"^model_profile\.measured_on: expected a mapping"),
         ({"iter_latency_s": {1: 1.0}, "trial_startup_s": -1}, r"^model_profile\.trial_startup_s: must be at least 0"),
+        ({"iter_latency_s": {1: 1.0, "1": 2.0}}, r"^model_profile\.iter_latency_s\.1: 1 GPUs given twice; keep one entry$"),
+        ({"iter_latency_s": {1: 0, 2: 0, 4: 0}},
+         r"^model_profile\.iter_latency_s\.1: the mean time per iteration with 1 GPU per trial must be greater than 0 s, got 0;"),
+        ({"iter_latency_s": {1: 4.0, 2: {"dist": "normal", "mean": 0, "std": 0.1}}},
+         r"^model_profile\.iter_latency_s\.2: the mean time per iteration with 2 GPUs per trial must be greater than 0 s, got 0;"),
+        ({"iter_latency_s": {1: 4.0, 8: {"dist": "empirical", "samples": [0, 0, 0]}}},
+         r"^model_profile\.iter_latency_s\.8: the mean time per iteration with 8 GPUs"),
     ],
 )
 def test_from_dict_errors_name_the_field(data, pattern):
@@ -151,3 +167,22 @@ def test_an_empty_profile_is_rejected():
 def test_load_of_a_missing_file():
     with pytest.raises(SpecError, match="no such file"):
         ModelProfile.load(ROOT / "profiles" / "does-not-exist.yaml")
+
+
+def test_a_zero_latency_built_in_python_names_the_gpu_count():
+    with pytest.raises(SpecError, match=r"^iter_latency_s\.4: the mean time per iteration with 4 GPUs per trial must be greater than 0 s"):
+        ModelProfile({1: Constant(2.0), 4: Constant(0.0)})
+
+
+def test_a_profile_that_slows_down_with_more_gpus_is_a_warning_not_an_error():
+    with pytest.warns(RubberbandWarning, match=(
+        r"^model profile 'nm': more GPUs per trial make an iteration slower: "
+        r"2 GPUs \(5s\) slower than 1 \(4s\), 8 GPUs \(3\.5s\) slower than 4 \(3s\); check the profile")):
+        profile = ModelProfile.from_dict({"name": "nm", "iter_latency_s": {1: 4.0, 2: 5.0, 4: 3.0, 8: 3.5}})
+    assert profile.latency(2).mean == 5.0   # still planned with as measured
+
+
+def test_a_profile_that_speeds_up_or_stays_flat_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RubberbandWarning)
+        ModelProfile({1: Constant(4.0), 2: Constant(2.0), 4: Constant(2.0), 8: Normal(1.0, 0.5)})
