@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 from collections.abc import Callable
 
 from rubberband.config import Experiment, load_experiment
@@ -19,10 +21,55 @@ def command(name: str, help: str):
     """Register a subcommand: decorate ``run(args) -> exit code`` whose ``.arguments`` adds options."""
 
     def wrap(run: Callable[[argparse.Namespace], int]):
-        COMMANDS[name] = (help, getattr(run, "arguments", lambda p: None), run)
+        @functools.wraps(run)
+        def checked(args: argparse.Namespace) -> int:
+            check_options(args)
+            return run(args)
+
+        COMMANDS[name] = (help, getattr(run, "arguments", lambda p: None), checked)
         return run
 
     return wrap
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Reject option values that no command can use, before any work starts.
+
+    An empty value (``--deadline ""``) would otherwise read as "not given" and fall back to
+    the experiment's; ``--samples`` and ``--seed`` mean the same in every command.
+
+    Raises:
+        SpecError: naming the option.
+    """
+    for dest, value in vars(args).items():
+        if isinstance(value, str) and not value.strip():
+            flag = dest if dest == "experiment" else "--" + dest.replace("_", "-")
+            raise SpecError(f"{flag}: is empty; give a value or leave the option out")
+    samples = getattr(args, "samples", None)
+    if samples is not None and samples < 1:
+        raise SpecError(f"--samples: expected a positive integer, got {samples}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and seed < 0:
+        raise SpecError(f"--seed: expected a whole number >= 0, got {seed}")
+
+
+def output_path(path: str | None, field: str, example: str) -> str | None:
+    """Check that a file can be written at ``path`` (if given), before any work is done.
+
+    Raises:
+        SpecError: naming ``field`` when ``path`` is a directory or its directory is missing
+            or not writable.
+    """
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        raise SpecError(f"{field}: {path!r} is a directory; name a file in it, e.g. {os.path.join(path, example)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise SpecError(f"{field}: directory {folder!r} does not exist; create it or write elsewhere")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise SpecError(f"{field}: cannot write {path!r} (permission denied)")
+    return path
 
 
 def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
@@ -62,7 +109,7 @@ def int_list(text: str, field: str) -> list[int]:
 
 
 def deadline_arg(args: argparse.Namespace, exp: Experiment) -> float | None:
-    if getattr(args, "deadline", None):
+    if getattr(args, "deadline", None) is not None:
         return parse_duration(args.deadline, "--deadline")
     return exp.deadline_s
 
@@ -72,6 +119,15 @@ def cloud_for_args(exp: Experiment, instance_type: str | None):
     if name == "auto":
         raise SpecError("--instance-type: `auto` is for `plan`; name one instance type to simulate")
     return exp.cloud_for(name)
+
+
+def stage_cost_footnote(cloud, column: str) -> str:
+    """Where per-instance billing's rounding lands: the simulator adds it when an instance is
+    released (DESIGN §4), so a stage's cost can exceed its own instance-seconds."""
+    if cloud.billing.model.value != "per_instance":
+        return ""
+    return (f"\n{column}: billing round-ups and minimum-billing top-ups land on the last stage "
+            "an instance serves")
 
 
 def summary_line(result, deadline: float | None) -> str:

@@ -13,6 +13,8 @@ from rubberband.cli.common import (
     int_list,
     load_experiment_args,
     measured_args,
+    output_path,
+    stage_cost_footnote,
     summary_line,
 )
 from rubberband.render import render
@@ -34,14 +36,15 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
 def simulate_cmd(args: argparse.Namespace) -> int:
     from rubberband.simulator import simulate
 
+    output_path(args.gantt, "--gantt", "run.png")
     exp = load_experiment_args(args)
+    deadline = deadline_arg(args, exp)
     cloud = cloud_for_args(exp, args.instance_type)
     allocation = int_list(args.allocation, "--allocation")
     instances = int_list(args.instances, "--instances") if args.instances else None
     samples = args.samples if args.samples is not None else exp.samples
     seed = args.seed if args.seed is not None else exp.seed
     result = simulate(exp.spec, allocation, exp.model, cloud, samples=samples, seed=seed, instances=instances)
-    deadline = deadline_arg(args, exp)
     payload = {"experiment": exp.name, "instance_type": cloud.instance_type, **result.to_dict()}
     if deadline:
         payload["deadline_s"] = deadline
@@ -52,13 +55,18 @@ def simulate_cmd(args: argparse.Namespace) -> int:
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in result.stages],
         title=f"{exp.name} on {cloud.instance_type} ({cloud.market.value}, {cloud.billing.model.value} billing), "
               f"{result.samples} samples, seed {seed}",
-    ), ""]
+    ) + stage_cost_footnote(cloud, "mean cost"), ""]
     text.append(summary_line(result, deadline))
     if args.gantt:
         from rubberband.cli.gantt import draw_gantt
-        from rubberband.simulator.trace import sample_timeline
+        from rubberband.simulator.trace import median_sample, sample_timeline
 
-        draw_gantt(sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, instances=instances), args.gantt)
+        # The median run, not sample 0: that one may sit anywhere in the distribution.
+        k = median_sample(result.jct_s)
+        timeline = sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, instances=instances,
+                                   samples=samples, sample=k)
+        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
+                                               f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
         text.append(f"wrote {args.gantt}")
         payload["gantt"] = args.gantt
     emit(args, payload, "\n".join(text))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rubberband.cli.common import command, emit, experiment_arg, floats, int_list
+from rubberband.cli.common import command, emit, experiment_arg, floats, int_list, output_path
 from rubberband.config import load_experiment
 from rubberband.errors import SpecError
 from rubberband.render import render
@@ -24,17 +24,36 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
-    p.add_argument("--plot", metavar="PNG", help="plot cost per policy over the first swept axis")
+    p.add_argument("--plot", metavar="PNG",
+                   help="plot cost per policy over the first swept axis, one line per value of the others")
+
+
+def _g(value) -> str:
+    return f"{value:g}"
+
+
+# Per swept axis: the column header (with its unit) and how a value is written in it.
+AXIS_COLUMNS = {
+    "deadline_s": ("deadline", format_duration),
+    "num_trials": ("trials", str),
+    "init_latency_s": ("init latency", lambda v: f"{v:g}s"),
+    "billing": ("billing", str),
+    "data_price_usd_per_gb": ("data price (USD/GB)", _g),
+    "dataset_gb": ("dataset (GB)", _g),
+    "instance_type": ("instance type", str),
+    "straggler_std": ("straggler std (s/iter)", _g),
+}
 
 
 def whatif_cmd(args: argparse.Namespace) -> int:
     from rubberband.plan import POLICIES, saving, whatif
     from rubberband.units import parse_range
 
+    output_path(args.plot, "--plot", "cost.png")
     exp = load_experiment(args.experiment)
     vary: dict[str, list] = {}
     deadline = exp.deadline_s
-    if args.deadline:
+    if args.deadline is not None:
         values = parse_range(args.deadline, "--deadline")
         if len(values) == 1:
             deadline = values[0]
@@ -67,35 +86,47 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
     base_type = exp.catalog.instance_types[0] if exp.auto_instance_type else exp.instance_type
     scenarios = whatif(exp.spec, exp.model, exp.cloud_for(base_type), deadline, vary, policies,
-                       samples=args.samples or 200, seed=args.seed if args.seed is not None else exp.seed,
+                       samples=args.samples if args.samples is not None else 200, seed=args.seed if args.seed is not None else exp.seed,
                        spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for)
     axes = list(vary)
     rows = []
     for sc in scenarios:
-        cells = [_fmt_axis(a, sc.values[a]) for a in axes]
+        cells = [AXIS_COLUMNS[a][1](sc.values[a]) for a in axes]
         cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
         ratio = saving(sc) if "static" in policies and "optimal" in policies else None
         cells.append(f"{ratio:.2f}x" if ratio else "-")
         rows.append(cells)
-    text = render(axes + [f"{p} cost" for p in policies] + ["static/optimal"], rows,
+    text = render([AXIS_COLUMNS[a][0] for a in axes] + [f"{p} cost (USD)" for p in policies] + ["static/optimal cost"], rows,
                   title=f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
     payload = {"experiment": exp.name, "axes": axes, "policies": policies, "scenarios": [s.to_dict() for s in scenarios]}
     if args.plot:
-        plot_whatif(scenarios, axes[0], policies, args.plot, title=exp.name)
+        plot_whatif(scenarios, axes, policies, args.plot, title=exp.name)
         text += f"\nwrote {args.plot}"
         payload["plot"] = args.plot
     emit(args, payload, text)
     return 0
 
 
-def _fmt_axis(axis: str, value) -> str:
-    if axis in ("deadline_s", "init_latency_s"):
-        return format_duration(float(value))
-    return str(value)
+def plot_series(scenarios, axes: list[str], policies) -> list[tuple[str, list, list]]:
+    """Lines to plot: cost over the first axis, one per policy and combination of the other axes.
+
+    Returns:
+        ``(label, xs, costs)`` per line, ``xs`` in sweep order (``None`` cost: infeasible).
+    """
+    first, rest = axes[0], axes[1:]
+    groups: dict[tuple, list] = {}
+    for sc in scenarios:
+        groups.setdefault(tuple(sc.values[a] for a in rest), []).append(sc)
+    lines = []
+    for p in policies:
+        for key, members in groups.items():
+            label = ", ".join([p] + [f"{AXIS_COLUMNS[a][0]} {AXIS_COLUMNS[a][1](v)}" for a, v in zip(rest, key)])
+            lines.append((label, [sc.values[first] for sc in members], [sc.costs[p] for sc in members]))
+    return lines
 
 
-def plot_whatif(scenarios, axis: str, policies, path: str, title: str = "") -> None:
-    """Cost per policy over one swept axis, as a PNG."""
+def whatif_figure(scenarios, axes: list[str], policies, title: str = ""):
+    """A matplotlib figure of ``plot_series``: one colour per policy, one line style per value of the other axes."""
     try:
         import matplotlib
 
@@ -103,21 +134,38 @@ def plot_whatif(scenarios, axis: str, policies, path: str, title: str = "") -> N
         import matplotlib.pyplot as plt
     except ImportError:
         raise SpecError("--plot: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
-    xs = [s.values[axis] for s in scenarios]
+    axis = axes[0]
+    lines = plot_series(scenarios, axes, policies)
+    xs = lines[0][1]
     numeric = all(isinstance(x, (int, float)) for x in xs)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for p in policies:
-        ys = [s.costs[p] if s.costs[p] is not None else float("nan") for s in scenarios]
-        xv = [x / 60 if axis == "deadline_s" else x for x in xs] if numeric else list(range(len(xs)))
-        ax.plot(xv, ys, marker="o", label=p)
+    styles = ["-", "--", ":", "-."]
+    per_policy = len(lines) // len(policies)
+    outside = len(lines) > len(policies)          # many lines: keep the legend off the data
+    fig, ax = plt.subplots(figsize=(9.5 if outside else 7, 4.2))
+    for i, (label, x, ys) in enumerate(lines):
+        xv = [v / 60 if axis == "deadline_s" else v for v in x] if numeric else list(range(len(x)))
+        ax.plot(xv, [float("nan") if y is None else y for y in ys], marker="o", label=label,
+                color=f"C{i // per_policy}", linestyle=styles[i % per_policy % len(styles)])
     if not numeric:
         ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-    ax.set_xlabel("deadline (min)" if axis == "deadline_s" else axis)
+    header = AXIS_COLUMNS[axis][0]
+    ax.set_xlabel("deadline (min)" if axis == "deadline_s" else f"{header} (s)" if axis == "init_latency_s" else header)
     ax.set_ylabel("mean cost (USD)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if outside:
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_whatif(scenarios, axes: list[str], policies, path: str, title: str = "") -> None:
+    """Write ``whatif_figure`` as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = whatif_figure(scenarios, axes, policies, title)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -98,7 +98,7 @@ def test_gantt_writes_a_png(tmp_path, capsys, matplotlib):
         (["--allocation", "32,a,12,8"], r"^error: --allocation: expected comma-separated whole numbers"),
         (["--allocation", "32,20,12,64"], r"^error: allocation\[3\]: 64 GPUs for 1 trials is outside the valid range 1\.\.32"),
         (["--allocation", "32,20,12,8", "--instances", "8,5,3,1"], r"^error: instances\[3\]: 1 cannot hold stage 3"),
-        (["--allocation", "32,20,12,8", "--samples", "0"], r"^error: samples: expected a positive integer"),
+        (["--allocation", "32,20,12,8", "--samples", "0"], r"^error: --samples: expected a positive integer, got 0$"),
         (["--allocation", "32,20,12,8", "--deadline", "soon"], r"^error: --deadline: expected a duration"),
         (["--allocation", "32,20,12,8", "--instance-type", "p3.8xlarg"], r"^error: instance_type: 'p3\.8xlarg'.*did you mean `p3\.8xlarge`"),
     ],
