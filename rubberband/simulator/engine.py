@@ -46,6 +46,17 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
                     f"{shape.instances_needed} {cloud.instance_type} instances for {shape.allocation} GPUs"
                 )
             held.append(int(count))
+    G = cloud.gpus_per_instance
+    for shape, count in zip(shapes, held):
+        # floor(a / n) GPUs per trial can leave GPUs over that no instance holds (33 GPUs for
+        # 32 one-GPU trials on eight 4-GPU instances): the plan would show GPUs it never pays for.
+        if shape.allocation > count * G:
+            used = shape.running * shape.gpus_per_trial
+            raise SpecError(
+                f"allocation[{shape.index}]: {shape.allocation} GPUs do not fit on the {count} {cloud.instance_type} "
+                f"instances ({count * G} GPUs) that hold stage {shape.index}'s {shape.running} running trials of "
+                f"{shape.gpus_per_trial} GPU(s); give {used} GPUs, or hold more instances"
+            )
     return shapes, held
 
 

@@ -79,7 +79,10 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
             integer or gives a GPU count per trial outside the model profile.
     """
     low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
-    high = num_trials * (model.max_gpus + 1) - 1
+    # No more GPUs than the instances of the widest trials hold (``layout`` checks each count).
+    widest = num_trials * model.max_gpus
+    high = min(num_trials * (model.max_gpus + 1) - 1, instances_needed(num_trials, widest, cloud.gpus_per_instance)
+               * cloud.gpus_per_instance)
     if isinstance(allocation, (bool, np.bool_)) or not isinstance(allocation, (int, np.integer)):
         if isinstance(allocation, float) and allocation.is_integer():
             allocation = int(allocation)

@@ -186,17 +186,21 @@ def test_billing_granularity_and_minimum(granularity, minimum, init, billed):
 
 def test_data_cost_per_launch_including_a_relaunch():
     # G = 1: 2 instances, then 1 (one released), then 2 (one launched again): 3 launches.
+    # The data cost is what a dataset adds to the same plan without one.
     spec = stages((2, 1), (1, 1), (1, 1))
     model = const_model({1: 2.0, 2: 1.0})
-    cloud = const_cloud(G=1, price=0.0, dataset_gb=150, usd_per_gb=0.02)
-    result = run(spec, [2, 1, 2], model, cloud)
+    cloud, no_data = const_cloud(G=1, dataset_gb=150, usd_per_gb=0.02), const_cloud(G=1)
+    result, base = run(spec, [2, 1, 2], model, cloud), run(spec, [2, 1, 2], model, no_data)
     assert result.instances == (2, 1, 2)
     assert [s.new_instances for s in result.stages] == [2, 0, 1]
-    assert result.cost_usd[0] == pytest.approx(3 * 150 * 0.02, **EXACT)
-    assert [s.mean_cost_usd for s in result.stages] == pytest.approx([2 * 3.0, 0.0, 3.0], **EXACT)
+    assert result.cost_usd[0] - base.cost_usd[0] == pytest.approx(3 * 150 * 0.02, **EXACT)
+    assert [s.mean_cost_usd - b.mean_cost_usd for s, b in zip(result.stages, base.stages)] == \
+        pytest.approx([2 * 3.0, 0.0, 3.0], **EXACT)
     # Data is charged under per-function billing too.
-    per_function = cloud.replace(billing=Billing(BillingModel.PER_FUNCTION))
-    assert run(spec, [2, 1, 2], model, per_function).cost_usd[0] == pytest.approx(9.0, **EXACT)
+    per_function = Billing(BillingModel.PER_FUNCTION)
+    with_data = run(spec, [2, 1, 2], model, cloud.replace(billing=per_function)).cost_usd[0]
+    assert with_data - run(spec, [2, 1, 2], model, no_data.replace(billing=per_function)).cost_usd[0] == \
+        pytest.approx(9.0, **EXACT)
 
 
 def test_per_function_billing_charges_only_train_work():
@@ -528,10 +532,10 @@ def paper_job():
     [
         ((32, 20, 12), r"^allocation: has 3 entries but the experiment has 4 stages"),
         ((32, 20, 12, 8, 4), r"^allocation: has 5 entries but the experiment has 4 stages"),
-        ((0, 20, 12, 8), r"^allocation\[0\]: 0 GPUs for 32 trials is outside the valid range 1\.\.1055 "),
-        ((32, -1, 12, 8), r"^allocation\[1\]: -1 GPUs for 10 trials is outside the valid range 1\.\.329 "),
+        ((0, 20, 12, 8), r"^allocation\[0\]: 0 GPUs for 32 trials is outside the valid range 1\.\.1024 "),
+        ((32, -1, 12, 8), r"^allocation\[1\]: -1 GPUs for 10 trials is outside the valid range 1\.\.320 "),
         ((32, 20, 12, 33), r"^allocation\[3\]: 33 GPUs for 1 trials is outside the valid range 1\.\.32 "),
-        ((32, 20, 99, 8), r"^allocation\[2\]: 99 GPUs for 3 trials is outside the valid range 1\.\.98 .*covers 1\.\.32 GPUs per trial"),
+        ((32, 20, 99, 8), r"^allocation\[2\]: 99 GPUs for 3 trials is outside the valid range 1\.\.96 .*covers 1\.\.32 GPUs per trial"),
         ((2.5, 20, 12, 8), r"^allocation\[0\]: expected a whole number of GPUs in 1\.\.\d+ for 32 trials, got 2\.5"),
         (("4", 20, 12, 8), r"^allocation\[0\]: expected a whole number of GPUs in 1\.\.\d+ for 32 trials, got '4'"),
         ((32, True, 12, 8), r"^allocation\[1\]: expected a whole number of GPUs"),
@@ -548,14 +552,14 @@ def test_bad_allocations(paper_job, allocation, pattern):
 @pytest.mark.parametrize("bad", [2.5, "4"])
 def test_non_integer_allocation_names_the_valid_range(paper_job, bad):
     spec, model, cloud = paper_job
-    with pytest.raises(SpecError, match=r"allocation\[0\].*1\.\.1055"):
+    with pytest.raises(SpecError, match=r"allocation\[0\].*1\.\.1024"):
         simulate(spec, (bad, 20, 12, 8), model, cloud, samples=2)
 
 
 def test_allocation_below_the_smallest_profiled_count(paper_job):
     spec, _, cloud = paper_job
     model = ModelProfile({2: Constant(2.0), 8: Constant(0.7)}, name="from-2")
-    with pytest.raises(SpecError, match=r"^allocation\[0\]: 32 GPUs for 32 trials is outside the valid range 64\.\.287"):
+    with pytest.raises(SpecError, match=r"^allocation\[0\]: 32 GPUs for 32 trials is outside the valid range 64\.\.256"):
         simulate(spec, (32, 20, 12, 8), model, cloud, samples=2)
 
 
@@ -564,6 +568,29 @@ def test_integral_allocations_of_other_types_are_accepted(paper_job):
     result = simulate(spec, np.array([32, 20, 12, 8]), model, cloud, samples=2)
     assert result.allocation == (32, 20, 12, 8)
     assert simulate(spec, (np.int64(32), 20, 12.0, 8), model, cloud, samples=2).allocation == (32, 20, 12, 8)
+
+
+@pytest.mark.parametrize(
+    ("allocation", "instances", "pattern"),
+    [
+        # 32 trials of floor(33/32) = 1 GPU fill eight 4-GPU instances: the 33rd GPU is on none.
+        ((33, 20, 12, 8), None, r"^allocation\[0\]: 33 GPUs do not fit on the 8 p3\.8xlarge instances \(32 GPUs\).*give 32 GPUs"),
+        ((32, 23, 12, 8), None, r"^allocation\[1\]: 23 GPUs do not fit on the 5 p3\.8xlarge instances \(20 GPUs\)"),
+        ((32, 20, 13, 8), (8, 5, 3, 2), r"^allocation\[2\]: 13 GPUs do not fit on the 3 p3\.8xlarge instances \(12 GPUs\)"),
+    ],
+)
+def test_allocations_the_instances_cannot_hold(paper_job, allocation, instances, pattern):
+    spec, model, cloud = paper_job
+    with pytest.raises(SpecError, match=pattern):
+        simulate(spec, allocation, model, cloud, samples=2, instances=instances)
+
+
+def test_spare_gpus_on_the_instances_held_are_a_valid_allocation(paper_job):
+    spec, model, cloud = paper_job
+    # 33 one-GPU trials' worth on nine instances, and a 9-GPU trial on three 4-GPU instances.
+    result = simulate(spec, (33, 20, 12, 9), model, cloud, samples=2, instances=(9, 5, 3, 3))
+    assert result.instances == (9, 5, 3, 3)
+    assert [s.gpus_per_trial for s in result.stages] == [1, 2, 4, 9]
 
 
 @pytest.mark.parametrize(
