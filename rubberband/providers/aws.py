@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.schema import did_you_mean, load_yaml
+from rubberband.schema import check_mapping, integer, load_yaml, strings
 
 TAG_RUN = "rubberband:run-id"
 TAG_CLUSTER = "rubberband:cluster"
@@ -67,6 +67,9 @@ PROVIDER_KEYS = (
 )
 NODE_TYPE_KEYS = ("node_config", "resources", "min_workers", "max_workers", "worker_setup_commands",
                   "labels", "docker")
+CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+# EC2's RunInstances InstanceMarketOptions.SpotOptions.
+SPOT_OPTION_KEYS = ("MaxPrice", "SpotInstanceType", "BlockDurationMinutes", "ValidUntil", "InstanceInterruptionBehavior")
 # RunInstances parameters rubberband sets itself.
 OWNED_NODE_CONFIG_KEYS = ("MinCount", "MaxCount", "UserData", "ClientToken")
 
@@ -126,101 +129,99 @@ class AwsClusterConfig:
 def load_cluster_config(path: str | Path, instance_type: str | None = None) -> AwsClusterConfig:
     """Read a Ray cluster YAML and pick the worker node type that launches ``instance_type``.
 
-    Raises ``SpecError`` naming the field and the fix for anything rubberband cannot run.
+    Raises ``SpecError`` naming the file, the field and the fix for anything rubberband cannot run.
     """
-    where = str(path)
     data = load_yaml(path, "cluster YAML")
-    for key in data:
-        if key not in RAY_CLUSTER_KEYS:
-            raise SpecError(f"{where}: unknown key {key!r}{did_you_mean(key, RAY_CLUSTER_KEYS)} (Ray cluster YAML keys only)")
-    provider = data.get("provider")
-    if not isinstance(provider, dict):
-        raise SpecError(f"{where}: provider: missing; add `provider: {{type: aws, region: us-east-1}}`")
-    for key in provider:
-        if key not in PROVIDER_KEYS:
-            raise SpecError(f"{where}: provider.{key}: unknown key{did_you_mean(str(key), PROVIDER_KEYS)}")
-    if provider.get("type") != "aws":
-        raise SpecError(f"{where}: provider.type: expected aws, got {provider.get('type')!r}")
-    region = provider.get("region")
+    try:
+        return _cluster_config(data, str(path), instance_type)
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
+
+
+def _cluster_config(data: dict[str, Any], path: str, instance_type: str | None) -> AwsClusterConfig:
+    data = check_mapping(data, "", optional=RAY_CLUSTER_KEYS)
+    if data.get("provider") is None:
+        raise SpecError("provider: missing; add `provider: {type: aws, region: us-east-1}`")
+    provider = check_mapping(data["provider"], "provider", required=["type", "region"], optional=PROVIDER_KEYS)
+    if provider["type"] != "aws":
+        raise SpecError(f"provider.type: expected aws, got {provider['type']!r}")
+    region = provider["region"]
     if not isinstance(region, str) or not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
-        raise SpecError(f"{where}: provider.region: expected an AWS region such as us-east-1, got {region!r}")
-    creds = provider.get("aws_credentials") or {}
-    if not isinstance(creds, dict):
-        raise SpecError(f"{where}: provider.aws_credentials: expected a mapping of aws_access_key_id/aws_secret_access_key")
+        raise SpecError(f"provider.region: expected an AWS region such as us-east-1, got {region!r}")
+    creds = check_mapping(provider.get("aws_credentials") or {}, "provider.aws_credentials", optional=CREDENTIAL_KEYS)
 
     types = data.get("available_node_types")
     if not isinstance(types, dict) or not types:
-        raise SpecError(f"{where}: available_node_types: missing; add a worker node type with node_config.InstanceType")
+        raise SpecError("available_node_types: missing; add a worker node type with node_config.InstanceType")
     head = data.get("head_node_type")
-    workers = {}
-    for name, entry in types.items():
-        if name == head:
-            continue
-        if not isinstance(entry, dict):
-            raise SpecError(f"{where}: available_node_types.{name}: expected a mapping with node_config")
-        for key in entry:
-            if key not in NODE_TYPE_KEYS:
-                raise SpecError(f"{where}: available_node_types.{name}.{key}: unknown key{did_you_mean(str(key), NODE_TYPE_KEYS)}")
-        node_config = entry.get("node_config")
-        if not isinstance(node_config, dict) or not isinstance(node_config.get("InstanceType"), str):
-            raise SpecError(f"{where}: available_node_types.{name}.node_config.InstanceType: missing; name the EC2 instance type")
-        workers[name] = entry
+    workers = {name: check_mapping(entry, f"available_node_types.{name}", required=["node_config"],
+                                   optional=NODE_TYPE_KEYS)
+               for name, entry in types.items() if name != head}
+    for name, entry in workers.items():
+        if not isinstance(entry["node_config"], dict) or not isinstance(entry["node_config"].get("InstanceType"), str):
+            raise SpecError(f"available_node_types.{name}.node_config.InstanceType: missing; name the EC2 instance type")
     if not workers:
-        raise SpecError(f"{where}: available_node_types: only the head type {head!r}; add a worker node type")
-    if instance_type is None:
-        if len(workers) > 1:
-            raise SpecError(f"{where}: available_node_types: {len(workers)} worker types ({', '.join(workers)}); "
-                            "say which instance type to run (the plan's)")
-        name = next(iter(workers))
-    else:
-        matches = [n for n, e in workers.items() if e["node_config"]["InstanceType"] == instance_type]
-        if not matches:
-            have = ", ".join(f"{n} ({e['node_config']['InstanceType']})" for n, e in workers.items())
-            raise SpecError(f"{where}: available_node_types: no worker type launches {instance_type} (the plan's instance "
-                            f"type); have {have}; add one or plan for one of these")
-        name = matches[0]
+        raise SpecError(f"available_node_types: only the head type {head!r}; add a worker node type")
+    name = _worker_type(workers, instance_type)
     entry = workers[name]
-    node_config = copy.deepcopy(entry["node_config"])
-    field_path = f"{where}: available_node_types.{name}.node_config"
-    if not isinstance(node_config.get("ImageId"), str) or not node_config["ImageId"].startswith("ami-"):
-        raise SpecError(f"{field_path}.ImageId: missing or not an AMI id; use an AMI with Ray and PyTorch "
-                        "(e.g. an AWS Deep Learning AMI)")
-    for key in OWNED_NODE_CONFIG_KEYS:
-        if key in node_config:
-            raise SpecError(f"{field_path}.{key}: rubberband sets this itself; remove it")
-    market = node_config.get("InstanceMarketOptions")
-    if market is not None and (not isinstance(market, dict) or market.get("MarketType") != "spot"):
-        raise SpecError(f"{field_path}.InstanceMarketOptions.MarketType: expected spot, got {market!r}")
-    spot = (market or {}).get("SpotOptions") or {}
-    if spot.get("SpotInstanceType", "one-time") != "one-time":
-        raise SpecError(f"{field_path}.InstanceMarketOptions.SpotOptions.SpotInstanceType: must be one-time (a persistent "
-                        "request relaunches every instance rubberband terminates)")
-    if spot.get("InstanceInterruptionBehavior", "terminate") != "terminate":
-        raise SpecError(f"{field_path}.InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior: must be terminate")
-    if node_config.get("DisableApiTermination"):
-        raise SpecError(f"{field_path}.DisableApiTermination: rubberband must be able to terminate its instances; remove it")
-    for key in ("SubnetIds", "SecurityGroupIds"):
-        if key in node_config and (not isinstance(node_config[key], list) or not all(isinstance(v, str) for v in node_config[key])):
-            raise SpecError(f"{field_path}.{key}: expected a list of ids")
+    node_config = _node_config(entry["node_config"], f"available_node_types.{name}.node_config")
 
-    commands = []
-    for key, value in (("setup_commands", data.get("setup_commands")),
-                       ("worker_setup_commands", data.get("worker_setup_commands")),
-                       (f"available_node_types.{name}.worker_setup_commands", entry.get("worker_setup_commands"))):
-        if value is None:
-            continue
-        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-            raise SpecError(f"{where}: {key}: expected a list of shell commands")
-        commands += value
-    limits = [v for v in (data.get("max_workers"), entry.get("max_workers")) if v is not None]
-    for v in limits:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise SpecError(f"{where}: max_workers: expected a positive integer, got {v!r}")
+    commands = [c for key, value in (("setup_commands", data.get("setup_commands")),
+                                     ("worker_setup_commands", data.get("worker_setup_commands")),
+                                     (f"available_node_types.{name}.worker_setup_commands", entry.get("worker_setup_commands")))
+                if value is not None for c in strings(value, key, "shell commands")]
+    limits = [integer(v, key) for key, v in (("max_workers", data.get("max_workers")),
+                                              (f"available_node_types.{name}.max_workers", entry.get("max_workers")))
+              if v is not None]
     return AwsClusterConfig(
-        path=where, cluster_name=str(data.get("cluster_name", "rubberband")), region=region, node_type=str(name),
+        path=path, cluster_name=str(data.get("cluster_name", "rubberband")), region=region, node_type=str(name),
         node_config=node_config, setup_commands=commands, max_workers=min(limits) if limits else 64,
         resources=dict(entry.get("resources") or {}), credentials={str(k): str(v) for k, v in creds.items()},
     )
+
+
+def _worker_type(workers: dict[str, dict[str, Any]], instance_type: str | None) -> str:
+    """The worker node type that launches ``instance_type`` (the only one when it is ``None``)."""
+    if instance_type is None:
+        if len(workers) > 1:
+            raise SpecError(f"available_node_types: {len(workers)} worker types ({', '.join(workers)}); "
+                            "say which instance type to run (the plan's)")
+        return next(iter(workers))
+    matches = [n for n, e in workers.items() if e["node_config"]["InstanceType"] == instance_type]
+    if not matches:
+        have = ", ".join(f"{n} ({e['node_config']['InstanceType']})" for n, e in workers.items())
+        raise SpecError(f"available_node_types: no worker type launches {instance_type} (the plan's instance "
+                        f"type); have {have}; add one or plan for one of these")
+    return matches[0]
+
+
+def _node_config(node_config: dict[str, Any], where: str) -> dict[str, Any]:
+    """A worker's ``RunInstances`` parameters, checked for what rubberband relies on."""
+    node_config = copy.deepcopy(node_config)
+    if not isinstance(node_config.get("ImageId"), str) or not node_config["ImageId"].startswith("ami-"):
+        raise SpecError(f"{where}.ImageId: missing or not an AMI id; use an AMI with Ray and PyTorch "
+                        "(e.g. an AWS Deep Learning AMI)")
+    for key in OWNED_NODE_CONFIG_KEYS:
+        if key in node_config:
+            raise SpecError(f"{where}.{key}: rubberband sets this itself; remove it")
+    if node_config.get("InstanceMarketOptions") is not None:
+        market = check_mapping(node_config["InstanceMarketOptions"], f"{where}.InstanceMarketOptions",
+                               required=["MarketType"], optional=["SpotOptions"])
+        if market["MarketType"] != "spot":
+            raise SpecError(f"{where}.InstanceMarketOptions.MarketType: expected spot, got {market['MarketType']!r}")
+        spot = check_mapping(market.get("SpotOptions") or {}, f"{where}.InstanceMarketOptions.SpotOptions",
+                             optional=SPOT_OPTION_KEYS)
+        if spot.get("SpotInstanceType", "one-time") != "one-time":
+            raise SpecError(f"{where}.InstanceMarketOptions.SpotOptions.SpotInstanceType: must be one-time (a persistent "
+                            "request relaunches every instance rubberband terminates)")
+        if spot.get("InstanceInterruptionBehavior", "terminate") != "terminate":
+            raise SpecError(f"{where}.InstanceMarketOptions.SpotOptions.InstanceInterruptionBehavior: must be terminate")
+    if node_config.get("DisableApiTermination"):
+        raise SpecError(f"{where}.DisableApiTermination: rubberband must be able to terminate its instances; remove it")
+    for key in ("SubnetIds", "SecurityGroupIds"):
+        if key in node_config:
+            strings(node_config[key], f"{where}.{key}", "ids")
+    return node_config
 
 
 def endpoint_url() -> str | None:

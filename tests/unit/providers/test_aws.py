@@ -70,7 +70,17 @@ def test_a_ray_cluster_yaml_gives_region_node_config_and_setup(tmp_path):
      "no worker type launches g5.xlarge"),
     (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(
         InstanceMarketOptions={"MarketType": "capacity-block"}), "MarketType: expected spot"),
-    (lambda c: c.update(max_workers=0), "max_workers: expected a positive integer"),
+    (lambda c: c.update(max_workers=0), ": max_workers: must be at least 1, got 0"),
+    (lambda c: c["available_node_types"]["gpu_workers"].update(max_workers=True),
+     "available_node_types.gpu_workers.max_workers: expected an integer"),
+    (lambda c: c["provider"].update(aws_credentials={"aws_access_key_id": "k", "aws_secret_acess_key": "s"}),
+     "provider.aws_credentials.aws_secret_acess_key: unknown key .did you mean `aws_secret_access_key`"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(InstanceMarketOptions={
+        "MarketType": "spot", "SpotOptions": {"InstanceInteruptionBehavior": "stop"}}),
+     "SpotOptions.InstanceInteruptionBehavior: unknown key .did you mean `InstanceInterruptionBehavior`"),
+    (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(SubnetIds="subnet-1"),
+     "node_config.SubnetIds: expected a list of ids"),
+    (lambda c: c["available_node_types"]["gpu_workers"].update(node_cofig={}), "did you mean `node_config`"),
     (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(InstanceMarketOptions={
         "MarketType": "spot", "SpotOptions": {"SpotInstanceType": "persistent"}}), "SpotInstanceType: must be one-time"),
     (lambda c: c["available_node_types"]["gpu_workers"]["node_config"].update(DisableApiTermination=True),
@@ -84,7 +94,7 @@ def test_a_bad_cluster_yaml_is_one_line_naming_the_field(tmp_path, mutate, messa
     path.write_text(json.dumps(cfg))
     with pytest.raises(SpecError, match=message) as err:
         load_cluster_config(path, "g5.xlarge")
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}: ")
 
 
 def test_the_cluster_must_launch_what_the_plan_priced(tmp_path):
