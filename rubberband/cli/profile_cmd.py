@@ -7,6 +7,7 @@ import sys
 
 from rubberband.cli.common import command, emit
 from rubberband.errors import SpecError
+from rubberband.providers import base as providers
 
 
 def _gpus(text: str) -> list[int]:
@@ -22,7 +23,7 @@ def _gpus(text: str) -> list[int]:
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", help="experiment YAML file (its trainer, search space and instance type)")
-    p.add_argument("--provider", default="local", help="where to measure: local (default) or aws")
+    p.add_argument("--provider", default="local", help=f"where to measure: {' or '.join(providers.names())} (default local)")
     p.add_argument("--cluster", metavar="CLUSTER_YAML", help="aws: Ray cluster YAML (default: the experiment's `cluster:`)")
     p.add_argument("--gpus", help="GPUs per trial: powers of two up to the largest given are measured, e.g. 1,2 "
                                   "(default: up to the instance type's GPUs)")

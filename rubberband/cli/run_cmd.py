@@ -16,13 +16,14 @@ from rubberband.cli.common import (
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
 from rubberband.errors import SpecError
+from rubberband.providers import base as providers
 from rubberband.units import parse_duration
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
     measured_args(p)
-    p.add_argument("--provider", default="local", help="where to run: local (default) or aws")
+    p.add_argument("--provider", default="local", help=f"where to run: {' or '.join(providers.names())} (default local)")
     p.add_argument("--cluster", metavar="CLUSTER_YAML",
                    help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
@@ -41,19 +42,17 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def run_cmd(args: argparse.Namespace) -> int:
     import signal
 
-    from rubberband.executor.run import _raise_interrupt, execute, progress_printer
+    from rubberband.executor.run import execute, progress_printer
+    from rubberband.executor.session import raise_interrupt
     from rubberband.plan.plan import Plan
 
-    signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM cleans up like Ctrl-C
+    signal.signal(signal.SIGTERM, raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
     exp = load_experiment_args(args)
     if not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
-    if args.provider not in ("local", "aws"):
-        raise SpecError(f"--provider: unknown provider {args.provider!r}; choose local or aws")
-    cluster = args.cluster or exp.cluster
-    if args.provider == "aws" and not cluster:
-        raise SpecError("--cluster: the aws provider needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` in the experiment")
+    provider = providers.get(args.provider, "--provider")
+    cluster = providers.cluster_yaml_for(provider, args.cluster, exp.cluster)
     if args.launch_attempts < 1:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
@@ -77,7 +76,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
                      latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
-                     cluster_config=cluster if args.provider == "aws" else None,
+                     cluster_config=cluster,
                      launch_attempts=args.launch_attempts, launch_backoff_s=backoff)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
     return 0

@@ -25,7 +25,7 @@ class InstanceRecord:
     stage_released: int | None = None
     provider_id: str | None = None      # e.g. the EC2 instance id
     market: str | None = None           # on-demand or spot (aws)
-    release_reason: str | None = None   # released, interrupted (spot reclaim), lost, shutdown, cancelled
+    release_reason: str | None = None   # a providers.base.Release: released, interrupted (spot reclaim), lost, ...
 
     def lifetime_s(self, now: float) -> float:
         if self.launched_s is None:

@@ -12,6 +12,7 @@ from typing import Any
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, TrainResult
 from rubberband.executor.worker import DDPWorker
+from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent
 
 try:
     import ray
@@ -221,7 +222,7 @@ class RayClusterPort:
 
     def _alive(self, events: list[dict[str, Any]] | None = None) -> list[Node]:
         events = self._events() if events is None else events
-        ready = {e["instance"] for e in events if e.get("event") == "ready"}
+        ready = {e["instance"] for e in events if e.get("event") == ProviderEvent.READY}
         out = []
         for n in ray.nodes():
             if not n.get("Alive"):
@@ -251,7 +252,7 @@ class RayClusterPort:
             alive = self._alive(events)
             if len(alive) == count:
                 return alive
-            fatal = [e for e in events if e.get("event") == "launch_failed" and e.get("fatal")]
+            fatal = [e for e in events if e.get("event") == ProviderEvent.LAUNCH_FAILED and e.get("fatal")]
             if fatal:
                 raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
             if len(alive) > count:
@@ -264,7 +265,7 @@ class RayClusterPort:
             else:
                 surplus_since = None
             if time.time() > deadline:
-                failures = [e for e in events if e.get("event") in ("launch_error", "launch_failed")]
+                failures = [e for e in events if e.get("event") in LAUNCH_ERRORS]
                 why = ""
                 if failures:
                     last = failures[-1]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -13,16 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import SpecError
-from rubberband.executor.driver import Driver, best_trial
+from rubberband.executor.driver import Driver, DriverOutcome, best_trial
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult
+from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
-from rubberband.schema import did_you_mean
+from rubberband.providers import base
+from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
 
-log = logging.getLogger("rubberband.executor")
-PROVIDERS = ("local", "aws")
-LIFECYCLE = ("request", "running", "ready", "terminated", "launch_failed")
+UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
 
 
 def new_run_id() -> str:
@@ -39,8 +35,9 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
         plan: from ``compile_plan``.
         trainer: a ``rubberband.executor.Trainer`` (class, instance or ``module:Name``).
         search_space: Ray Tune domains, YAML samplers or lists per hyperparameter.
-        provider: ``local`` (Ray nodes on this machine with logical GPUs) or ``aws`` (EC2
-            instances launched through Ray's autoscaler; needs ``cluster_config``).
+        provider: a registered provider (``rubberband.providers.base``): ``local`` (Ray nodes on
+            this machine with logical GPUs) or ``aws`` (EC2 instances launched through Ray's
+            autoscaler; needs ``cluster_config``).
         metric, mode: what to rank trials by (default: the trainer's).
         seed: samples the configs and seeds the workers.
         runs_dir: the run writes ``<runs_dir>/<run_id>/`` (checkpoints, ledger, result.json).
@@ -52,14 +49,10 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
-    if provider not in PROVIDERS:
-        raise SpecError(f"provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; choose one of {', '.join(PROVIDERS)}")
-    if provider != "aws" and cluster_config is not None:
-        raise SpecError(f"cluster_config: only the aws provider launches from a cluster YAML; pass provider='aws' "
-                        f"(got provider={provider!r})")
-    if provider == "aws" and cluster_config is None:
-        raise SpecError("cluster: the aws provider needs a Ray cluster YAML (region, node type, AMI, subnets); "
-                        "pass --cluster PATH or set `cluster:` in the experiment")
+    prov = base.get(provider, "provider")
+    # The provider's configuration must fit the plan before anything is written or launched.
+    config = prov.check(plan.cloud, max(plan.instances),
+                        base.cluster_yaml_for(prov, cluster_config, where="cluster_config"))
     from rubberband.executor.worker import load_trainer
 
     trainer_obj = load_trainer(trainer)
@@ -67,108 +60,38 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     mode = mode or getattr(trainer_obj, "mode", "min")
     run_id = run_id or new_run_id()
     run_dir = Path(runs_dir).resolve() / run_id
-    if provider == "aws":
-        from rubberband.providers import aws_cluster
-        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
-
-        # Check the cluster YAML against the plan before anything is written or launched.
-        cfg = cluster_config if isinstance(cluster_config, AwsClusterConfig) else \
-            load_cluster_config(cluster_config, plan.cloud.instance_type)
-        cfg = aws_cluster.check_against_plan(cfg, plan.cloud, max(plan.instances))
-        aws_cluster.check_credentials(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    if provider == "aws":
-        def start_aws():
-            aws_cluster.remember_run(run_id, cfg.region, cfg.path)
-            cluster, _ = aws_cluster.start(run_id, run_dir, plan.cloud, cfg, max(plan.instances), latency_scale=latency_scale,
-                                           seed=seed, launch_attempts=launch_attempts, launch_backoff_s=launch_backoff_s)
-            return cluster
-
-        def after_stop(cluster):
-            try:
-                aws_cluster.sweep(cluster, cfg.region, cfg.credentials)
-            except Exception as exc:   # keep the run's own outcome; say how to make sure
-                from rubberband.providers.aws import safe_error
-
-                log.error("could not check EC2 for instances of run %s left running (%s); run "
-                          "`rubberband down --provider aws --run-id %s`", run_id, safe_error(exc), run_id)
-                return
-            aws_cluster.forget_run(run_id)
-
-        return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_aws,
-                           events=aws_cluster.ledger_events, after_stop=after_stop)
-
-    def start_local():
-        from rubberband.providers.local import LocalCluster
-
-        return LocalCluster.start(run_id, run_dir, plan.cloud, max(plan.instances), latency_scale=latency_scale, seed=seed)
-
-    return _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_local)
+    with cluster_session(prov, plan.cloud, max(plan.instances), run_dir, run_id=run_id, trainer=trainer, seed=seed,
+                         config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
+                         launch_backoff_s=launch_backoff_s) as session:
+        outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event)
+    return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
 
 
-def _execute_on(plan, trainer, search_space, metric, mode, seed, run_id, run_dir, on_event, start_cluster,
-                events=None, after_stop=None) -> RunResult:
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
+def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_dir: Path,
+           on_event) -> DriverOutcome:
+    t_run = time.time()
 
-    from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
+    def with_spend(kind: str, data: dict[str, Any]) -> None:
+        on_event(kind, {**data, **live_spend(plan, session.read_events(), t_run, time.time())})
 
-    main = threading.current_thread() is threading.main_thread()
-    # SIGTERM cleans up like Ctrl-C, from the moment the head starts.
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
+    watcher = _ProviderWatcher(session.read_events, on_event)
+    watcher.start()
     try:
-        cluster = start_cluster()
-    except BaseException:
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
-        raise
-    read_events = (lambda: events(cluster)) if events else cluster.read_events
-    ended = None
-    driver = None
-    outcome = None
-    watcher = _ProviderWatcher(cluster.read_events, on_event)
-    try:
-        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-        if main:
-            signal.signal(signal.SIGTERM, _raise_interrupt)     # again: ray.init installs its own
-        port = RayClusterPort(plan.cloud.gpus_per_instance, events=cluster.read_events,
-                              release_file=str(cluster.run_dir / "provider" / "release.json"),
-                              require_ready=cluster.meta.get("mirror", True))
-        t_run = time.time()
-
-        def with_spend(kind: str, data: dict[str, Any]) -> None:
-            # What the run has cost so far, from the provider's own records.
-            now = time.time()
-            ledger = ledger_from_events(plan, read_events(), t_run, now, [(0.0, now - t_run)])
-            data = {**data, "spend_usd": ledger.cost_usd(now - t_run), "instances_up": len(ledger.running())}
-            if on_event:
-                on_event(kind, data)
-
-        watcher.start()
-        runner = RayTrialRunner(trainer, seed=seed)
-        driver = Driver(plan, port, runner, search_space, metric, mode, seed=seed,
+        driver = Driver(plan, session.port, session.runner, search_space, metric, mode, seed=seed,
                         checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
-        outcome = driver.run()
-        ended = time.time()
-        port.shutdown()
-        _wait_released(cluster, timeout_s=30)
+        return driver.run()
     finally:
         watcher.stop()
-        try:
-            if ray.is_initialized():
-                ray.shutdown()
-        finally:
-            stop_time = time.time()
-            try:
-                cluster.stop()
-            finally:
-                if after_stop is not None:
-                    after_stop(cluster)
-                if previous_sigterm is not None:
-                    signal.signal(signal.SIGTERM, previous_sigterm)
-    return _report(plan, driver, outcome, read_events(), ended or stop_time, stop_time, run_id, run_dir, metric, mode)
+
+
+def live_spend(plan: Plan, events: list[dict[str, Any]], started: float, now: float) -> dict[str, Any]:
+    """What the run has cost so far and how many instances are up (launched, not yet
+    released), from the provider's own records."""
+    ledger = ledger_from_events(plan, events, started, None, [(0.0, now - started)])
+    return {"spend_usd": ledger.cost_usd(now - started),
+            "instances_up": sum(1 for rec in ledger.running() if rec.launched_s is not None)}
 
 
 class _ProviderWatcher:
@@ -198,8 +121,8 @@ class _ProviderWatcher:
     def _drain(self) -> None:
         events = self.read_events()
         for e in events[self._seen:]:
-            if e.get("event") in ("launch_error", "launch_failed") or \
-                    (e.get("event") == "terminated" and e.get("reason") in ("interrupted", "lost")):
+            if e.get("event") in LAUNCH_ERRORS or \
+                    (e.get("event") == ProviderEvent.TERMINATED and e.get("reason") in UNPLANNED):
                 try:
                     self.on_event("provider", dict(e))
                 except Exception:
@@ -207,25 +130,13 @@ class _ProviderWatcher:
         self._seen = len(events)
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _wait_released(cluster, timeout_s: float) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        state: dict[str, str] = {}
-        for e in cluster.read_events():
-            if e.get("event") in LIFECYCLE and state.get(e["instance"]) not in ("terminated", "launch_failed"):
-                state[e["instance"]] = e["event"]
-        if all(v in ("terminated", "launch_failed") for v in state.values()):
-            return
-        time.sleep(0.2)
-
-
-def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float, stop_time: float,
+def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float, stop_time: float | None,
                        stage_windows: list[tuple[float, float]]) -> Ledger:
-    """Build the ledger from the provider's own timestamps (seconds since the run started)."""
+    """Build the ledger from the provider's own timestamps (seconds since the run started).
+
+    ``stop_time``: when the cluster stopped, which released every instance the provider had
+    not terminated by then; ``None`` while it runs (those instances are running).
+    """
     ledger = Ledger(plan.cloud, stage_windows=stage_windows)
 
     def stage_at(t: float, ending: bool = False) -> int:
@@ -239,31 +150,31 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
     for e in events:
         t = e["t"] - started
         inst = e.get("instance")
-        if e["event"] == "request":
+        if e["event"] == ProviderEvent.REQUEST:
             ledger.request(inst, t, stage_at(t)).provider_id = e.get("node_id")
-        elif e["event"] in ("launch_error", "launch_failed"):
+        elif e["event"] in LAUNCH_ERRORS:
             ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
                                          ("event", "code", "message", "attempt", "retry_in_s", "error") if k in e}})
         elif inst in ledger.instances:
             rec = ledger.instances[inst]
-            if e["event"] == "running":
+            if e["event"] == ProviderEvent.RUNNING:
                 rec.launched_s = t
                 rec.provider_id = e.get("ec2_id") or rec.provider_id
                 rec.market = e.get("market", rec.market)
-            elif e["event"] == "ready":
+            elif e["event"] == ProviderEvent.READY:
                 rec.ready_s = t
-            elif e["event"] == "terminated" and rec.released_s is None:
+            elif e["event"] == ProviderEvent.TERMINATED and rec.released_s is None:
                 rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
-                rec.release_reason = e.get("reason", "released")
-    for rec in ledger.instances.values():
+                rec.release_reason = e.get("reason", Release.RELEASED)
+    for rec in ledger.instances.values() if stop_time is not None else ():
         if rec.released_s is None:   # stopped with the cluster
             rec.released_s = stop_time - started
             rec.stage_released = stage_at(rec.released_s, ending=True)
-            rec.release_reason = "shutdown"
+            rec.release_reason = Release.SHUTDOWN
     return ledger
 
 
-def _report(plan, driver, outcome, events, ended, stop_time, run_id, run_dir, metric, mode) -> RunResult:
+def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> RunResult:
     started = outcome.started_at
     windows = [(s.start_s, s.end_s) for s in outcome.stages]
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
@@ -334,14 +245,14 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
-        elif kind == "provider" and data.get("event") == "launch_error":
+        elif kind == "provider" and data.get("event") == ProviderEvent.LAUNCH_ERROR:
             retry = f"retrying in {data['retry_in_s']:.1f}s" if data.get("retry_in_s") is not None else "giving up"
             print(f"{stamp}   launch of {data.get('instance_type', 'an instance')} in {data.get('region', '?')} failed "
                   f"(attempt {data.get('attempt')}): {data.get('code')}; {retry}", file=stream, flush=True)
-        elif kind == "provider" and data.get("event") == "launch_failed":
+        elif kind == "provider" and data.get("event") == ProviderEvent.LAUNCH_FAILED:
             print(f"{stamp}   launch of {data.get('instance')} given up: {data.get('error')}", file=stream, flush=True)
-        elif kind == "provider" and data.get("event") == "terminated":
-            what = "was interrupted (spot reclaim)" if data.get("reason") == "interrupted" else "was lost"
+        elif kind == "provider" and data.get("event") == ProviderEvent.TERMINATED:
+            what = "was interrupted (spot reclaim)" if data.get("reason") == Release.INTERRUPTED else "was lost"
             print(f"{stamp}   instance {data.get('instance')} {data.get('ec2_id') or ''} {what}; a replacement is on its way",
                   file=stream, flush=True)
         elif kind == "nodes" and "spend_usd" in data:

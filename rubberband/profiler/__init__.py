@@ -6,7 +6,6 @@ imports ``ray`` only when it starts a cluster.
 
 from rubberband.profiler.fit import fit_latency, split_train_durations, to_profile_entry
 from rubberband.profiler.measure import (
-    PROVIDERS,
     GpuCountResult,
     ProfileResult,
     check_request,
@@ -14,7 +13,7 @@ from rubberband.profiler.measure import (
 )
 
 __all__ = [
-    "PROVIDERS", "GpuCountResult", "ProfileResult", "check_request", "fit_latency", "profile",
+    "GpuCountResult", "ProfileResult", "check_request", "fit_latency", "profile",
     "split_train_durations", "to_profile_entry",
 ]
 

@@ -29,14 +29,12 @@ import dataclasses
 import datetime as dt
 import logging
 import os
-import signal
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -46,7 +44,11 @@ from rubberband.profiler.fit import split_train_durations, to_profile_entry
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
 from rubberband.profiles.model import ModelProfile
-from rubberband.schema import did_you_mean
+from rubberband.providers import base as providers
+from rubberband.providers.base import ProviderEvent
+
+if TYPE_CHECKING:
+    from rubberband.executor.session import Session
 
 log = logging.getLogger("rubberband.profiler")
 
@@ -69,7 +71,7 @@ class Request:
     max_seconds: float | None
     launches: int
     global_batch_size: int | None
-    cluster: Any = None            # aws: the checked Ray cluster YAML (AwsClusterConfig)
+    cluster: Any = None            # the provider's checked configuration (aws: the Ray cluster YAML)
     latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
 
 
@@ -109,9 +111,7 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
         SpecError: an unknown provider, ``iters`` or ``repeats`` below 1, a GPU count the
             instance type cannot host, no trainer, a trainer that cannot be loaded, ...
     """
-    if provider not in PROVIDERS:
-        raise SpecError(f"--provider: unknown provider {provider!r}{did_you_mean(provider, PROVIDERS)}; "
-                        f"profiling runs on {', '.join(PROVIDERS)}")
+    prov = providers.get(provider, "--provider")
     for name, value in (("--iters", iters), ("--repeats", repeats), ("launches", launches)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{name}: must be a whole number of at least 1, got {value!r}")
@@ -136,20 +136,7 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
         if bad:
             raise SpecError(f"--gpus: the trainer's global_batch_size {batch} does not split over {bad[0]} GPUs; "
                             f"profile counts that divide it")
-    cluster_cfg = None
-    if provider == "aws":
-        from rubberband.providers import aws_cluster
-        from rubberband.providers.aws import AwsClusterConfig, load_cluster_config
-
-        cluster = cluster or exp.cluster
-        if cluster is None:
-            raise SpecError("--cluster: profiling on aws needs a Ray cluster YAML; pass --cluster PATH or set `cluster:` "
-                            "in the experiment")
-        cluster_cfg = cluster if isinstance(cluster, AwsClusterConfig) else load_cluster_config(cluster, cloud.instance_type)
-        cluster_cfg = aws_cluster.check_against_plan(cluster_cfg, cloud, launches)
-        aws_cluster.check_credentials(cluster_cfg)
-    elif cluster is not None:
-        raise SpecError(f"--cluster: only the aws provider launches from a cluster YAML (got --provider {provider})")
+    cluster_cfg = prov.check(cloud, launches, providers.cluster_yaml_for(prov, cluster, exp.cluster))
     return Request(exp, provider, cloud, counts, iters, repeats, float(max_seconds) if max_seconds else None,
                    launches, batch if isinstance(batch, int) else None, cluster_cfg)
 
@@ -260,110 +247,11 @@ def describe(dist: Distribution) -> str:
     return f"{dist.kind} mean {dist.mean:.4g}s std {dist.std:.4g}s"
 
 
-# --- providers -----------------------------------------------------------------------------------
-class _Session:
-    """A running cluster to measure on: the executor's ports plus the provider's event log."""
-
-    port: Any
-    runner: Any
-    read_events: Callable[[], list[dict[str, Any]]]
-    stopped_at: float | None
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-
-class _LocalSession(_Session):
-    """The `local` provider: Ray nodes on this machine, autoscaled by Ray's autoscaler."""
-
-    def __init__(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        import ray
-
-        from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
-
-        self._ray = ray
-        self.stopped_at = None
-        self.runner = None
-        self._previous_sigterm = None
-        self.cluster = self._start(req, run_id, run_dir, max_instances)
-        try:
-            ray.init(address=self.cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-            if threading.current_thread() is threading.main_thread():
-                # After ray.init, which installs its own handler: SIGTERM cleans up like Ctrl-C.
-                self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
-            self.port = RayClusterPort(req.cloud.gpus_per_instance, events=self.cluster.read_events,
-                                       release_file=str(self.cluster.run_dir / "provider" / "release.json"),
-                                       require_ready=self.cluster.meta.get("mirror", True))
-            self.runner = RayTrialRunner(req.experiment.trainer, seed=req.experiment.seed)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
-        from rubberband.providers.local import LocalCluster
-
-        cluster = LocalCluster.start(run_id, run_dir, req.cloud, max_instances, seed=req.experiment.seed,
-                                     latency_scale=req.latency_scale)
-        self.read_events = cluster.read_events
-        return cluster
-
-    def _after_stop(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        try:
-            if self.runner is not None:
-                try:
-                    self.runner.shutdown()
-                except Exception:  # a broken cluster is stopped below anyway
-                    pass
-            if self._ray.is_initialized():
-                self._ray.shutdown()
-        finally:
-            self.stopped_at = time.time()
-            try:
-                self.cluster.stop()
-            finally:
-                self._after_stop()
-                if self._previous_sigterm is not None:
-                    signal.signal(signal.SIGTERM, self._previous_sigterm)
-                    self._previous_sigterm = None
-
-
-class _AwsSession(_LocalSession):
-    """The `aws` provider: EC2 instances launched by Ray's autoscaler through ``AwsNodeProvider``;
-    provisioning is timed from EC2's own LaunchTime."""
-
-    def _start(self, req: Request, run_id: str, run_dir: Path, max_instances: int):
-        from rubberband.providers import aws_cluster
-
-        self._aws = aws_cluster
-        self._cfg = req.cluster
-        aws_cluster.remember_run(run_id, req.cluster.region, req.cluster.path)
-        cluster, _ = aws_cluster.start(run_id, run_dir, req.cloud, req.cluster, max_instances, seed=req.experiment.seed,
-                                       latency_scale=req.latency_scale)
-        self.read_events = lambda: aws_cluster.ledger_events(cluster)
-        return cluster
-
-    def _after_stop(self) -> None:
-        self._aws.sweep(self.cluster, self._cfg.region, self._cfg.credentials)
-        self._aws.forget_run(self.cluster.run_id)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-PROVIDERS: dict[str, type[_Session]] = {"local": _LocalSession, "aws": _AwsSession}
-
-
 # --- the measurement -----------------------------------------------------------------------------
 class _Measurement:
     """Runs one-stage jobs through the real driver on a session and collects samples."""
 
-    def __init__(self, req: Request, session: _Session):
+    def __init__(self, req: Request, session: Session):
         self.req, self.session = req, session
         exp = req.experiment
         self.G = req.cloud.gpus_per_instance
@@ -430,13 +318,14 @@ class _Measurement:
         out: dict[str, list[float]] = {"provision": [], "init": [], "warm": [], "first_trial": [], "lag": []}
         for inst, warm_at in self.warmed.items():
             t = times.get(inst, {})
-            if "request" in t and "running" in t:
-                out["provision"].append(max(0.0, t["running"] - t["request"]))
-                asked = [a for a in self.asked if a <= t["request"]]
+            requested, running = t.get(ProviderEvent.REQUEST), t.get(ProviderEvent.RUNNING)
+            if requested is not None and running is not None:
+                out["provision"].append(max(0.0, running - requested))
+                asked = [a for a in self.asked if a <= requested]
                 if asked:
-                    out["lag"].append(t["request"] - asked[-1])
-            if "running" in t:
-                warm = max(0.0, warm_at - t["running"])
+                    out["lag"].append(requested - asked[-1])
+            if running is not None:
+                warm = max(0.0, warm_at - running)
                 first = self.first_trials.get(inst)
                 extra = max(0.0, statistics.fmean(first) - hot_short_s) if first else 0.0
                 out["warm"].append(warm)
@@ -506,20 +395,21 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     exp, cloud = req.experiment, req.cloud
     progress = on_progress or (lambda line: None)
     from rubberband.executor.run import ledger_from_events, new_run_id
+    from rubberband.executor.session import cluster_session
 
     run_id = "profile-" + new_run_id()
     run_dir = Path(runs_dir).resolve() / run_id
     t_start = time.time()
     progress(f"starting a {provider} cluster of {cloud.instance_type} for {exp.name}")
-    session = PROVIDERS[provider](req, run_id, run_dir, max_instances=req.launches)
-    measurement = _Measurement(req, session)
     durations: dict[int, tuple[list[float], list[float]]] = {}
     done_repeats: dict[int, int] = {}
     sync: list[float] = []
     notes: list[str] = []
     skipped: list[int] = []
     stopped_early = False
-    try:
+    with cluster_session(req.provider, cloud, req.launches, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
+                         config=req.cluster, latency_scale=req.latency_scale) as session:
+        measurement = _Measurement(req, session)
         try:
             # The first launch; the model is measured on that one instance, the other launches
             # come last (they grow the cluster, which the measurements should not see).
@@ -560,8 +450,6 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             raise
         except Exception as exc:
             raise _trainer_error(exc, exp.trainer) from None
-    finally:
-        session.stop()
     stop_time = session.stopped_at or time.time()
     took = stop_time - t_start
     ledger = ledger_from_events(measurement.plan, session.read_events(), t_start, stop_time, [(0.0, took)])

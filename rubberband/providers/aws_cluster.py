@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import SpecError
+from rubberband.errors import ProviderError, SpecError
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import local
 from rubberband.providers.aws import (
@@ -24,10 +24,12 @@ from rubberband.providers.aws import (
     find_rubberband_instances,
     is_emulated_endpoint,
     load_cluster_config,
+    safe_error,
     tags_of,
     terminate_rubberband_instances,
     termination_time,
 )
+from rubberband.providers.base import ProviderEvent, Release
 from rubberband.providers.local import LocalCluster, node_type_name
 
 PROVIDER = "aws"
@@ -141,8 +143,10 @@ def sweep(cluster: LocalCluster, region: str, credentials: dict[str, str] | None
             for inst in left:
                 tags = tags_of(inst)
                 t = termination_time(gone.get(inst["InstanceId"], {})) or time.time()
-                fh.write(json.dumps({"event": "terminated", "instance": tags.get("rubberband:instance", inst["InstanceId"]),
-                                     "ec2_id": inst["InstanceId"], "reason": "shutdown", "t": time.time(), "t_ec2": t}) + "\n")
+                fh.write(json.dumps({"event": ProviderEvent.TERMINATED,
+                                     "instance": tags.get("rubberband:instance", inst["InstanceId"]),
+                                     "ec2_id": inst["InstanceId"], "reason": Release.SHUTDOWN, "t": time.time(),
+                                     "t_ec2": t}) + "\n")
     return ids
 
 
@@ -243,7 +247,8 @@ def status(regions: list[str] | None = None, run_id: str | None = None, cluster_
         raise SpecError("--region: no region to look in; pass --region, --cluster or set AWS_DEFAULT_REGION")
     found = find_rubberband_instances(where, run_id=run_id,
                                       credentials=_credentials_by_region(list(cluster_yamls or []) + _recorded_yamls()))
-    heads = [{"run_id": c.run_id, "processes": len(c.processes())} for c in LocalCluster.known(PROVIDER)
+    heads = [{"run_id": c.run_id, "processes": len(c.processes()), "run_dir": str(c.run_dir)}
+             for c in LocalCluster.known(PROVIDER)
              if run_id is None or c.run_id == run_id]
     return {"regions": where, "instances": found, "heads": heads,
             "usd_per_hour": sum(i["price_usd_per_hour"] for i in found if i["price_usd_per_hour"] == i["price_usd_per_hour"]),
@@ -268,12 +273,48 @@ def _region_of(path: str) -> str:
     return _auth_of(path)[0]
 
 
-def ledger_events(cluster: LocalCluster) -> list[dict[str, Any]]:
-    """The provider's events with EC2's own times where it gave them (LaunchTime, shutdown time)."""
-    out = []
-    for e in cluster.read_events():
-        if e.get("t_ec2") is not None and e.get("event") in ("running", "terminated"):
-            e = {**e, "t_local": e["t"], "t": float(e["t_ec2"])}
-        out.append(e)
-    return out
 
+class AwsProvider:
+    """The `aws` provider: EC2 instances launched by Ray's autoscaler (``providers.base.Provider``)."""
+
+    name = PROVIDER
+    cluster_yaml = True
+
+    def check(self, cloud: CloudProfile, max_instances: int, cluster: str | Path | AwsClusterConfig) -> AwsClusterConfig:
+        cfg = cluster if isinstance(cluster, AwsClusterConfig) else load_cluster_config(cluster, cloud.instance_type)
+        cfg = check_against_plan(cfg, cloud, max_instances)
+        check_credentials(cfg)
+        return cfg
+
+    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: AwsClusterConfig, *,
+              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
+        remember_run(run_id, config.region, config.path)     # so `down` looks there, even after a SIGKILL
+        cluster, _ = start(run_id, run_dir, cloud, config, max_instances, latency_scale=latency_scale, seed=seed,
+                           launch_attempts=launch_attempts, launch_backoff_s=launch_backoff_s)
+        return cluster
+
+    def sweep(self, cluster: LocalCluster, config: AwsClusterConfig) -> None:
+        try:
+            sweep(cluster, config.region, config.credentials)
+        except Exception as exc:
+            raise ProviderError(f"could not check EC2 in {config.region} for instances left running: "
+                                f"{safe_error(exc)}") from None
+        forget_run(cluster.run_id)
+
+    def down(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return _ec2_call(lambda: down(regions, run_id, cluster_yamls))
+
+    def status(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return _ec2_call(lambda: status(regions, run_id, cluster_yamls))
+
+
+def _ec2_call(fn):
+    """Run an EC2 query; turn a missing SDK, a missing credential or an AWS error into one line."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        raise SpecError("--provider aws: boto3 is not installed; pip install 'rubberband[aws]'") from None
+    try:
+        return fn()
+    except (BotoCoreError, ClientError) as exc:
+        raise ProviderError(f"aws: {safe_error(exc)}") from None

@@ -42,6 +42,7 @@ from rubberband.providers.aws import (
     termination_time,
     worker_user_data,
 )
+from rubberband.providers.base import ProviderEvent, Release
 from rubberband.providers.local_node_provider import INSTANCE_RESOURCE_PREFIX, LocalNodeProvider
 
 EC2_ID_TAG = "ec2-instance-id"     # on a node's provider tags, once its instance is launched
@@ -74,7 +75,7 @@ class AwsNodeProvider(LocalNodeProvider):
         with self.lock:
             gone = node_id not in self._nodes
         if gone:     # released before anything was launched
-            self._event(event="terminated", node_id=node_id, instance=instance, reason="cancelled")
+            self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.CANCELLED)
             return
         ec2_tags = {TAG_RUN: self._run_id, TAG_CLUSTER: self.cluster_name, TAG_INSTANCE: instance,
                     TAG_PRICE: f"{self._price:.6g}", TAG_RAY_CLUSTER: self.cluster_name,
@@ -86,7 +87,7 @@ class AwsNodeProvider(LocalNodeProvider):
             user_data = worker_user_data(self._setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
 
         def report(err: LaunchError) -> None:
-            self._event(event="launch_error", node_id=node_id, instance=instance, code=err.code,
+            self._event(event=ProviderEvent.LAUNCH_ERROR, node_id=node_id, instance=instance, code=err.code,
                         message=safe_error(RuntimeError(err.message)).split(": ", 1)[-1],
                         attempt=err.attempt, retry_in_s=err.retry_in_s, region=self._region,
                         instance_type=self._node_config.get("InstanceType"))
@@ -104,7 +105,7 @@ class AwsNodeProvider(LocalNodeProvider):
             # (bad AMI, missing instance profile, no permission) will not: the executor stops.
             with self.lock:
                 self._nodes.pop(node_id, None)
-            self._event(event="launch_failed", node_id=node_id, instance=instance, error=safe_error(exc),
+            self._event(event=ProviderEvent.LAUNCH_FAILED, node_id=node_id, instance=instance, error=safe_error(exc),
                         code=getattr(exc, "code", type(exc).__name__), fatal=not getattr(exc, "retryable", False))
             return
         ec2_id = ec2["InstanceId"]
@@ -113,17 +114,17 @@ class AwsNodeProvider(LocalNodeProvider):
             if alive:
                 self._nodes[node_id]["tags"][EC2_ID_TAG] = ec2_id
             # Logged under the lock: a release of this node is logged after it, never before.
-            self._event(event="running", node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
+            self._event(event=ProviderEvent.RUNNING, node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
                         instance_type=ec2.get("InstanceType"),
                         market="spot" if ec2.get("InstanceLifecycle") == "spot" else "on-demand", t_ec2=launch_time(ec2))
         if not alive:    # released while launching: never leave it running
-            self._terminate_ec2(node_id, instance, ec2_id, reason="released")
+            self._terminate_ec2(node_id, instance, ec2_id, reason=Release.RELEASED)
             return
         if not self._mirror:
             return       # the instance joins the cluster by itself (user data)
         raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
         if raylet is not False:
-            self._event(event="ready", node_id=node_id, instance=instance, ec2_id=ec2_id,
+            self._event(event=ProviderEvent.READY, node_id=node_id, instance=instance, ec2_id=ec2_id,
                         raylet_pid=getattr(raylet, "pid", None))
 
     # --- terminate -----------------------------------------------------------------------
@@ -133,7 +134,7 @@ class AwsNodeProvider(LocalNodeProvider):
             self._ec2.terminate([ec2_id])
         except Exception as exc:
             # Still billing: say so, and try again on every update until EC2 takes it.
-            self._event(event="terminate_error", node_id=node_id, instance=instance, ec2_id=ec2_id, error=safe_error(exc))
+            self._event(event=ProviderEvent.TERMINATE_ERROR, node_id=node_id, instance=instance, ec2_id=ec2_id, error=safe_error(exc))
             self._retry_terminate[ec2_id] = (node_id, instance, reason)
             return
         self._retry_terminate.pop(ec2_id, None)
@@ -143,7 +144,7 @@ class AwsNodeProvider(LocalNodeProvider):
             t = termination_time(gone[0]) if gone else None
         except Exception:
             pass      # the time is then when we asked
-        self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t)
+        self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t)
 
     def terminate_node(self, node_id):
         entry = self._forget(node_id)
@@ -154,7 +155,7 @@ class AwsNodeProvider(LocalNodeProvider):
             # Still launching: the boot thread sees the node gone, terminates whatever it
             # launched and logs it (or logs that nothing was launched).
             return
-        self._terminate_ec2(node_id, entry["tags"].get("rb-instance"), ec2_id, reason="released")
+        self._terminate_ec2(node_id, entry["tags"].get("rb-instance"), ec2_id, reason=Release.RELEASED)
 
     # --- watch ---------------------------------------------------------------------------
     def _drop(self, node_id, reason, t_ec2=None):
@@ -163,11 +164,11 @@ class AwsNodeProvider(LocalNodeProvider):
         if entry is None:
             return
         instance, ec2_id = entry["tags"].get("rb-instance"), entry["tags"].get(EC2_ID_TAG)
-        if reason == "lost" and ec2_id:
+        if reason == Release.LOST and ec2_id:
             # The machine's raylet died: the instance is no use to the cluster and still bills.
-            self._terminate_ec2(node_id, instance, ec2_id, reason="lost")
+            self._terminate_ec2(node_id, instance, ec2_id, reason=Release.LOST)
             return
-        self._event(event="terminated", node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t_ec2)
+        self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, ec2_id=ec2_id, reason=reason, t_ec2=t_ec2)
 
     def _check_ec2(self):
         now = time.time()
@@ -181,14 +182,14 @@ class AwsNodeProvider(LocalNodeProvider):
         try:
             gone = self._ec2.instances(run_id=self._run_id, instance_ids=list(watched), states=GONE_STATES)
         except Exception as exc:
-            self._event(event="describe_error", instance="-", error=safe_error(exc))
+            self._event(event=ProviderEvent.DESCRIBE_ERROR, instance="-", error=safe_error(exc))
             return
         for inst in gone:
             ec2_id = inst["InstanceId"]
             if ec2_id in self._terminating:
                 continue
             # Shut down behind our back: a spot reclaim (or someone's console click).
-            self._drop(watched[ec2_id], reason="interrupted", t_ec2=termination_time(inst) or now)
+            self._drop(watched[ec2_id], reason=Release.INTERRUPTED, t_ec2=termination_time(inst) or now)
 
     def non_terminated_nodes(self, tag_filters):
         for ec2_id, (node_id, instance, reason) in list(self._retry_terminate.items()):
@@ -196,5 +197,5 @@ class AwsNodeProvider(LocalNodeProvider):
         self._terminate_released()
         self._check_ec2()
         for nid in self._lost_raylets():
-            self._drop(nid, reason="lost")
+            self._drop(nid, reason=Release.LOST)
         return FakeMultiNodeProvider.non_terminated_nodes(self, tag_filters)

@@ -22,6 +22,7 @@ from typing import Any
 
 from rubberband.errors import ProviderError
 from rubberband.profiles.cloud import CloudProfile
+from rubberband.providers.base import ProviderEvent
 
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 STATE_ROOT = Path(os.environ.get("RUBBERBAND_STATE_DIR", Path.home() / ".rubberband")) / "local"
@@ -103,6 +104,15 @@ class LocalCluster:
     @property
     def events_path(self) -> Path:
         return self.run_dir / "provider" / "events.jsonl"
+
+    @property
+    def release_file(self) -> Path:
+        return self.run_dir / "provider" / "release.json"
+
+    @property
+    def requires_ready(self) -> bool:
+        # A node mirrored on this machine logs `ready`; a real EC2 worker joins by itself.
+        return bool(self.meta.get("mirror", True))
 
     @classmethod
     def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
@@ -217,15 +227,19 @@ class LocalCluster:
         return len(first)
 
     def read_events(self) -> list[dict[str, Any]]:
-        """The provider's event log (request / running / started / terminated)."""
+        """The provider's event log (``ProviderEvent``s), timed by the cloud where it said when
+        (``t_ec2``: EC2's LaunchTime and shutdown time; the local time is kept as ``t_local``)."""
         if not self.events_path.exists():
             return []
         events = []
         for line in self.events_path.read_text().splitlines():
             try:
-                events.append(json.loads(line))
+                e = json.loads(line)
             except ValueError:
                 continue
+            if e.get("t_ec2") is not None and e.get("event") in (ProviderEvent.RUNNING, ProviderEvent.TERMINATED):
+                e = {**e, "t_local": e["t"], "t": float(e["t_ec2"])}
+            events.append(e)
         return events
 
 
@@ -281,3 +295,27 @@ def down_all(provider: str = "local", run_id: str | None = None) -> list[dict[st
         stopped.append({"run_id": cluster.run_id, "processes": count, "run_dir": str(cluster.run_dir),
                         "meta": cluster.meta})
     return stopped
+
+
+class LocalProvider:
+    """The `local` provider: Ray nodes on this machine with logical GPUs (``providers.base.Provider``)."""
+
+    name = "local"
+    cluster_yaml = False
+
+    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> None:
+        return None
+
+    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
+              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
+        return LocalCluster.start(run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed)
+
+    def sweep(self, cluster: LocalCluster, config: Any) -> None:
+        """Nothing outlives the head's session: ``LocalCluster.stop`` stopped every node."""
+
+    def down(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return {"heads": down_all(self.name, run_id)}
+
+    def status(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return {"heads": [{"run_id": c.run_id, "processes": len(c.processes()), "run_dir": str(c.run_dir)}
+                          for c in LocalCluster.known(self.name) if run_id is None or c.run_id == run_id]}

@@ -24,6 +24,7 @@ from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeP
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
 from rubberband.profiles.distributions import parse_distribution
+from rubberband.providers.base import ProviderEvent, Release
 
 INSTANCE_RESOURCE_PREFIX = "rb-instance-"
 
@@ -31,8 +32,12 @@ INSTANCE_RESOURCE_PREFIX = "rb-instance-"
 class LocalNodeProvider(FakeMultiNodeProvider):
     """FakeMultiNodeProvider with cloud-like latencies, per-instance resources and an event log."""
 
-    def __init__(self, provider_config, cluster_name):
+    def __init__(self, provider_config, cluster_name, start_node=None):
+        """Ray's autoscaler passes ``provider_config`` and ``cluster_name``. ``start_node(node_id,
+        node_config, tags, resources, labels)`` starts a node's raylet and returns Ray's node
+        object (``all_processes``, ``kill_all_processes``); a test passes a fake one."""
         super().__init__(provider_config, cluster_name)
+        self._start_node = start_node or self._ray_node
         self._state_dir = provider_config["state_dir"]
         os.makedirs(self._state_dir, exist_ok=True)
         self._events_path = os.path.join(self._state_dir, "events.jsonl")
@@ -61,7 +66,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                                              "ray-node-status": "up-to-date"},
                                     "node": None, "cancelled": False}
             provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
-        self._event(event="request", node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
+        self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
         threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision),
                          daemon=True).start()
 
@@ -70,17 +75,23 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         with self.lock:
             if node_id not in self._nodes:
                 return
-        self._event(event="running", node_id=node_id, instance=instance)
+        self._event(event=ProviderEvent.RUNNING, node_id=node_id, instance=instance)
         raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
         if raylet is not False:
-            self._event(event="ready", node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None))
+            self._event(event=ProviderEvent.READY, node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None))
 
     def _start_raylet(self, node_id, node_config, tags, resources, labels):
-        """Start the node's raylet exactly as the fake provider does, under the id we
-        registered; returns its process (False if the node was released meanwhile)."""
+        """Start the node's raylet; returns its process (False if the node was released meanwhile)."""
         with self.lock:
             if node_id not in self._nodes:
                 return False
+            node = self._start_node(node_id, node_config, tags, resources, labels)
+            self._nodes[node_id]["node"] = node
+        return self._raylet(node)
+
+    def _ray_node(self, node_id, node_config, tags, resources, labels):
+        """Start a raylet exactly as the fake provider does, under the id we registered."""
+        with self.lock:
             saved_next = self._next_node_id
             self._next_node_id = int(node_id[-5:]) - 1
             placeholder = self._nodes.pop(node_id)
@@ -88,8 +99,9 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                 FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
             finally:
                 self._next_node_id = saved_next
-            self._nodes[node_id]["tags"].update(placeholder["tags"])
-        return self._raylet(self._nodes.get(node_id, {}).get("node"))
+            node = self._nodes.pop(node_id)["node"]
+            self._nodes[node_id] = placeholder     # our tags (rb-instance) are a superset of the fake's
+        return node
 
     @staticmethod
     def _raylet(node):
@@ -153,10 +165,12 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         for nid in self._lost_raylets():
             entry = self._forget(nid, quiet=True)
             if entry is not None:
-                self._event(event="terminated", node_id=nid, instance=entry["tags"].get("rb-instance"), reason="lost")
+                self._event(event=ProviderEvent.TERMINATED, node_id=nid, instance=entry["tags"].get("rb-instance"),
+                            reason=Release.LOST)
         return super().non_terminated_nodes(tag_filters)
 
     def terminate_node(self, node_id):
         entry = self._forget(node_id)
         if entry is not None:
-            self._event(event="terminated", node_id=node_id, instance=entry["tags"].get("rb-instance"))
+            self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=entry["tags"].get("rb-instance"),
+                        reason=Release.RELEASED)

@@ -146,8 +146,10 @@ def test_ledger_from_events_maps_provider_events_to_records():
     assert ledger.cost_usd(now=90.0) == pytest.approx((80 + 60 + 60) * 0.001, **EXACT)
 
 
-def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons():
-    from rubberband.providers.aws_cluster import ledger_events
+def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons(tmp_path):
+    import json
+
+    from rubberband.providers.local import LocalCluster
 
     t0 = 1000.0
     raw = [
@@ -164,11 +166,11 @@ def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons():
         {"event": "running", "instance": "rb-instance-2", "ec2_id": "i-2", "market": "spot", "t": t0 + 33.2, "t_ec2": t0 + 33.0},
     ]
 
-    class Cluster:
-        def read_events(self):
-            return raw
-
-    events = ledger_events(Cluster())
+    cluster = LocalCluster("run", tmp_path, port=0, sid=0, temp_dir="", provider="aws")
+    cluster.events_path.parent.mkdir(parents=True)
+    cluster.events_path.write_text("".join(json.dumps(e) + "\n" for e in raw))
+    events = cluster.read_events()
+    assert events[2]["t_local"] == t0 + 4.6           # EC2's LaunchTime is the ledger's time
     ledger = ledger_from_events(fake_plan(), events, started=t0, stop_time=t0 + 70, stage_windows=[(0.0, 70.0)])
     one, two = ledger.instances["rb-instance-1"], ledger.instances["rb-instance-2"]
     assert (one.provider_id, one.market, one.launched_s, one.released_s, one.release_reason) == ("i-1", "spot", 4.0, 30.0, "interrupted")

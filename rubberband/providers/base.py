@@ -1,0 +1,165 @@
+"""The provider seam: what a compute provider offers the executor and the profiler, the names
+of the events in its log, and the one registry by name that ``execute``, ``profile`` and the
+CLI look providers up in.
+
+A provider starts a cluster session (a Ray head whose autoscaler requests and terminates its
+instances), records every instance's life in an event log (``ProviderEvent``, with a
+``Release`` reason on ``terminated``), sweeps up after the head stopped, and lists (``status``)
+or stops (``down``) whatever rubberband left running. The executor requests instances through
+Ray's autoscaler and releases chosen ones by listing them in the cluster's ``release_file``.
+
+Registering a provider is one line: ``register("name", "package.module:Factory")`` (imported
+on first use, so the CLI never pays for a provider's SDK it does not use).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudProfile
+from rubberband.schema import did_you_mean
+
+
+class ProviderEvent(enum.StrEnum):
+    """The ``event`` of a provider event-log line (str-valued: the JSON logs read the same)."""
+
+    REQUEST = "request"                  # the autoscaler asked for an instance (SCALE starts)
+    RUNNING = "running"                  # launched: billing starts (end of SCALE)
+    READY = "ready"                      # joined the Ray cluster (end of INIT_INSTANCE)
+    TERMINATED = "terminated"            # gone; ``reason`` is a ``Release``
+    LAUNCH_ERROR = "launch_error"        # one launch attempt failed; retried
+    LAUNCH_FAILED = "launch_failed"      # a launch given up (``fatal``: retrying cannot help)
+    TERMINATE_ERROR = "terminate_error"  # still billing; retried on the next update
+    DESCRIBE_ERROR = "describe_error"    # could not check the instances this update
+
+
+class Release(enum.StrEnum):
+    """Why an instance was terminated (the ``reason`` of a ``terminated`` event)."""
+
+    RELEASED = "released"          # the executor (or the autoscaler) let it go
+    INTERRUPTED = "interrupted"    # shut down behind our back: a spot reclaim
+    LOST = "lost"                  # its Ray node died
+    SHUTDOWN = "shutdown"          # still up when the cluster stopped (the sweep, or the ledger)
+    CANCELLED = "cancelled"        # released before anything was launched
+
+
+# An instance's life ends with one of these.
+ENDED = (ProviderEvent.TERMINATED, ProviderEvent.LAUNCH_FAILED)
+LAUNCH_ERRORS = (ProviderEvent.LAUNCH_ERROR, ProviderEvent.LAUNCH_FAILED)
+
+
+@runtime_checkable
+class Cluster(Protocol):
+    """A started cluster session, as the executor sees it."""
+
+    run_id: str
+    run_dir: Path
+
+    @property
+    def address(self) -> str:
+        """The Ray head's address (``ray.init(address=...)``)."""
+
+    @property
+    def release_file(self) -> Path:
+        """Where the executor lists the instances it releases (the provider terminates them)."""
+
+    @property
+    def requires_ready(self) -> bool:
+        """Whether the provider logs ``ready`` when an instance's initialisation ends (else a
+        live Ray node is ready: real EC2 workers join by themselves)."""
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """The provider's event log, with the provider's own times where it gave them."""
+
+    def stop(self) -> int:
+        """Stop the head and every process of the cluster; return how many there were."""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What a provider offers the executor, the profiler and ``down``/``status``."""
+
+    name: str
+    cluster_yaml: bool      # launches from a Ray cluster YAML (``--cluster``, the experiment's ``cluster:``)
+
+    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> Any:
+        """Check the provider's configuration against the plan before anything starts or is
+        written; return it checked (``start`` and ``sweep`` get it back)."""
+
+    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
+              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> Cluster:
+        """Start the run's cluster head (its autoscaler launches instances on request)."""
+
+    def sweep(self, cluster: Cluster, config: Any) -> None:
+        """After the head stopped: release anything of the run still up (raises if it cannot
+        make sure; the caller says how to finish the job by hand)."""
+
+    def down(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        """Stop rubberband's clusters of this provider (or one run's): ``heads`` stopped, and
+        for a cloud ``terminated`` instances, ``stopped_usd_per_hour`` and ``spent_usd``."""
+
+    def status(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        """What rubberband has running on this provider: ``heads``, and for a cloud
+        ``instances``, ``usd_per_hour`` and ``spent_usd``."""
+
+
+# name -> "module:Factory" (imported on first use) or a factory.
+_REGISTRY: dict[str, str | Callable[[], Provider]] = {
+    "local": "rubberband.providers.local:LocalProvider",
+    "aws": "rubberband.providers.aws_cluster:AwsProvider",
+}
+_LOADED: dict[str, Provider] = {}
+
+
+def register(name: str, factory: str | Callable[[], Provider]) -> None:
+    """Make a provider available by name: ``"package.module:Factory"`` or a factory."""
+    _REGISTRY[name] = factory
+    _LOADED.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered provider's name."""
+    return tuple(_REGISTRY)
+
+
+def get(name: str, where: str = "provider") -> Provider:
+    """The provider registered as ``name``.
+
+    Raises:
+        SpecError: no such provider (naming ``where``, the closest name and every valid one).
+    """
+    if name not in _REGISTRY:
+        raise SpecError(f"{where}: unknown provider {name!r}{did_you_mean(name, names())}; "
+                        f"choose one of {', '.join(names())}")
+    if name not in _LOADED:
+        factory = _REGISTRY[name]
+        if isinstance(factory, str):
+            module, attr = factory.split(":")
+            factory = getattr(importlib.import_module(module), attr)
+        _LOADED[name] = factory()
+    return _LOADED[name]
+
+
+def cluster_yaml_for(provider: Provider, given: Any, default: Any = None, where: str = "--cluster") -> Any:
+    """The Ray cluster YAML a session on ``provider`` launches from: ``given`` (``--cluster``),
+    else ``default`` (the experiment's ``cluster:``); ``None`` for a provider that takes none.
+
+    Raises:
+        SpecError: a YAML given to a provider that takes none, or none for one that needs it.
+    """
+    if not provider.cluster_yaml:
+        if given is not None:
+            takes = [n for n in names() if get(n).cluster_yaml]
+            raise SpecError(f"{where}: only {' and '.join(takes)} launch from a Ray cluster YAML "
+                            f"(got provider {provider.name!r})")
+        return None
+    chosen = given or default
+    if not chosen:
+        raise SpecError(f"{where}: the {provider.name} provider needs a Ray cluster YAML (region, node type, AMI, "
+                        "subnets); pass --cluster PATH or set `cluster:` in the experiment")
+    return chosen
