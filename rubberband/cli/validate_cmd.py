@@ -1,4 +1,9 @@
-"""`rubberband validate`: check an experiment file and print the resolved job."""
+"""`rubberband validate`: check an experiment file and print the resolved job.
+
+Beyond what loading checks (which `plan` and `simulate` share), validate also reads the
+`cluster:` YAML and imports the `trainer:`, so a job fails here rather than after it has
+started paying for instances.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,68 @@ import argparse
 
 from rubberband.cli.common import command, emit, experiment_arg
 from rubberband.config import Experiment, load_experiment
+from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
 
 def stage_rows(exp: Experiment) -> list[list[object]]:
+    """One row per stage; "iters so far" counts a trial's iterations, so it restarts with each
+    HyperBand bracket (whose trials are new)."""
     rows, done = [], 0
     for i, stage in enumerate(exp.spec.stages):
-        done += stage.iters
+        done = stage.iters if i in exp.spec.bracket_starts else done + stage.iters
         rows.append([i, stage.num_trials, stage.iters, done])
     return rows
 
 
+def check_cluster(exp: Experiment) -> None:
+    """Read ``cluster:`` as the Ray cluster YAML ``run --provider aws`` will launch from.
+
+    Raises:
+        SpecError: ``cluster: <the file's error>``, when no instance type the job may run on loads.
+    """
+    from rubberband.providers.aws import load_cluster_config   # reads YAML only; boto3 is imported by EC2 calls
+
+    types = exp.catalog.instance_types if exp.auto_instance_type else [exp.instance_type]
+    errors = []
+    for name in types:   # `auto` may plan any type of the catalog: one the cluster launches is enough
+        try:
+            load_cluster_config(exp.cluster, name)
+            return
+        except SpecError as exc:
+            errors.append(exc)
+    raise SpecError(f"cluster: {errors[0]}")
+
+
+def check_trainer(exp: Experiment) -> None:
+    """Import and build ``trainer:`` as each worker will.
+
+    This imports the user's module, and with it whatever that imports (torch, often): fine
+    for `validate`, which is asked to check everything; `plan` and `simulate` never do it.
+
+    Raises:
+        SpecError: ``trainer: ...`` when it cannot be imported, built, or is not a trainer.
+    """
+    from rubberband.executor.worker import load_trainer
+
+    try:
+        trainer = load_trainer(exp.trainer)
+    except SpecError:
+        raise
+    except Exception as exc:   # the user's code: a syntax error, a failing import or constructor
+        raise SpecError(f"trainer: cannot load {exp.trainer!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
+    missing = [m for m in ("build_model", "build_optimizer", "build_data") if not callable(getattr(trainer, m, None))]
+    if missing:
+        raise SpecError(f"trainer: {exp.trainer!r} has no {', '.join(missing)}; subclass rubberband.Trainer")
+
+
 def validate(args: argparse.Namespace) -> int:
     exp = load_experiment(args.experiment)
+    if exp.cluster:
+        check_cluster(exp)
+    if exp.trainer:
+        check_trainer(exp)
     types = exp.catalog.instance_types if exp.auto_instance_type else [exp.instance_type]
     clouds = [exp.cloud_for(t) for t in types]
     payload = {

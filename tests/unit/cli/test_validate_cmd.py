@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 MODEL = ROOT / "profiles" / "resnet101_cifar10_p3.yaml"
 AWS = ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"
+G5_CLUSTER = ROOT / "clusters" / "aws-g5-us-east-1.yaml"
 
 
 def experiment(**changes) -> dict:
@@ -229,3 +230,74 @@ def test_a_zero_iteration_time_is_one_error_line_naming_the_gpu_count(tmp_path, 
     code, out, err = run_validate(write(tmp_path, experiment(model_profile=str(model))), capsys)
     assert_one_error_line(code, out, err, r"^error: .*zero\.yaml\.iter_latency_s\.1: the mean time per iteration with 1 GPU per trial "
                                          r"must be greater than 0 s, got 0")
+
+
+# --- what only validate checks: the cluster YAML and the trainer ---------------------------
+
+def test_a_cluster_that_is_not_a_ray_cluster_yaml_is_one_error_line(tmp_path, capsys):
+    code, out, err = run_validate(write(tmp_path, experiment(cluster=str(MODEL))), capsys)
+    assert_one_error_line(code, out, err, r"^error: cluster: \S*resnet101_cifar10_p3\.yaml: .*unknown key")
+
+
+def test_a_cluster_without_a_worker_for_the_instance_type_is_one_error_line(tmp_path, capsys):
+    code, out, err = run_validate(write(tmp_path, experiment(cluster=str(G5_CLUSTER))), capsys)
+    assert_one_error_line(code, out, err, r"^error: cluster: \S*aws-g5-us-east-1\.yaml: .*no worker type launches p3\.8xlarge")
+
+
+def test_an_auto_instance_type_needs_one_type_the_cluster_launches(tmp_path, capsys):
+    auto = {"profile": str(AWS), "instance_type": "auto"}
+    code, out, err = run_validate(write(tmp_path, experiment(cloud=auto, cluster=str(G5_CLUSTER))), capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith("experiment t: OK")
+
+
+def test_validate_reads_the_cluster_yaml_without_importing_boto3_or_ray(tmp_path):
+    path = write(tmp_path, experiment(cloud={"profile": str(AWS), "instance_type": "g5.xlarge"}, cluster=str(G5_CLUSTER)))
+    probe = ("import sys; from rubberband.cli.main import main; code = main(['validate', sys.argv[1]]); "
+             "print(sorted(m for m in ('boto3', 'botocore', 'ray') if m in sys.modules)); sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("experiment t: OK")
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
+TRAINERS = {
+    "no-such-module": ("nosuchpkg.trainers:Net", None, r"^error: trainer: cannot load 'nosuchpkg\.trainers:Net': No module named 'nosuchpkg'$"),
+    "no-such-class": ("rubberband.examples.digits:DigitsMPL", None, r"^error: trainer: cannot load 'rubberband\.examples\.digits:DigitsMPL'"),
+    "syntax-error": ("bad.py:Net", "class Net(:\n", r"^error: trainer: cannot load '\S*bad\.py:Net': SyntaxError: "),
+    "failing-import": ("bad.py:Net", "import not_installed_pkg\n", r"^error: trainer: cannot load '\S*bad\.py:Net': .*not_installed_pkg"),
+    "constructor-needs-args": ("bad.py:Net", "class Net:\n    def __init__(self, depth): pass\n",
+                               r"^error: trainer: cannot load '\S*bad\.py:Net': TypeError: .*depth"),
+    "not-a-trainer": ("bad.py:Net", "class Net:\n    pass\n",
+                      r"^error: trainer: '\S*bad\.py:Net' has no build_model, build_optimizer, build_data; subclass rubberband\.Trainer$"),
+}
+
+
+@pytest.mark.parametrize(("trainer", "source", "pattern"), TRAINERS.values(), ids=TRAINERS.keys())
+def test_a_trainer_that_cannot_be_loaded_is_one_error_line(tmp_path, capsys, trainer, source, pattern):
+    if source is not None:
+        (tmp_path / "bad.py").write_text(source)
+    code, out, err = run_validate(write(tmp_path, experiment(trainer=trainer)), capsys)
+    assert_one_error_line(code, out, err, pattern)
+
+
+def test_a_trainer_file_that_loads_validates(tmp_path, capsys):
+    (tmp_path / "mine.py").write_text("from rubberband import Trainer\n\nclass Mine(Trainer):\n    pass\n")
+    code, out, err = run_validate(write(tmp_path, experiment(trainer="mine.py:Mine")), capsys)
+    assert (code, err) == (0, "")
+    assert f"trainer        {tmp_path / 'mine.py'}:Mine" in out
+
+
+def test_iters_so_far_restart_with_each_hyperband_bracket(tmp_path, capsys):
+    path = write(tmp_path, experiment(sha=None, hyperband={"min_iters": 1, "max_iters": 9, "eta": 3}))
+    code, out, _ = run_validate(path, capsys)
+    exp = load_experiment(path)
+    assert code == 0
+    assert exp.spec.bracket_starts == (0, 3, 5)
+    rows = [line.split() for line in out.splitlines()[4:4 + exp.spec.num_stages()]]
+    # (stage, trials, iters, iters so far): each bracket's trials are new, so their count starts again.
+    assert [[int(v) for v in row] for row in rows] == [
+        [0, 9, 1, 1], [1, 3, 3, 4], [2, 1, 5, 9],
+        [3, 5, 3, 3], [4, 1, 6, 9],
+        [5, 3, 9, 9],
+    ]
