@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from rubberband.schema import UniqueKeyLoader
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRICING_ENDPOINT_REGION = "us-east-1"  # the Pricing API is served from a few regions only
 INSTALL_HINT = "pip install 'rubberband[aws]'"
@@ -254,7 +256,7 @@ def load_region_file(path: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader that refuses duplicate keys
     except yaml.YAMLError as exc:
         raise PriceFetchError(f"{path}: not valid YAML ({' '.join(str(exc).split())}); fix or delete the file") from None
     if not isinstance(data, dict):

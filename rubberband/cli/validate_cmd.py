@@ -32,7 +32,8 @@ def check_cluster(exp: Experiment) -> None:
     Raises:
         SpecError: ``cluster: <the file's error>``, when no instance type the job may run on loads.
     """
-    from rubberband.providers.aws import load_cluster_config   # reads YAML only; boto3 is imported by EC2 calls
+    # Reads YAML only: boto3 is imported by the EC2 calls, which validate never makes.
+    from rubberband.providers.aws import load_cluster_config
 
     types = exp.catalog.instance_types if exp.auto_instance_type else [exp.instance_type]
     errors = []

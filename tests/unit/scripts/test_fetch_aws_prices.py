@@ -381,3 +381,11 @@ def test_shipped_us_east_1_matches_published_on_demand_prices():
     catalog = CloudCatalog.load(REPO / "cloud_profiles" / "aws" / "us-east-1.yaml")
     for name, price in PUBLISHED_ON_DEMAND_US_EAST_1.items():
         assert catalog.get(name).price_usd_per_hour == price, name
+
+
+def test_a_region_file_with_a_key_given_twice_is_refused(tmp_path):
+    # Rewriting it would otherwise drop the first value silently.
+    path = tmp_path / "us-east-1.yaml"
+    path.write_text("provider: aws\nregion: us-east-1\nregion: us-west-2\n")
+    with pytest.raises(fap.PriceFetchError, match=r"not valid YAML .*duplicate key `region` \(first given at line 2\)"):
+        fap.load_region_file(path)
