@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.plan.plan import Plan
 from rubberband.plan.policies import Candidate, choose, get_policy, pareto_front, static_candidates
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
+from rubberband.simulator.engine import simulate
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -69,9 +72,16 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
     chosen = choose(table, candidates, deadline_s, confidence)
     if chosen is None:
         fastest = fastest_plan(table)
+        needed = None
+        if confidence is not None:
+            # Meeting the deadline with probability p takes the p-quantile of the JCT, drawn
+            # from the same samples the search used: the mean is not enough.
+            jct = np.sort(simulate(spec, fastest.allocation, table.model, cloud, samples=samples, seed=seed,
+                                   instances=fastest.instances, draws=table.draws).jct_s)
+            needed = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
         raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
-                                      detail=f" on {cloud.instance_type} (policy {policy}"
-                                             + (f", confidence {confidence:g}" if confidence else "") + ")")
+                                      detail=f" on {cloud.instance_type}, policy {policy}",
+                                      confidence=confidence, needed_s=needed)
     candidate, result = chosen
     return Plan(
         allocation=candidate.allocation, instances=candidate.instances,
@@ -171,7 +181,6 @@ def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
-    from rubberband.simulator.engine import simulate
 
     result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances)
     return Plan(allocation=result.allocation, instances=result.instances,
