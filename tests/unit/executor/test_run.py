@@ -2,7 +2,11 @@
 
 import io
 
-from rubberband.executor.run import progress_printer
+import pytest
+
+from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband.executor.run import live_spend, progress_printer
+from rubberband.plan import plan_allocation
 
 
 def test_provider_events_are_printed_as_they_happen():
@@ -17,3 +21,28 @@ def test_provider_events_are_printed_as_they_happen():
     assert "g5.xlarge in us-east-1 failed (attempt 1): InsufficientInstanceCapacity; retrying in 2.0s" in lines[0]
     assert lines[1].endswith("giving up")
     assert "rb-instance-2 i-abc was interrupted (spot reclaim); a replacement is on its way" in lines[2]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_status_line_counts_the_instance_a_stage_runs_on():
+    cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 3.6,
+                                    "billing": {"model": "per_instance", "granularity_s": 1, "minimum_s": 0},
+                                    "provision_latency_s": 2, "init_latency_s": 1})
+    plan = plan_allocation(ExperimentSpec.from_stages([(2, 1)]), (2,),
+                           ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud, 1e6, samples=1)
+    t0 = 1000.0
+    events = [{"event": "request", "instance": "rb-instance-1", "t": t0},
+              {"event": "running", "instance": "rb-instance-1", "t": t0 + 2},
+              {"event": "ready", "instance": "rb-instance-1", "t": t0 + 3},
+              {"event": "request", "instance": "rb-instance-2", "t": t0 + 4}]       # not launched yet
+    live = live_spend(plan, events, t0, now=t0 + 10)
+    assert live == {"instances_up": 1, "spend_usd": pytest.approx(8 * 0.001)}      # billed since running
+    out = Terminal()
+    progress_printer(out)("stage", {"index": 0, "trials": 2, "iters": 1, "gpus_per_trial": 1, "instances": 1, **live})
+    assert "| instances 1 |" in out.getvalue()
+    gone = events + [{"event": "terminated", "instance": "rb-instance-1", "reason": "released", "t": t0 + 12}]
+    assert live_spend(plan, gone, t0, now=t0 + 20)["instances_up"] == 0

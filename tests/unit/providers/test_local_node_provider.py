@@ -1,36 +1,103 @@
-"""The local node provider's release handling, without starting Ray."""
+"""The local node provider as Ray's autoscaler drives it: launches, the event log, releases and
+lost nodes, with fake raylets (the ``start_node`` seam) instead of Ray processes."""
 
 import json
-import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
 from rubberband.providers.local_node_provider import LocalNodeProvider
 
 
-def _provider(tmp_path, instances):
-    p = object.__new__(LocalNodeProvider)       # no Ray: only what _terminate_released reads
-    p._state_dir = str(tmp_path)
-    p.lock = threading.RLock()
-    p._nodes = {f"node-{i}": {"tags": {"rb-instance": name}} for i, name in enumerate(instances)}
-    p._release_seen = set()
-    p.terminated = []
-    p.terminate_node = lambda nid: (p.terminated.append(nid), p._nodes.pop(nid))
+class FakeRaylet:
+    """A raylet process: alive until it is killed or crashes."""
+
+    def __init__(self, pid):
+        self.pid, self.exit_code = pid, None
+
+    def poll(self):
+        return self.exit_code
+
+
+class FakeNode:
+    """Ray's node object as far as the provider uses it."""
+
+    def __init__(self, pid):
+        self.raylet = FakeRaylet(pid)
+        self.all_processes = {"raylet": [SimpleNamespace(process=self.raylet)]}
+        self.killed = False
+
+    def kill_all_processes(self, check_alive, allow_graceful):
+        self.killed = True
+        self.raylet.exit_code = -15
+
+
+@pytest.fixture
+def provider(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")          # Ray's fake provider insists on it
+    started: dict[str, FakeNode] = {}
+
+    def start_node(node_id, node_config, tags, resources, labels):
+        started[node_id] = FakeNode(1000 + len(started))
+        return started[node_id]
+
+    p = LocalNodeProvider({"state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0,
+                           "gcs_address": "127.0.0.1:1", "launch_multiple": True}, "rb-test", start_node=start_node)
+    p.started = started
     return p
 
 
-def test_a_release_is_carried_out_on_the_update_after_the_one_that_first_sees_it(tmp_path):
+def events(p):
+    return [json.loads(line) for line in open(p._events_path)]
+
+
+def launch(p, count):
+    p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "fake_gpu"}, count, {"CPU": 1, "GPU": 2}, {})
+    deadline = time.time() + 5
+    while sum(e["event"] == "ready" for e in events(p)) < count and time.time() < deadline:
+        time.sleep(0.01)
+
+
+def workers(p):
+    return [nid for nid in p.non_terminated_nodes({}) if nid != p._head_node_id]
+
+
+def test_a_launch_logs_request_running_and_ready_and_pins_a_resource_per_instance(provider):
+    launch(provider, 2)
+    log = events(provider)
+    assert [e["event"] for e in log if e["instance"] == "rb-instance-1"] == ["request", "running", "ready"]
+    assert {e["instance"] for e in log} == {"rb-instance-1", "rb-instance-2"}
+    assert all(log[i]["t"] <= log[i + 1]["t"] for i in range(len(log) - 1))
+    assert sorted(provider.node_tags(n)["rb-instance"] for n in workers(provider)) == ["rb-instance-1", "rb-instance-2"]
+    ready = {e["instance"]: e["raylet_pid"] for e in log if e["event"] == "ready"}
+    assert sorted(ready.values()) == [1000, 1001]
+
+
+def test_a_release_is_carried_out_on_the_update_after_the_one_that_first_sees_it(provider, tmp_path):
     # An autoscaler update reads the resource demand before it lists the provider's nodes: the
     # update that first sees a release may act on a demand from before the executor lowered
     # it, and would relaunch a node terminated then.
-    p = _provider(tmp_path, ["rb-instance-1", "rb-instance-2", "rb-instance-3"])
-    p._terminate_released()
-    assert p.terminated == []                                    # nothing released yet
+    launch(provider, 3)
+    by_instance = {provider.node_tags(n)["rb-instance"]: n for n in workers(provider)}
+    assert len(workers(provider)) == 3                                   # nothing released yet
     (tmp_path / "release.json").write_text(json.dumps(["rb-instance-3"]))
-    p._terminate_released()
-    assert p.terminated == []                                    # first seen: wait one update
-    p._terminate_released()
-    assert p.terminated == ["node-2"]
+    assert len(workers(provider)) == 3                                   # first seen: wait one update
+    assert by_instance["rb-instance-3"] not in workers(provider)
+    assert provider.started[by_instance["rb-instance-3"]].killed
     (tmp_path / "release.json").write_text(json.dumps(["rb-instance-2", "rb-instance-3"]))
-    p._terminate_released()
-    assert p.terminated == ["node-2"]                            # rb-instance-2 first seen now
-    p._terminate_released()
-    assert p.terminated == ["node-2", "node-1"] and list(p._nodes) == ["node-0"]
+    assert len(workers(provider)) == 2                                   # rb-instance-2 first seen now
+    assert workers(provider) == [by_instance["rb-instance-1"]]
+    terminated = [(e["instance"], e["reason"]) for e in events(provider) if e["event"] == "terminated"]
+    assert terminated == [("rb-instance-3", "released"), ("rb-instance-2", "released")]
+
+
+def test_a_raylet_that_dies_is_logged_lost_and_its_node_is_gone(provider):
+    launch(provider, 2)
+    victim = workers(provider)[0]
+    instance = provider.node_tags(victim)["rb-instance"]
+    provider.started[victim].raylet.exit_code = 1                    # crashed behind our back
+    assert victim not in workers(provider) and len(workers(provider)) == 1
+    (lost,) = [e for e in events(provider) if e["event"] == "terminated"]
+    assert (lost["instance"], lost["reason"]) == (instance, "lost")
