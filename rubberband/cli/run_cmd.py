@@ -57,10 +57,19 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
     if args.plan:
+        from rubberband.plan.plan import check_plan
+
         try:
-            plan = Plan.from_json(open(args.plan).read())
-        except (OSError, ValueError, KeyError) as exc:
-            raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {exc}") from None
+            with open(args.plan, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        # A plan file is user input: check it against the experiment and predict it again.
+        try:
+            plan = check_plan(Plan.from_json(text), exp.spec, exp.model, exp.catalog.with_overrides(exp.cloud_overrides),
+                              samples=args.samples or exp.samples)
+        except SpecError as exc:
+            raise SpecError(f"--plan {args.plan}: {exc}") from None
     elif args.allocation:
         from rubberband.plan import plan_allocation
 

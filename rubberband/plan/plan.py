@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 
-from rubberband.profiles.cloud import CloudProfile
-from rubberband.schema import jsonable
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile
+from rubberband.profiles.model import ModelProfile
+from rubberband.schema import check_mapping, integer, jsonable, number
+from rubberband.simulator.engine import simulate
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
+
+_REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
+_OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings"]
+_SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,6 +38,8 @@ class Plan:
         confidence: ``None`` when the mean JCT had to meet the deadline, else the probability
             the plan had to reach.
         considered: summaries of the other plans weighed (other policies, other instance types).
+        warnings: one-line notes on a plan that can be used but may mislead (e.g. a profile
+            measured on another GPU model than the instance type's).
     """
 
     allocation: tuple[int, ...]
@@ -45,6 +55,7 @@ class Plan:
     seed: int = 0
     considered: tuple[dict[str, Any], ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def instance_type(self) -> str:
@@ -84,6 +95,7 @@ class Plan:
             },
             "considered": list(self.considered),
             "info": self.info,
+            "warnings": list(self.warnings),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -92,18 +104,133 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        """Rebuild a plan written by ``to_json``."""
-        data = json.loads(text)
-        spec = ExperimentSpec(tuple(Stage(n, k) for n, k in data["stages"]), tuple(data.get("bracket_starts", [0])),
-                              data.get("eta"))
-        pred = data["predicted"]
-        stats = tuple(StageStats(**s) for s in pred["stages"])
-        predicted = SimResult(np.asarray(pred["jct_s"], float), np.asarray(pred["cost_usd"], float),
-                              tuple(data["allocation"]), tuple(data["instances"]), stats, int(data.get("seed", 0)))
+        """Rebuild a plan written by ``to_json``.
+
+        Raises:
+            SpecError: naming the field, for anything but a well-formed plan (a plan file is
+                user input: see ``check_plan`` for checking it against an experiment).
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SpecError(f"plan: not a JSON plan ({exc}); write one with `rubberband plan EXPERIMENT --out PLAN_JSON`") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "plan") -> Plan:
+        """Rebuild a plan from ``to_dict``'s mapping, checking every field's shape."""
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: expected a JSON object as `rubberband plan --out` writes, got a {type(data).__name__}")
+        data = check_mapping(data, where, required=_REQUIRED, optional=_OPTIONAL)
+        stages = _rows(data["stages"], f"{where}.stages")
+        try:
+            spec = ExperimentSpec(tuple(Stage(n, k) for n, k in stages),
+                                  tuple(_ints(data.get("bracket_starts", [0]), f"{where}.bracket_starts", minimum=0)),
+                                  data.get("eta")).validate()
+        except SpecError as exc:
+            raise SpecError(f"{where}.{exc}") from None
+        vectors = {key: tuple(_ints(data[key], f"{where}.{key}", length=len(stages)))
+                   for key in ("allocation", "instances", "gpus_per_trial")}
+        deadline = data["deadline_s"]
+        if deadline != math.inf:    # a plan of your own allocation may have no deadline
+            deadline = number(deadline, f"{where}.deadline_s", positive=True)
+        confidence = data.get("confidence")
+        if confidence is not None and not 0 < number(confidence, f"{where}.confidence") < 1:
+            raise SpecError(f"{where}.confidence: must be between 0 and 1, got {confidence!r}")
+        if not isinstance(data["policy"], str):
+            raise SpecError(f"{where}.policy: expected a policy name, got {data['policy']!r}")
+        warnings = data.get("warnings") or []
+        if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+            raise SpecError(f"{where}.warnings: expected a list of strings")
+        seed = integer(data.get("seed", 0), f"{where}.seed", minimum=0)
+        predicted = _predicted(data["predicted"], f"{where}.predicted", vectors, seed)
         return cls(
-            allocation=tuple(data["allocation"]), instances=tuple(data["instances"]),
-            gpus_per_trial=tuple(data["gpus_per_trial"]), predicted=predicted, deadline_s=float(data["deadline_s"]),
-            policy=data["policy"], spec=spec, cloud=CloudProfile.from_dict(data["cloud"]),
-            confidence=data.get("confidence"), samples=int(data.get("samples", 0)), seed=int(data.get("seed", 0)),
-            considered=tuple(data.get("considered", ())), info=dict(data.get("info", {})),
+            allocation=vectors["allocation"], instances=vectors["instances"], gpus_per_trial=vectors["gpus_per_trial"],
+            predicted=predicted, deadline_s=float(deadline), policy=data["policy"], spec=spec,
+            cloud=CloudProfile.from_dict(data["cloud"], f"{where}.cloud"), confidence=confidence,
+            samples=integer(data.get("samples", 0), f"{where}.samples", minimum=0), seed=seed,
+            considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
         )
+
+
+def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog,
+               samples: int = 1000) -> Plan:
+    """Check a plan (read from a file, perhaps edited) against the experiment it is to run, and
+    predict it again.
+
+    The plan must have the experiment's stages and an instance type of the experiment's cloud
+    (one of the catalog's, or the profile's own); its allocation and instances must be valid
+    for the model profile and hold every stage's trials (DESIGN §4, checked by ``simulate``),
+    and its GPUs per trial must be what the allocation gives. The prediction stored in the
+    file is never trusted: the plan is simulated again with the experiment's model and cloud.
+
+    Args:
+        plan: the plan to check.
+        spec, model: the experiment's job and model profile.
+        cloud: the experiment's cloud: a profile, or a catalog (with the experiment's
+            overrides) holding the plan's instance type.
+        samples: Monte-Carlo samples when the plan does not say.
+
+    Returns:
+        A new ``Plan`` on the experiment's spec and cloud with the recomputed prediction.
+
+    Raises:
+        SpecError: one line naming the field of the plan that does not fit.
+    """
+    if plan.spec.stages != spec.stages or plan.spec.bracket_starts != spec.bracket_starts:
+        raise SpecError(f"plan.stages: the plan is for {plan.spec.describe()} but the experiment has {spec.describe()}; "
+                        "plan it again with `rubberband plan EXPERIMENT --out PLAN_JSON`")
+    if isinstance(cloud, CloudCatalog):
+        if plan.instance_type not in cloud.types:
+            raise SpecError(f"plan.cloud.instance_type: {plan.instance_type!r} is not in the experiment's cloud profile "
+                            f"{cloud.path or cloud.region}; plan it again on one of its types")
+        cloud = cloud.get(plan.instance_type, plan.cloud.market)
+    elif plan.instance_type != cloud.instance_type:
+        raise SpecError(f"plan.cloud.instance_type: the plan is for {plan.instance_type} but the experiment runs on "
+                        f"{cloud.instance_type}; plan it again on {cloud.instance_type}")
+    try:
+        result = simulate(spec, plan.allocation, model, cloud, samples=plan.samples or samples, seed=plan.seed,
+                          instances=plan.instances)
+    except SpecError as exc:
+        raise SpecError(f"plan.{exc}") from None
+    gpus = tuple(s.gpus_per_trial for s in result.stages)
+    if plan.gpus_per_trial != gpus:
+        raise SpecError(f"plan.gpus_per_trial: {list(plan.gpus_per_trial)} is not what allocation "
+                        f"{list(plan.allocation)} gives ({list(gpus)}); plan it again or fix the allocation")
+    return replace(plan, spec=spec, cloud=cloud, predicted=result, samples=result.samples)
+
+
+def _ints(value: Any, where: str, minimum: int = 1, length: int | None = None) -> list[int]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        size = f"{length} " if length is not None else ""
+        raise SpecError(f"{where}: expected a list of {size}integers, one per stage, got {value!r}")
+    return [integer(v, f"{where}[{i}]", minimum=minimum) for i, v in enumerate(value)]
+
+
+def _rows(value: Any, where: str) -> list[tuple[int, int]]:
+    if not isinstance(value, list) or not value:
+        raise SpecError(f"{where}: expected a non-empty list of [num_trials, iters], got {value!r}")
+    rows = []
+    for i, row in enumerate(value):
+        if not isinstance(row, list) or len(row) != 2:
+            raise SpecError(f"{where}[{i}]: expected [num_trials, iters], got {row!r}")
+        rows.append((integer(row[0], f"{where}[{i}].num_trials"), integer(row[1], f"{where}[{i}].iters")))
+    return rows
+
+
+def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed: int) -> SimResult:
+    data = check_mapping(value, where, required=["jct_s", "cost_usd", "stages"], optional=_SUMMARY)
+    arrays = []
+    for key in ("jct_s", "cost_usd"):
+        samples = data[key]
+        if not isinstance(samples, list) or not samples:
+            raise SpecError(f"{where}.{key}: expected a non-empty list of per-sample values; plan it again")
+        arrays.append(np.asarray([number(v, f"{where}.{key}[{i}]", minimum=0) for i, v in enumerate(samples)]))
+    if len(arrays[0]) != len(arrays[1]):
+        raise SpecError(f"{where}: jct_s has {len(arrays[0])} samples but cost_usd {len(arrays[1])}; plan it again")
+    names = [f.name for f in fields(StageStats)]
+    rows = data["stages"]
+    if not isinstance(rows, list):
+        raise SpecError(f"{where}.stages: expected a list of per-stage summaries")
+    stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names)) for i, r in enumerate(rows))
+    return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed)

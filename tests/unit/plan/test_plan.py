@@ -1,0 +1,164 @@
+"""Plan files: `Plan.from_json` checks every field's shape, `check_plan` checks a plan against the
+experiment it is to run (DESIGN §4) and predicts it again."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rubberband import SpecError
+from rubberband import load_experiment as _load_experiment
+from rubberband.plan import Plan, check_plan, compile_plan, plan_allocation
+from rubberband.simulator import simulate
+
+ROOT = Path(__file__).resolve().parents[3]
+CIFAR = ROOT / "experiments" / "resnet101_cifar10.yaml"
+
+
+@cache
+def load_experiment(path: Path):
+    return _load_experiment(path)
+
+
+@cache
+def _plan_json() -> str:
+    exp = load_experiment(CIFAR)
+    return compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=100, seed=0).to_json()
+
+
+def plan_dict() -> dict:
+    return json.loads(_plan_json())
+
+
+def edited(**changes) -> str:
+    data = plan_dict()
+    data.update(changes)
+    return json.dumps(data)
+
+
+def check(text: str) -> Plan:
+    exp = load_experiment(CIFAR)
+    return check_plan(Plan.from_json(text), exp.spec, exp.model, exp.catalog.with_overrides(exp.cloud_overrides))
+
+
+# --- Plan.from_json: the shape of every field ---------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("[1, 2]", r"^plan: expected a JSON object .* got a list"),
+        ("{not json", r"^plan: not a JSON plan"),
+        ('"plan"', r"^plan: expected a JSON object"),
+        (edited(allocation=[32, 20, 12]), r"^plan\.allocation: expected a list of 4 integers, one per stage"),
+        (edited(allocation=[-32, 20, 12, 8]), r"^plan\.allocation\[0\]: must be at least 1, got -32"),
+        (edited(allocation=["32", 20, 12, 8]), r"^plan\.allocation\[0\]: expected an integer, got '32'"),
+        (edited(allocation="32,20,12,8"), r"^plan\.allocation: expected a list of 4 integers"),
+        (edited(instances=[8, 5, 3, 0]), r"^plan\.instances\[3\]: must be at least 1, got 0"),
+        (edited(gpus_per_trial=[1, 2, 4, 2.5]), r"^plan\.gpus_per_trial\[3\]: expected an integer, got 2\.5"),
+        (edited(stages=[]), r"^plan\.stages: expected a non-empty list"),
+        (edited(stages=[[32, 1], [10, 3], [3, 9], [1]]), r"^plan\.stages\[3\]: expected \[num_trials, iters\]"),
+        (edited(deadline_s=-5), r"^plan\.deadline_s: must be greater than 0"),
+        (edited(confidence=1.5), r"^plan\.confidence: must be between 0 and 1"),
+        (edited(seed=-1), r"^plan\.seed: must be at least 0"),
+        (edited(policy=3), r"^plan\.policy: expected a policy name"),
+        (edited(warnings="careful"), r"^plan\.warnings: expected a list of strings"),
+        (edited(allocaton=[1]), r"^plan\.allocaton: unknown key \(did you mean `allocation`\?\)"),
+    ],
+)
+def test_malformed_plan_files_are_one_line_naming_the_field(text, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        Plan.from_json(text)
+
+
+@pytest.mark.parametrize("key", ["jct_s", "cost_usd"])
+def test_a_plan_with_empty_predictions_is_an_error_not_a_numpy_warning(key, recwarn):
+    data = plan_dict()
+    data["predicted"][key] = []
+    with pytest.raises(SpecError, match=rf"^plan\.predicted\.{key}: expected a non-empty list"):
+        Plan.from_json(json.dumps(data))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_plan_missing_a_field_names_it():
+    data = plan_dict()
+    del data["instances"]
+    with pytest.raises(SpecError, match=r"^plan\.instances: missing required field"):
+        Plan.from_json(json.dumps(data))
+
+
+def test_a_plan_without_a_deadline_round_trips():
+    exp = load_experiment(CIFAR)
+    plan = plan_allocation(exp.spec, (32, 20, 12, 8), exp.model, exp.cloud, math.inf, samples=20)
+    assert Plan.from_json(plan.to_json()).deadline_s == math.inf
+
+
+def test_warnings_round_trip():
+    data = plan_dict()
+    data["warnings"] = ["profile measured on V100, planned on A10G"]
+    assert Plan.from_json(json.dumps(data)).warnings == ("profile measured on V100, planned on A10G",)
+
+
+# --- check_plan: the plan against the experiment ------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("changes", "pattern"),
+    [
+        # One instance cannot hold 32 one-GPU trials on 4-GPU instances (DESIGN §4).
+        ({"instances": [1, 1, 1, 1]}, r"^plan\.instances\[0\]: 1 cannot hold stage 0; it needs at least 8"),
+        ({"allocation": [33, 20, 12, 8], "instances": [8, 5, 3, 2]}, r"^plan\.allocation\[0\]: 33 GPUs do not fit"),
+        ({"allocation": [32, 20, 12, 64], "gpus_per_trial": [1, 2, 4, 64], "instances": [8, 5, 3, 16]},
+         r"^plan\.allocation\[3\]: 64 GPUs for 1 trials is outside the valid range 1\.\.32"),
+        ({"stages": [[32, 1], [10, 3], [3, 9], [1, 38]]},
+         r"^plan\.stages: the plan is for 4 stages: 32x1 10x3 3x9 1x38 but the experiment has 4 stages: 32x1 10x3 3x9 1x37"),
+        ({"gpus_per_trial": [1, 2, 4, 4]}, r"^plan\.gpus_per_trial: \[1, 2, 4, 4\] is not what allocation"),
+    ],
+)
+def test_plans_that_do_not_fit_the_experiment_are_rejected(changes, pattern):
+    data = plan_dict()
+    data.update(changes)
+    with pytest.raises(SpecError, match=pattern):
+        check(json.dumps(data))
+
+
+def test_a_plan_on_a_type_outside_the_experiments_catalog_is_rejected():
+    data = plan_dict()
+    data["cloud"]["instance_type"] = "p9.mega"
+    with pytest.raises(SpecError, match=r"^plan\.cloud\.instance_type: 'p9\.mega' is not in the experiment's cloud profile"):
+        check(json.dumps(data))
+
+
+def test_a_plan_on_another_type_than_a_single_profile_is_rejected():
+    exp = load_experiment(CIFAR)
+    plan = Plan.from_json(_plan_json())
+    with pytest.raises(SpecError, match=r"^plan\.cloud\.instance_type: the plan is for p3\.8xlarge but the experiment runs on p3\.2xlarge"):
+        check_plan(plan, exp.spec, exp.model, exp.cloud_for("p3.2xlarge"))
+
+
+def test_the_prediction_is_recomputed_not_read_from_the_file():
+    exp = load_experiment(CIFAR)
+    data = plan_dict()
+    # An edited but valid plan: another allocation, with the old (now wrong) prediction and a
+    # made-up price in the file.
+    data.update(allocation=[32, 20, 12, 16], gpus_per_trial=[1, 2, 4, 16], instances=[8, 5, 3, 4])
+    data["predicted"]["jct_s"] = [1.0] * 100
+    data["predicted"]["cost_usd"] = [0.01] * 100
+    data["cloud"]["price_usd_per_hour"] = 0.001
+    plan = check(json.dumps(data))
+    expected = simulate(exp.spec, (32, 20, 12, 16), exp.model, exp.cloud, samples=100, seed=0, instances=(8, 5, 3, 4))
+    np.testing.assert_array_equal(plan.predicted.jct_s, expected.jct_s)
+    np.testing.assert_array_equal(plan.predicted.cost_usd, expected.cost_usd)
+    assert plan.cloud.price_usd_per_hour == exp.cloud.price_usd_per_hour
+    assert plan.allocation == (32, 20, 12, 16) and plan.instances == (8, 5, 3, 4)
+
+
+def test_an_unedited_plan_checks_to_the_same_prediction():
+    original = Plan.from_json(_plan_json())
+    plan = check(_plan_json())
+    assert plan.allocation == original.allocation and plan.instances == original.instances
+    np.testing.assert_allclose(plan.predicted.jct_s, original.predicted.jct_s, atol=1e-4)
+    np.testing.assert_allclose(plan.predicted.cost_usd, original.predicted.cost_usd, atol=1e-6)
