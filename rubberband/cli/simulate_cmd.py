@@ -68,7 +68,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
         text.append(f"wrote {args.gantt}")
-        payload["gantt"] = args.gantt
+        payload["gantt"], payload["gantt_sample"] = args.gantt, k
     emit(args, payload, "\n".join(text))
     return 0
 

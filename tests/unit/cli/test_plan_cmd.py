@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,44 @@ def test_plan_out_writes_a_plan_file(capsys, tmp_path):
     assert plan.policy == "optimal" and plan.deadline_s == 1200.0 and plan.samples == 200
     assert plan.instance_type == "p3.8xlarge" and len(plan.allocation) == 4
     assert plan.predicted.samples == 200 and plan.predicted.mean_jct_s <= 1200.0
+
+
+NOTE = re.compile(r"^note: this plan meets the (\S+) deadline in only (\d+)% of samples; (.*)$", re.M)
+
+
+def test_plan_says_when_the_mean_constrained_plan_often_misses_and_what_confidence_0_9_costs(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "200")
+    assert code == 0
+    (note,) = NOTE.findall(out)
+    deadline, p_meet, advice = note
+    assert deadline == "20m00s" and int(p_meet) < 80
+    _, surer, _ = run(capsys, "plan", CIFAR, "--samples", "200", "--confidence", "0.9", "--json")
+    surer = json.loads(surer)["predicted"]
+    cost = f"${surer['cost_usd_mean']:.2f}"
+    assert re.fullmatch(rf"--confidence 0\.9 would cost {re.escape(cost)} mean \(\+\d+%\), "
+                        rf"P\(meet\) {surer['p_meet']:.0%}", advice), advice
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "200", "--json")
+    assert NOTE.fullmatch(json.loads(out)["note"])
+
+
+def test_plan_says_when_no_plan_reaches_confidence_0_9(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "200", "--deadline", "455s")
+    assert code == 0
+    assert NOTE.findall(out)[0][2] == "no plan meets it with --confidence 0.9"
+
+
+@pytest.mark.parametrize("extra", [["--confidence", "0.6"], ["--deadline", "30m"]])
+def test_no_note_with_a_confidence_or_when_the_plan_usually_meets_its_deadline(capsys, extra):
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "200", *extra)
+    assert code == 0 and "P(JCT" in out and not NOTE.findall(out)
+
+
+def test_stage_cost_footnote_says_where_billing_top_ups_land(capsys):
+    code, out, _ = run(capsys, "plan", CIFAR, "--samples", "100")
+    lines = out.splitlines()
+    last_stage = max(i for i, line in enumerate(lines) if line.strip().startswith("3 "))
+    assert lines[last_stage + 1] == ("stage cost: billing round-ups and minimum-billing top-ups land on the last "
+                                     "stage an instance serves")
 
 
 def test_plan_infeasible_deadline_is_one_error_line(capsys):
@@ -150,6 +189,53 @@ def test_whatif_billing(capsys):
     code, out, _ = run(capsys, "whatif", CIFAR, "--billing", "per_instance,per_function", "--samples", "100")
     assert code == 0
     assert "per_instance" in out and "per_function" in out
+    code, out, _ = run(capsys, "whatif", CIFAR, "--billing", "per_instance,per_function", "--samples", "100", "--json")
+    by_billing = {s["billing"]: s["cost_usd"] for s in json.loads(out)["scenarios"]}
+    for policy in POLICIES:
+        # Per-function billing charges only the GPU-seconds of TRAIN: no SCALE/INIT/SYNC, idle GPUs or rounding.
+        assert by_billing["per_function"][policy] < by_billing["per_instance"][policy], policy
+
+
+def test_whatif_headers_say_their_unit_and_init_latency_has_one_format(capsys):
+    code, out, _ = run(capsys, "whatif", CIFAR, "--init-latency", "1s,100s", "--data-price", "0,0.16",
+                       "--policies", "optimal", "--samples", "50")
+    assert code == 0
+    lines = out.splitlines()
+    header = re.split(r"\s{2,}", lines[1])
+    assert header == ["init latency", "data price (USD/GB)", "optimal cost (USD)", "static/optimal cost"]
+    assert [re.split(r"\s{2,}", line.strip())[:2] for line in lines[3:7]] == [
+        ["1s", "0"], ["1s", "0.16"], ["100s", "0"], ["100s", "0.16"]]
+
+
+def test_whatif_hour_scale_deadlines_keep_their_seconds(capsys):
+    code, out, _ = run(capsys, "whatif", CIFAR, "--deadline", "90m:91m:1s", "--policies", "optimal", "--samples", "50")
+    assert code == 0
+    deadlines = [line.split()[0] for line in out.splitlines()[3:]]
+    assert len(deadlines) == len(set(deadlines)) == 61
+    assert deadlines[:2] == ["1h30m00s", "1h30m01s"] and deadlines[-1] == "1h31m00s"
+
+
+def test_a_two_axis_whatif_plot_draws_one_line_per_value_of_the_second_axis():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from rubberband import load_experiment
+    from rubberband.cli.whatif_cmd import whatif_figure
+    from rubberband.plan import whatif
+
+    exp = load_experiment(CIFAR)
+    vary = {"deadline_s": [5400.0, 6000.0, 6600.0, 7200.0], "init_latency_s": [1.0, 100.0]}
+    scenarios = whatif(exp.spec, exp.model, exp.cloud, 1200.0, vary, ["static", "optimal"], samples=50)
+    fig = whatif_figure(scenarios, list(vary), ["static", "optimal"])
+    lines = fig.axes[0].get_lines()
+    plt.close(fig)
+    assert sorted(line.get_label() for line in lines) == [
+        "optimal, init latency 100s", "optimal, init latency 1s", "static, init latency 100s", "static, init latency 1s"]
+    for line in lines:
+        assert list(line.get_xdata()) == [90, 100, 110, 120]       # minutes, each once: no zig-zag
+        policy, latency = line.get_label().split(", init latency ")
+        assert list(line.get_ydata()) == [s.costs[policy] for s in scenarios
+                                          if s.values["init_latency_s"] == float(latency[:-1])]
 
 
 def test_whatif_trials_json(capsys):

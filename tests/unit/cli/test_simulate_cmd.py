@@ -91,6 +91,16 @@ def test_gantt_writes_a_png(tmp_path, capsys, matplotlib):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_gantt_draws_the_median_run_not_sample_zero(tmp_path, capsys, matplotlib):
+    png = tmp_path / "run.png"
+    assert main([*ARGS, "--gantt", str(png), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    exp = load_experiment(PAPER_JOB)
+    jct = simulate(exp.spec, [32, 20, 12, 8], exp.model, exp.cloud, samples=200, seed=exp.seed).jct_s
+    assert sorted(jct).index(jct[payload["gantt_sample"]]) == 99          # the lower middle of 200
+    assert payload["gantt_sample"] != 0
+
+
 @pytest.mark.parametrize(
     ("extra", "pattern"),
     [
