@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import SpecError
+from rubberband.profiles.cloud import BillingModel
 from rubberband.schema import jsonable
 from rubberband.units import format_duration, format_usd, parse_duration
 
@@ -124,7 +125,7 @@ def cloud_for_args(exp: Experiment, instance_type: str | None):
 def stage_cost_footnote(cloud, column: str) -> str:
     """Where per-instance billing's rounding lands: the simulator adds it when an instance is
     released (DESIGN §4), so a stage's cost can exceed its own instance-seconds."""
-    if cloud.billing.model.value != "per_instance":
+    if cloud.billing.model is not BillingModel.PER_INSTANCE:
         return ""
     return (f"\n{column}: billing round-ups and minimum-billing top-ups land on the last stage "
             "an instance serves")
