@@ -74,7 +74,7 @@ def format_duration(seconds: float) -> str:
     """Format seconds as ``1h02m05s``, ``12m30s`` or ``45.2s``; ``parse_duration`` reads each back."""
     if not math.isfinite(seconds):
         return str(seconds)
-    if seconds < 60:
+    if round(seconds, 1) < 60:                     # 59.97 s is 1m00s, not 60.0s
         return f"{seconds:.1f}s"
     minutes, secs = divmod(int(round(seconds)), 60)
     if minutes < 60:

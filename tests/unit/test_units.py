@@ -34,6 +34,11 @@ def test_hour_scale_keeps_its_seconds():
     assert format_duration(5400) == "1h30m00s"
 
 
+def test_just_under_a_minute_rounds_into_minutes():
+    assert format_duration(59.94) == "59.9s"
+    assert format_duration(59.97) == "1m00s"
+
+
 def test_a_one_second_sweep_at_hour_scale_prints_distinct_values():
     values = parse_range("90m:91m:1s")
     assert len(values) == 61
