@@ -7,7 +7,8 @@ Run with ``.venv/bin/python benchmarks/bench_place.py``. Prints three plain-text
    releasable nodes per stage.
 2. The same SHA job with a fixed 1 GPU per trial, where survivors keep their slots and end
    up scattered, followed at each stage by ``scale_down_plan`` to the fewest nodes that hold
-   them (pack before release): moves and release counts with their times.
+   them: it packs them onto the oldest nodes and releases the newest, as the executor does
+   at a SYNC (pack before release); moves and release counts with their times.
 3. The first placement timed over several repeats (the target is under 100 ms).
 
 Survivors are drawn with a seeded ``numpy.random.Generator`` so runs are reproducible.
@@ -64,7 +65,7 @@ def growing_trials(nodes: list[tuple[str, int]]) -> None:
 def fixed_trials(nodes: list[tuple[str, int]]) -> None:
     rng = np.random.default_rng(SEED)
     print("Same SHA job with 1 GPU per trial: survivors stay put, then scale_down_plan packs "
-          "them onto the fewest nodes before release")
+          "them onto the oldest nodes before the newest are released")
     print(f"{'stage':>5} {'trials':>6} {'place ms':>8} {'moves':>6} {'nodes used':>10} "
           f"{'plan ms':>8} {'target':>6} {'moved':>6} {'released':>8}")
     alive, previous, stage = list(range(NUM_TRIALS)), None, 0

@@ -4,8 +4,9 @@ Per stage: ask the cluster for the stage's instances, let the placement policy m
 to instances (keeping each trial's workers together and unchanged trials where they are),
 start or continue each trial's gang, train the stage's iterations one at a time (the
 checkpoint after each one is what a trial resumes from if its node dies), hand a freed GPU
-to the next queued trial, rank trials at the SYNC and keep the best ``1/eta``, stop the
-gangs on instances the next stage does not need, and release those instances.
+to the next queued trial, rank trials at the SYNC and keep the best ``1/eta``, and, when
+the next stage needs fewer instances, pack the survivors onto the oldest instances before
+releasing the newest.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from rubberband.errors import ProviderError, RubberbandError, SpecError
 from rubberband.executor.ports import ClusterPort, Node, TrialRunnerPort
 from rubberband.executor.search_space import sample_configs
-from rubberband.placement import Placement, place
+from rubberband.placement import Placement, place, scale_down_plan
 from rubberband.plan.plan import Plan
 
 log = logging.getLogger("rubberband.executor")
@@ -186,15 +187,7 @@ class Driver:
                     self._stop_gang(trial)
             next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else (count if self.keep_warm else 0)
             if next_count < count:
-                current = self.cluster.nodes()
-                kept = [n.name for n in current[:next_count]]
-                for tid in keep:
-                    trial = self.trials[tid]
-                    if any(inst not in kept for inst in trial.instances):
-                        self._stop_gang(trial)      # checkpointed every iteration: resumes next stage
-                for node in current[next_count:]:
-                    self.runner.release_instance(node.name)
-                self.cluster.release_to(kept, stage=i)
+                self._pack_and_release(i, keep, next_count)
             self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep)))
             self._emit("sync", index=i, promoted=keep)
             active = keep
@@ -203,6 +196,29 @@ class Driver:
         if not self.keep_warm:
             self.runner.shutdown()
         return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
+
+    def _pack_and_release(self, index: int, survivors: list[str], count: int) -> None:
+        """Scale down at a SYNC: pack before releasing (DESIGN §6) and release the most
+        recently launched instances (DESIGN §4), keeping the ``count`` oldest.
+
+        Survivors that will run next stage at their current size stay where they are if
+        their instances are kept, else move (checkpointed every iteration: restarted on the
+        kept instances) before the newest are released. A survivor that the next stage
+        resizes or queues restarts then anyway, so it is stopped rather than moved.
+        """
+        carried: set[str] = set()
+        if survivors:   # only when the next stage continues this bracket
+            m, slots = self.plan.gpus_per_trial[index + 1], self.plan.allocation[index + 1]
+            carried = {t for t in survivors[:slots] if len(self.placement.assignments.get(t, ())) == m}
+        for tid in survivors:
+            if tid not in carried:
+                self._stop_gang(self.trials[tid])
+        packed = scale_down_plan(self.placement, [(n.name, n.gpus) for n in self.cluster.nodes()], count)
+        self.placement = packed.placement
+        self._launch_all(list(packed.moved))
+        for node in packed.release:
+            self.runner.release_instance(node)
+        self.cluster.release_to(list(packed.keep), stage=index)
 
     def _run_stage(self, index: int, iters: int, active: list[str], slots: int, m: int, nodes: list[Node],
                    started: float) -> None:

@@ -1,54 +1,43 @@
 """The placement policy: which node and GPUs each trial gets, and how to pack before releasing.
 
 A pure function of its arguments (paper §4.4, Algorithm 3): ``place`` maps trials' GPU
-demands onto the cluster's nodes, keeping each trial's workers together, leaving unchanged
-trials where they are and using as few nodes as it can; ``scale_down_plan`` says which
-trials to move, and where, so that the cluster can shrink to a target number of nodes.
-Neither touches Ray or the cloud: the executor applies the returned values.
+demands onto the cluster's nodes and ``scale_down_plan`` packs the trials onto the oldest
+nodes so that the newest can be released (DESIGN §4: scale-down releases the most recently
+launched instances first). Neither touches Ray or the cloud: the executor applies the
+returned values.
 
-Rules (a node's size is its GPU count; ``G`` is the largest node size, and in the usual
-homogeneous cluster every node's size):
+The policy is best-fit decreasing with displacement. A node's size is its GPU count and
+``G`` the largest node size (in the usual homogeneous cluster, every node's size):
 
-- a trial wanting ``m <= G`` GPUs sits on one node;
-- a trial wanting ``m > G`` GPUs takes whole nodes exclusively — ``ceil(m / G)`` of them when
-  nodes are equal — and fills them in order (every node but the last is full);
-- no ``(node, GPU index)`` slot is used twice, and reserved trials are never moved;
-- larger trials are placed first and may displace smaller non-reserved ones; when not
-  everything fits, a trial is left unplaced only if it cannot fit beside the higher-ranked
-  trials placed (larger first; ties: unchanged trials first, then the order of ``demands``);
-- then the fewest unchanged trials move, then the fewest nodes are used (nodes in use first,
-  best fit; among empty nodes the ones listed first).
+- a trial wanting ``m <= G`` GPUs sits on one node; one wanting ``m > G`` takes whole nodes
+  (the fewest, largest first) and fills them in order, leaving the last one's spare GPUs idle;
+- reserved trials never move, and a trial that wants as many GPUs as it holds in
+  ``previous`` (an *unchanged* trial) stays on its slots when they still exist;
+- every other trial is placed largest first (ties: the order of ``demands``) on the node in
+  use with the least room that fits it, else on the first listed (oldest) empty node;
+- a trial that finds no room evicts strictly smaller, non-reserved trials from the node(s)
+  where that moves the fewest unchanged trials, and the evicted trials are placed again.
 
-The node-level search lives in ``rubberband.placement._packing``. On small inputs (at most
-``EXACT_MAX_TRIALS`` trials to place, within a search budget) it is exact: who is unplaced,
-how many unchanged trials move and how many nodes are used all match an exhaustive search.
-Beyond that it is best-fit decreasing with displacement (the paper's Algorithm 3), which on
-a fresh placement is optimal, and places everything that fits, whenever the trial sizes
-divide each other and the node size (powers of two on 1/2/4/8-GPU nodes, as successive
-halving produces); with other size mixes it may use a node more than needed, or report a
-trial unplaced that an exhaustive search could fit. On nodes of different sizes,
-multi-node trials are placed heuristically even on small inputs.
+When every trial of a stage wants the same GPU count (what the executor asks for), or the
+sizes divide each other and the node size (powers of two on 1/2/4/8-GPU nodes), this uses
+the fewest nodes and moves the fewest trials; with other size mixes it may use a node more
+than an exhaustive search would (``rubberband.testing.placement_oracle`` is that search, the
+property tests' reference).
 """
 
 from __future__ import annotations
 
-import math
+import heapq
 import numbers
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from types import MappingProxyType
 from typing import Any
 
 from rubberband.errors import RubberbandError, SpecError
-from rubberband.placement import _packing
 
 #: One GPU: ``(node id, GPU index on that node)``.
 Slot = tuple[Hashable, int]
-
-#: ``scale_down_plan`` tries every choice of nodes to release when there are at most this
-#: many choices (exact on small clusters), else a few greedy choices.
-EXACT_RELEASE_CHOICES = 64
 
 
 class InfeasiblePlacementError(RubberbandError, ValueError):
@@ -254,6 +243,24 @@ def _check_previous(previous: Placement | None) -> Placement:
     return previous
 
 
+
+def _check_reserved(reserved: Iterable[Hashable], dem: dict, prev: Placement) -> set:
+    res = set()
+    for t in reserved:
+        _hashable(t, "reserved trial")
+        if t not in dem:
+            raise SpecError(f"reserved: trial {t!r} is not in demands; a reserved trial must still be wanted")
+        if t not in prev.assignments:
+            raise SpecError(f"reserved: trial {t!r} has no slots in previous; only a placed trial can be reserved")
+        if len(prev.assignments[t]) != dem[t]:
+            raise SpecError(
+                f"reserved: trial {t!r} holds {len(prev.assignments[t])} GPUs in previous but wants {dem[t]}; "
+                "a reserved trial cannot be resized — confirm or cancel the reservation first"
+            )
+        res.add(t)
+    return res
+
+
 # --- place --------------------------------------------------------------------------------
 def place(
     demands: Mapping[Hashable, int],
@@ -263,12 +270,11 @@ def place(
 ) -> Placement:
     """Map each trial's GPU demand onto nodes and GPU slots (paper Algorithm 3).
 
-    Priorities, in order: reserved trials stay exactly where they are; as many trials are
-    placed as fit, larger ones first; the fewest unchanged trials move (a trial is unchanged
-    when it wants as many GPUs as it holds in ``previous``); the fewest nodes are used,
-    nodes already in use first, then empty nodes in the order listed. With the same
-    ``demands``, ``nodes`` and ``previous`` nothing moves. Compacting a fragmented cluster
-    (moving unchanged trials to free nodes) is ``scale_down_plan``'s job, not this one's.
+    Reserved trials stay exactly where they are, unchanged trials (same GPU count as in
+    ``previous``) stay on their slots, and the others are placed best-fit decreasing,
+    displacing smaller trials when a larger one finds no room (see the module docstring).
+    With the same ``demands``, ``nodes`` and ``previous`` nothing moves. Packing a scattered
+    cluster onto fewer nodes is ``scale_down_plan``'s job, not this one's.
 
     Args:
         demands: trial id -> GPUs wanted (an integer >= 1).
@@ -290,108 +296,219 @@ def place(
     dem = _check_demands(demands)
     node_list = _check_nodes(nodes)
     prev = _check_previous(previous)
-    prob = _problem(dem, node_list, prev, reserved)
-    cand = _packing.solve(prob)
-    return _to_placement(prob, cand, dem, node_list)
+    res = _check_reserved(reserved, dem, prev)
+    return _Packer(node_list, dem, prev, res).run()
 
 
-def _problem(dem: dict, node_list: list, prev: Placement, reserved: Iterable[Hashable]) -> _packing.Problem:
-    ids = [nid for nid, _ in node_list]
-    caps = tuple(g for _, g in node_list)
-    index = {nid: i for i, nid in enumerate(ids)}
-    maxcap = max(caps, default=0)
-    res = set()
-    for t in reserved:
-        _hashable(t, "reserved trial")
-        if t not in dem:
-            raise SpecError(f"reserved: trial {t!r} is not in demands; a reserved trial must still be wanted")
-        if t not in prev.assignments:
-            raise SpecError(f"reserved: trial {t!r} has no slots in previous; only a placed trial can be reserved")
-        if len(prev.assignments[t]) != dem[t]:
-            raise SpecError(
-                f"reserved: trial {t!r} holds {len(prev.assignments[t])} GPUs in previous but wants {dem[t]}; "
-                "a reserved trial cannot be resized — confirm or cancel the reservation first"
-            )
-        res.add(t)
+class _Packer:
+    """One run of best-fit decreasing with displacement; nodes are indices into the caller's list."""
 
-    fixed: dict = {}
-    fixed_excl = [False] * len(caps)
-    hosted: set[int] = set()  # nodes hosting a reserved or an accepted unchanged trial
-    for t in dem:
-        if t not in res:
-            continue
-        slots = []
-        for nid, g in prev.assignments[t]:
-            if nid not in index or g >= caps[index[nid]]:
-                raise SpecError(
-                    f"reserved: trial {t!r} is reserved on slot ({nid!r}, {g}) but nodes has no such GPU; "
-                    "pass the node it was reserved on, or drop the reservation"
-                )
-            slots.append((index[nid], g))
-        fixed[t] = tuple(slots)
-        spans = {i for i, _ in slots}
-        hosted |= spans
-        if dem[t] > maxcap:
-            for i in spans:
-                fixed_excl[i] = True
+    def __init__(self, node_list: list[tuple[Hashable, int]], dem: dict, prev: Placement, res: set):
+        self.ids = [nid for nid, _ in node_list]
+        self.caps = [g for _, g in node_list]
+        self.index = {nid: i for i, nid in enumerate(self.ids)}
+        self.largest = max(self.caps, default=0)
+        self.dem, self.prev, self.res = dem, prev, res
+        self.on: list[dict] = [{} for _ in self.caps]   # trial -> GPUs it holds on the node
+        self.free = list(self.caps)
+        self.whole = [False] * len(self.caps)          # held by a multi-node trial: no one else fits
+        self.open: set[int] = set()                     # nodes in use with room left (best fit looks here)
+        self.where: dict = {}                           # trial -> node indices, in fill order
+        self.exact: dict = {}                           # trial -> its slots in previous, when it keeps them
+        self.home: dict = {}                            # unchanged trial -> the nodes it may stay on
 
-    # An unchanged trial may stay only if its former slots still exist and obey the rules.
-    stays: dict = {}
-    for t, m in dem.items():
-        if t in res or t not in prev.assignments:
-            continue
-        nodes_of = _stay_nodes(prev.assignments[t], m, caps, index, maxcap)
-        if nodes_of is not None:
-            stays[t] = nodes_of
-    order_of = {t: k for k, t in enumerate(dem)}
-    ranked = sorted((t for t in dem if t not in res), key=lambda t: (-dem[t], t not in stays, order_of[t]))
+    def big(self, t: Hashable) -> bool:
+        return self.dem[t] > self.largest
 
-    # Accept unchanged trials in rank order while they stay consistent with each other (a
-    # hand-made `previous` might share a multi-node trial's node); the rest must move.
-    whole: set[int] = {i for i, e in enumerate(fixed_excl) if e}
-    items = []
-    prev_slots = {}
-    for rank, t in enumerate(ranked):
-        m = dem[t]
-        big = m > maxcap
-        nodes_of = stays.get(t)
-        if nodes_of is not None:
-            if (big and any(i in hosted for i in nodes_of)) or (not big and nodes_of[0] in whole):
-                nodes_of = None
-            else:
-                hosted |= set(nodes_of)
-                if big:
-                    whole |= set(nodes_of)
-                prev_slots[t] = tuple((index[nid], g) for nid, g in prev.assignments[t])
-        items.append(_packing.Item(t, m, rank, order_of[t], big, nodes_of))
-    return _packing.Problem(caps, fixed, tuple(fixed_excl), tuple(items), prev_slots)
+    # --- state ----------------------------------------------------------------------------
+    def _refresh(self, i: int) -> None:
+        self.whole[i] = any(self.big(t) for t in self.on[i])
+        self.free[i] = 0 if self.whole[i] else self.caps[i] - sum(self.on[i].values())
+        if self.on[i] and self.free[i]:
+            self.open.add(i)
+        else:
+            self.open.discard(i)
 
+    def _put(self, t: Hashable, nodes: tuple[int, ...]) -> None:
+        left = self.dem[t]
+        for i in nodes:
+            g = min(self.caps[i], left)
+            left -= g
+            self.on[i][t] = g
+            self._refresh(i)
+        self.where[t] = nodes
+        if self.home.get(t) is not None and set(self.home[t]) == set(nodes):
+            self.exact[t] = self.prev.assignments[t]
 
-def _stay_nodes(slots: tuple[Slot, ...], m: int, caps: tuple[int, ...], index: dict, maxcap: int) -> tuple[int, ...] | None:
-    """Node indices of an unchanged trial's former slots, or None if it cannot stay there."""
-    if len(slots) != m:
-        return None
-    per_node: dict[int, int] = {}
-    for nid, g in slots:
-        i = index.get(nid)
-        if i is None or g >= caps[i]:
+    def _hold(self, t: Hashable, slots: tuple[Slot, ...]) -> None:
+        """Put ``t`` back on exactly ``slots`` (node ids), which are known to exist."""
+        nodes = tuple(dict.fromkeys(self.index[nid] for nid, _ in slots))
+        for i in nodes:
+            self.on[i][t] = sum(1 for nid, _ in slots if self.index[nid] == i)
+            self._refresh(i)
+        self.where[t] = nodes
+        self.exact[t] = slots
+
+    def _remove(self, t: Hashable) -> None:
+        for i in self.where.pop(t):
+            del self.on[i][t]
+            self._refresh(i)
+        self.exact.pop(t, None)
+
+    # --- the policy -----------------------------------------------------------------------
+    def _home(self, t: Hashable) -> tuple[int, ...] | None:
+        """The nodes an unchanged trial may stay on: its former slots exist and obey the rules."""
+        slots = self.prev.assignments.get(t, ())
+        if len(slots) != self.dem[t]:
             return None
-        per_node[i] = per_node.get(i, 0) + 1
-    if m <= maxcap:
-        return tuple(per_node) if len(per_node) == 1 else None
-    # Whole nodes: every node but at most one must be full, or it spans more than needed.
-    if sum(1 for i, k in per_node.items() if k < caps[i]) > 1:
-        return None
-    return tuple(per_node)
+        per_node: dict[int, int] = {}
+        for nid, g in slots:
+            i = self.index.get(nid)
+            if i is None or g >= self.caps[i]:
+                return None
+            per_node[i] = per_node.get(i, 0) + 1
+        if not self.big(t):
+            return tuple(per_node) if len(per_node) == 1 else None
+        # Whole nodes: all but at most one full, or it spans more nodes than it needs.
+        return tuple(per_node) if sum(k < self.caps[i] for i, k in per_node.items()) <= 1 else None
 
+    def _fits_home(self, t: Hashable, nodes: tuple[int, ...]) -> bool:
+        """Whether ``t`` can stay on ``nodes`` beside what is placed (a hand-made ``previous``
+        may have let a multi-node trial share a node)."""
+        if self.big(t):
+            return all(not self.on[i] for i in nodes)
+        return not self.whole[nodes[0]]
 
-def _to_placement(prob: _packing.Problem, cand: _packing.Candidate, dem: dict, node_list: list) -> Placement:
-    ids = [nid for nid, _ in node_list]
-    slots = _packing.materialize(prob, cand)
-    assignments = {
-        t: tuple((ids[i], g) for i, g in slots[t]) for t in dem if t in slots
-    }
-    return Placement(assignments, tuple(t for t in dem if t in cand.unplaced))
+    def _find(self, m: int) -> tuple[int, ...] | None:
+        """Best fit: the node in use with the least room that holds ``m`` GPUs (ties: listed
+        first), else the first listed empty node; a multi-node trial takes the fewest empty
+        nodes, largest first."""
+        n = len(self.caps)
+        if m > self.largest:
+            take, total = [], 0
+            for i in sorted((i for i in range(n) if not self.on[i]), key=lambda i: (-self.caps[i], i)):
+                take.append(i)
+                total += self.caps[i]
+                if total >= m:
+                    return tuple(take)
+            return None
+        fits = [(self.free[i], i) for i in self.open if self.free[i] >= m]
+        if fits:
+            return (min(fits)[1],)
+        return next(((i,) for i in range(n) if not self.on[i] and self.caps[i] >= m), None)
+
+    def _make_room(self, t: Hashable, kept: set, rank: dict) -> tuple[tuple[int, ...], list] | None:
+        """Node(s) for ``t`` once strictly smaller, non-reserved trials are evicted there,
+        choosing the node(s) that evict the fewest unchanged (kept) trials, then the fewest
+        trials and GPUs; ``None`` when no node can be cleared."""
+        m = self.dem[t]
+
+        def cost(victims: Iterable[Hashable]) -> tuple[int, int, int]:
+            victims = list(victims)
+            return sum(v in kept for v in victims), len(victims), sum(self.dem[v] for v in victims)
+
+        def evictable(v: Hashable) -> bool:
+            return v not in self.res and self.dem[v] < m
+
+        if m > self.largest:
+            # A multi-node victim frees all its nodes: charge each of them its share.
+            def share(i: int) -> tuple[float, float, int]:
+                span = {v: len(self.where[v]) for v in self.on[i]}
+                return (sum(1 / span[v] for v in span if v in kept), sum(1 / k for k in span.values()),
+                        sum(self.on[i].values()))
+
+            clear = sorted(
+                (share(i), -self.caps[i], i) for i in range(len(self.caps))
+                if all(evictable(v) for v in self.on[i])
+            )
+            take, total = [], 0
+            for _, _, i in clear:
+                take.append(i)
+                total += self.caps[i]
+                if total >= m:
+                    return tuple(take), list(dict.fromkeys(v for i in take for v in self.on[i]))
+            return None
+        best = None
+        for i, cap in enumerate(self.caps):
+            if cap < m or self.whole[i]:
+                continue
+            room, victims = self.free[i], []
+            # Evict trials that already moved before unchanged ones, then larger ones (fewer
+            # victims), then the ones placed last.
+            for v in sorted(filter(evictable, self.on[i]), key=lambda v: (v in kept, -self.dem[v], -rank[v])):
+                if room >= m:
+                    break
+                victims.append(v)
+                room += self.dem[v]
+            if room >= m and (best is None or (cost(victims), i) < best[0]):
+                best = ((cost(victims), i), (i,), victims)
+        return None if best is None else (best[1], best[2])
+
+    def run(self) -> Placement:
+        for t in self.dem:
+            if t in self.res:
+                for nid, g in self.prev.assignments[t]:
+                    if nid not in self.index or g >= self.caps[self.index[nid]]:
+                        raise SpecError(
+                            f"reserved: trial {t!r} is reserved on slot ({nid!r}, {g}) but nodes has no such GPU; "
+                            "pass the node it was reserved on, or drop the reservation"
+                        )
+                self._hold(t, self.prev.assignments[t])
+        self.home = {t: self._home(t) for t in self.dem if t not in self.res and t in self.prev.assignments}
+        order = {t: k for k, t in enumerate(self.dem)}
+        ranked = sorted((t for t in self.dem if t not in self.res),
+                        key=lambda t: (-self.dem[t], self.home.get(t) is None, order[t]))
+        rank = {t: r for r, t in enumerate(ranked)}
+        kept, queue = set(), []
+        for t in ranked:      # unchanged trials first stay where they are, larger ones first
+            nodes = self.home.get(t)
+            if nodes is not None and self._fits_home(t, nodes):
+                self._hold(t, self.prev.assignments[t])
+                kept.add(t)
+            else:
+                queue.append(rank[t])
+        # Largest first. Evicted trials are strictly smaller than their evictor, so sizes come
+        # out of the queue in non-increasing order: a size that found no room (even by
+        # eviction) cannot find any later, and a trial placed from the queue is never evicted.
+        heapq.heapify(queue)
+        failed: set[int] = set()
+        unplaced = set()
+        while queue:
+            t = ranked[heapq.heappop(queue)]
+            nodes = None if self.dem[t] in failed else self._find(self.dem[t])
+            if nodes is None and self.dem[t] not in failed and (made := self._make_room(t, kept, rank)):
+                nodes, victims = made
+                for v in victims:
+                    self._remove(v)
+                    kept.discard(v)
+                    heapq.heappush(queue, rank[v])
+            if nodes is None:
+                failed.add(self.dem[t])
+                unplaced.add(t)
+            else:
+                self._put(t, nodes)
+        return Placement(self._slots(), tuple(t for t in self.dem if t in unplaced))
+
+    def _slots(self) -> dict:
+        """GPU indices: trials keeping their former slots claim them first; the others take the
+        lowest free GPUs of their nodes (a multi-node trial fills its nodes in order)."""
+        taken: list[set[int]] = [set() for _ in self.caps]
+        for slots in self.exact.values():
+            for nid, g in slots:
+                taken[self.index[nid]].add(g)
+        out = {}
+        for t in self.dem:
+            if t in self.exact:
+                out[t] = self.exact[t]
+            elif t in self.where:
+                slots = []
+                for i in self.where[t]:
+                    free = (g for g in range(self.caps[i]) if g not in taken[i])
+                    mine = [next(free) for _ in range(self.on[i][t])]
+                    taken[i].update(mine)
+                    slots.extend((self.ids[i], g) for g in mine)
+                out[t] = tuple(slots)
+        return out
 
 
 # --- scale down ---------------------------------------------------------------------------
@@ -399,15 +516,12 @@ def scale_down_plan(
     placement: Placement,
     nodes: Sequence[tuple[Hashable, int]] | Mapping[Hashable, int],
     target_nodes: int,
-    reserved: Iterable[Hashable] = (),
 ) -> ScaleDownPlan:
-    """Which trials to move, and where, so that only ``target_nodes`` nodes stay (pack first).
+    """Pack the placed trials onto the ``target_nodes`` oldest nodes so the newest can go.
 
-    Chooses the nodes to release so that the fewest trials move (empty nodes first, then the
-    nodes whose trials are fewest and smallest; ties release the most recently listed), then
-    re-places the displaced trials with ``place`` on the kept nodes. On small clusters every
-    choice of nodes to release is tried (at most ``EXACT_RELEASE_CHOICES``), so the moves are
-    the fewest possible; otherwise a few greedy choices are compared.
+    The nodes listed last (launched most recently) are released, as DESIGN §4's cost model
+    assumes. The trials on them move to the kept nodes with ``place`` (best fit, largest
+    first), and trials already on kept nodes stay unless a moving trial must evict them.
 
     Args:
         placement: the placement in force; its trials keep their GPU counts, and its
@@ -416,104 +530,39 @@ def scale_down_plan(
             it must include every node ``placement`` uses.
         target_nodes: how many nodes to keep. If it is not below ``len(nodes)`` nothing moves
             and nothing is released.
-        reserved: trials that must not move; their nodes are kept.
 
     Returns:
         A ``ScaleDownPlan``: the new placement, the moved trials, and the nodes to release.
 
     Raises:
-        SpecError: if ``target_nodes`` is not an integer >= 0, ``nodes`` is malformed or
-            misses a node that ``placement`` uses, or a reserved trial is not placed.
-        InfeasiblePlacementError: if the trials cannot fit on ``target_nodes`` nodes.
+        SpecError: if ``target_nodes`` is not an integer >= 0, or ``nodes`` is malformed or
+            misses a node that ``placement`` uses.
+        InfeasiblePlacementError: if the trials do not fit on the ``target_nodes`` oldest nodes.
     """
     if not isinstance(placement, Placement):
         raise SpecError(f"placement: expected a Placement, got {type(placement).__name__}")
     node_list = _check_nodes(nodes)
     if isinstance(target_nodes, bool) or not isinstance(target_nodes, numbers.Integral) or target_nodes < 0:
         raise SpecError(f"target_nodes: expected an integer >= 0, got {target_nodes!r}")
-    target_nodes = int(target_nodes)
     ids = [nid for nid, _ in node_list]
-    known = set(ids)
-    missing = [n for n in placement.nodes_used() if n not in known]
+    missing = [n for n in placement.nodes_used() if n not in set(ids)]
     if missing:
         raise SpecError(f"nodes: placement uses node {missing[0]!r}, which nodes does not list; pass every node in use")
-    res = set(reserved)
-    for t in res:
-        if t not in placement.assignments:
-            raise SpecError(f"reserved: trial {t!r} is not placed in placement; only a placed trial can be reserved")
-    if len(node_list) <= target_nodes:
-        return ScaleDownPlan(placement, (), (), tuple(ids))
-
+    keep = node_list[:target_nodes]
     demands = {t: len(s) for t, s in placement.assignments.items()}
-    pinned = {n for t in res for n, _ in placement.assignments[t]}
-    drop = len(node_list) - target_nodes
-    free_choice = [i for i, nid in enumerate(ids) if nid not in pinned]
-    best = None
-    for out in _release_choices(placement, node_list, free_choice, drop):
-        kept = [node_list[i] for i in range(len(node_list)) if i not in out]
-        p = place(demands, kept, placement, res)
-        if p.unplaced:
-            continue
-        moved = p.moves(placement)
-        # Among equally cheap choices release the most recently listed nodes.
-        key = (len(moved), sum(demands[t] for t in moved), tuple(-i for i in sorted(out, reverse=True)))
-        if best is None or key < best[0]:
-            best = (key, out, p, moved)
-    if best is None:
-        raise InfeasiblePlacementError(_shrink_message(placement, demands, node_list, res, target_nodes))
-    _, out, p, moved = best
-    return ScaleDownPlan(
-        placement=Placement(p.assignments, placement.unplaced),
-        moved=moved,
-        release=tuple(ids[i] for i in sorted(out, reverse=True)),
-        keep=tuple(nid for i, nid in enumerate(ids) if i not in out),
-    )
-
-
-def _release_choices(placement: Placement, node_list: list, free_choice: list[int], drop: int) -> list[frozenset]:
-    """Sets of node indices to release: all of them when few, else greedy picks."""
-    if drop > len(free_choice):
-        return []
-    if math.comb(len(free_choice), drop) <= EXACT_RELEASE_CHOICES:
-        return [frozenset(c) for c in combinations(free_choice, drop)]
-    index = {nid: i for i, (nid, _) in enumerate(node_list)}
-    on: list[set] = [set() for _ in node_list]
-    gpus = [0] * len(node_list)
-    for t, slots in placement.assignments.items():
-        for nid, _ in slots:
-            on[index[nid]].add(t)
-            gpus[index[nid]] += 1
-    choices = []
-    # Greedy by marginal moves: a multi-node trial moved off one node moves off all of them.
-    moving: set = set()
-    out: list[int] = []
-    pool = list(free_choice)
-    for _ in range(drop):
-        i = min(pool, key=lambda i: (len(on[i] - moving), gpus[i], -i))
-        pool.remove(i)
-        out.append(i)
-        moving |= on[i]
-    choices.append(frozenset(out))
-    choices.append(frozenset(sorted(free_choice, key=lambda i: (gpus[i], len(on[i]), -i))[:drop]))
-    choices.append(frozenset(sorted(free_choice, reverse=True)[:drop]))
-    unique = []
-    for c in choices:
-        if c not in unique:
-            unique.append(c)
-    return unique
-
-
-def _shrink_message(placement: Placement, demands: dict, node_list: list, res: set, target: int) -> str:
-    gpus = sum(demands.values())
-    anchor = Placement({t: placement.assignments[t] for t in res})
-    packed = place(demands, node_list, anchor, res)
-    need = len(packed.nodes_used())
-    if need > target:
-        return (
-            f"cannot shrink to {target} nodes: the {len(demands)} placed trials ({gpus} GPUs) need at least "
-            f"{need} of these nodes; keep at least {need} nodes or stop some trials first"
+    packed = place(demands, keep, placement)
+    if packed.unplaced:     # the trials that stay fragment the kept nodes: pack them all afresh
+        packed = place(demands, keep)
+    if packed.unplaced:
+        fresh = place(demands, node_list)
+        need = f"at least {len(fresh.nodes_used())}" if not fresh.unplaced else "more than these"
+        raise InfeasiblePlacementError(
+            f"cannot shrink to {target_nodes} nodes: the {len(demands)} placed trials ({sum(demands.values())} GPUs) "
+            f"do not fit on the oldest {target_nodes} and need {need} nodes; keep more nodes or stop some trials first"
         )
-    return (
-        f"cannot shrink to {target} nodes: no packing of the {len(demands)} placed trials ({gpus} GPUs) "
-        f"onto {target} nodes was found; keep more nodes or stop some trials first"
+    return ScaleDownPlan(
+        placement=Placement(packed.assignments, placement.unplaced),
+        moved=packed.moves(placement),
+        release=tuple(reversed(ids[len(keep):])),
+        keep=tuple(ids[: len(keep)]),
     )

@@ -56,6 +56,10 @@ def by_lr(trials: list[str], reverse: bool = False) -> list[str]:
 ALL = [f"t{j:03d}" for j in range(8)]
 
 
+def lr_space(*lrs: float) -> dict:
+    return {"lr": {"grid": list(lrs)}}
+
+
 # --- SHA promotion ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("metric", "mode", "best_first"), [
@@ -154,6 +158,34 @@ def test_scale_down_keeps_the_oldest_instances_and_stops_workers_first():
     assert fakes.runner.shut_down
 
 
+def test_scale_down_packs_survivors_onto_the_oldest_instance_before_releasing_the_newest():
+    # Stage 0: t000, t001 on rb-instance-1 and t002, t003 on rb-instance-2; the best two
+    # (lowest lr) are t001 and t002; stage 1 runs them at 1 GPU each on one instance.
+    outcome, fakes = run(spec((4, 2), (2, 2)), (4, 2), G=2, space=lr_space(0.9, 0.1, 0.2, 0.8))
+    assert outcome.stages[0].promoted == ["t001", "t002"]
+    runner, calls = fakes.runner, fakes.calls
+    (stays,) = runner.gangs_of("t001")                       # on a kept instance: never restarted
+    assert stays.instances == ("rb-instance-1",)
+    first, moved = runner.gangs_of("t002")                   # on the newest instance: moved once
+    assert first.instances == ("rb-instance-2",) and moved.instances == ("rb-instance-1",)
+    assert moved.from_step == 2 and decode_checkpoint(moved.checkpoint) == {"trial": "t002", "step": 2}
+    # Packed at the SYNC, before the newest instance goes and before stage 1 begins.
+    start = calls.index(("runner", "start", "t002", ("rb-instance-1",)))
+    assert start < calls.index(("runner", "release_instance", "rb-instance-2"))
+    assert start < calls.index(("cluster", "release_to", ["rb-instance-1"], 0))
+    assert start < calls.index(("cluster", "scale_to", 1, 1))
+    assert outcome.trials["t002"].history[-1]["instances"] == ["rb-instance-1"]
+    assert outcome.trials["t002"].step == 4
+
+
+def test_scale_down_stops_rather_than_moves_survivors_the_next_stage_resizes():
+    # Stage 0: 8 trials at 1 GPU on two 4-GPU instances; stage 1: the best 2 at 2 GPUs on one.
+    outcome, fakes = run(spec((8, 1), (2, 1)), (8, 4), G=4)
+    for tid in outcome.stages[1].trials:
+        assert [g.size for g in fakes.runner.gangs_of(tid)] == [1, 2]    # one restart: the resize
+        assert outcome.trials[tid].history[-1]["instances"] == ["rb-instance-1"] * 2
+
+
 @pytest.mark.parametrize(("stages", "allocation", "G"), [
     (((8, 1), (4, 2), (2, 4), (1, 8)), (8, 8, 8, 4), 4),
     (((8, 1), (4, 2), (2, 4), (1, 8)), (8, 4, 2, 1), 2),
@@ -177,10 +209,6 @@ def test_every_trial_trains_its_stages_without_oversubscribing(stages, allocatio
 
 
 # --- recovery -----------------------------------------------------------------------------
-
-def lr_space(*lrs: float) -> dict:
-    return {"lr": {"grid": list(lrs)}}
-
 
 def test_a_lost_gang_resumes_from_its_last_checkpoint():
     outcome, fakes = run(spec((2, 3), (1, 3)), (2, 1), G=2, space=lr_space(0.1, 0.5),

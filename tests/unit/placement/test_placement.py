@@ -1,11 +1,10 @@
-"""Placement policy: rules, stability, optimality against brute force, scale-down plans."""
+"""Placement policy: rules, stability, optimality against the exhaustive oracle, scale-down plans."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections import Counter
-from itertools import combinations, product
 
 import pytest
 from hypothesis import given, settings
@@ -19,13 +18,14 @@ from rubberband.placement import (
     place,
     scale_down_plan,
 )
+from rubberband.testing import placement_oracle as oracle
 
 NODE_SIZES = (1, 4, 8)
 FAST = settings(max_examples=75, deadline=None)
 SLOW = settings(max_examples=40, deadline=None)
 
 
-# --- checks and brute-force oracles -------------------------------------------------------
+# --- checks -------------------------------------------------------------------------------
 
 def check_valid(p: Placement, demands: dict, nodes: list, previous: Placement | None = None, reserved=()) -> None:
     """Every rule a placement must obey, whatever the inputs."""
@@ -58,112 +58,8 @@ def check_valid(p: Placement, demands: dict, nodes: list, previous: Placement | 
                 assert p.trials_on(n) == (t,), f"{t} shares node {n} with {p.trials_on(n)}"
 
 
-def unchanged(demands: dict, nodes: list, previous: Placement | None, reserved=()) -> dict:
-    """Non-reserved trials that could stay put: trial -> frozenset of its former node ids."""
-    if previous is None:
-        return {}
-    caps = dict(nodes)
-    out = {}
-    for t, m in demands.items():
-        if t in reserved or t not in previous.assignments:
-            continue
-        slots = previous.slots(t)
-        if len(slots) == m and all(n in caps and g < caps[n] for n, g in slots):
-            out[t] = frozenset(n for n, _ in slots)
-    return out
-
-
-def brute_best(trials: list, demands: dict, nodes: list, previous: Placement | None, reserved=()):
-    """Exhaustive optimum ``(moves of unchanged trials, nodes used)`` for placing ``trials``.
-
-    Equal-sized nodes only; reserved trials stay at their former slots. ``None`` when no
-    valid placement of ``trials`` exists.
-    """
-    if not nodes:
-        return (0, 0) if not trials else None
-    ids = [n for n, _ in nodes]
-    g = nodes[0][1]
-    free = dict(nodes)
-    fixed_whole, used0 = set(), set()
-    for t in reserved:
-        for n, _ in previous.slots(t):
-            free[n] -= 1
-            used0.add(n)
-            if demands[t] > g:
-                fixed_whole.add(n)
-    stay = unchanged(demands, nodes, previous, reserved)
-    options = []
-    for t in trials:
-        m = demands[t]
-        options.append([(n,) for n in ids] if m <= g else list(combinations(ids, math.ceil(m / g))))
-    best = None
-    for combo in product(*options):
-        load: Counter = Counter()
-        whole = set(fixed_whole)
-        ok = True
-        for t, where in zip(trials, combo):
-            if demands[t] > g:
-                if any(n in whole or load[n] or free[n] < g for n in where):
-                    ok = False
-                    break
-                whole.update(where)
-            else:
-                n = where[0]
-                load[n] += demands[t]
-                if n in whole or load[n] > free[n]:
-                    ok = False
-                    break
-        if not ok:
-            continue
-        moves = sum(1 for t, where in zip(trials, combo) if t in stay and frozenset(where) != stay[t])
-        key = (moves, len(used0 | {n for where in combo for n in where}))
-        if best is None or key < best:
-            best = key
-    return best
-
-
-def brute_admitted(demands: dict, nodes: list, previous: Placement | None, reserved=()) -> list:
-    """Trials admitted largest first (ties: unchanged first, then order) while a packing exists."""
-    stay = unchanged(demands, nodes, previous, reserved)
-    order = {t: k for k, t in enumerate(demands)}
-    ranked = sorted((t for t in demands if t not in reserved), key=lambda t: (-demands[t], t not in stay, order[t]))
-    if brute_best(ranked, demands, nodes, previous, reserved) is not None:
-        return ranked
-    admitted: list = []
-    for t in ranked:
-        if brute_best(admitted + [t], demands, nodes, previous, reserved) is not None:
-            admitted.append(t)
-    return admitted
-
-
-def min_nodes_fresh(sizes: list[int], g: int, n_nodes: int) -> int | None:
-    """Fewest nodes of ``g`` GPUs holding ``sizes`` (set-partition enumeration), or None."""
-    whole = sum(math.ceil(m / g) for m in sizes if m > g)
-    small = sorted((m for m in sizes if m <= g), reverse=True)
-    best = [len(small)]
-
-    def rec(k: int, bins: list[int]) -> None:
-        if len(bins) >= best[0] and k < len(small):
-            return
-        if k == len(small):
-            best[0] = min(best[0], len(bins))
-            return
-        for b in range(len(bins)):
-            if bins[b] + small[k] <= g:
-                bins[b] += small[k]
-                rec(k + 1, bins)
-                bins[b] -= small[k]
-        bins.append(small[k])
-        rec(k + 1, bins)
-        bins.pop()
-
-    rec(0, [])
-    total = whole + best[0]
-    return total if total <= n_nodes else None
-
-
 def moved_unchanged(p: Placement, demands: dict, nodes: list, previous: Placement | None, reserved=()) -> int:
-    stay = unchanged(demands, nodes, previous, reserved)
+    stay = oracle.unchanged(demands, nodes, previous, reserved)
     return sum(1 for t in p.moves(previous) if t in stay)
 
 
@@ -179,16 +75,26 @@ def awkward_sizes(largest: int):
     return st.integers(2, max(2, largest // 2 + 1)) if largest >= 4 else st.integers(1, largest)
 
 
+def dividing_sizes(largest: int):
+    """Sizes that divide each other and the node size (powers of two on 1/4/8-GPU nodes, as
+    successive halving produces), single- and multi-node."""
+    return st.sampled_from([m for m in (1, 2, 4, 8) if m <= largest] + [2 * largest, 3 * largest])
+
+
+def any_sizes(largest: int):
+    return st.one_of(demand_sizes(largest), awkward_sizes(largest))
+
+
 @st.composite
 def scenarios(draw, max_nodes: int = 12, max_trials: int = 24, hetero: bool = False,
-              change_nodes: bool = True, with_reserved: bool = True, node_sizes=NODE_SIZES):
+              change_nodes: bool = True, with_reserved: bool = True, node_sizes=NODE_SIZES, sizes_for=any_sizes):
     """``(demands, nodes, previous, reserved)``: maybe a former placement, then new demands."""
     if hetero:
         caps = draw(st.lists(st.sampled_from(node_sizes), min_size=1, max_size=max_nodes))
     else:
         caps = [draw(st.sampled_from(node_sizes))] * draw(st.integers(1, max_nodes))
     nodes0 = [(f"n{i}", c) for i, c in enumerate(caps)]
-    sizes = st.one_of(demand_sizes(max(caps)), awkward_sizes(max(caps)))
+    sizes = sizes_for(max(caps))
     d0 = {f"t{i}": m for i, m in enumerate(draw(st.lists(sizes, max_size=max_trials)))}
     if not draw(st.booleans()):
         return d0, nodes0, None, ()
@@ -217,6 +123,24 @@ def scenarios(draw, max_nodes: int = 12, max_trials: int = 24, hetero: bool = Fa
         ]
         reserved = tuple(t for t in can if draw(st.integers(0, 3)) == 0)
     return demands, nodes, previous, reserved
+
+
+@st.composite
+def stages(draw, max_nodes: int = 4, max_trials: int = 5):
+    """What the executor asks for: every trial of a stage wants the same GPUs, the survivors
+    of the previous stage (all of one size) keep or change theirs, and nodes come and go."""
+    g = draw(st.sampled_from(NODE_SIZES))
+    m0 = draw(st.integers(1, 2 * g))
+    m1 = draw(st.sampled_from([m0, draw(st.integers(1, 2 * g))]))
+    nodes0 = [(f"n{i}", g) for i in range(draw(st.integers(1, max_nodes)))]
+    first = {f"t{i}": m0 for i in range(draw(st.integers(0, max_trials)))}
+    if not draw(st.booleans()):
+        return first, nodes0, None, ()
+    previous = place(first, nodes0)
+    demands = {t: m1 for t in first if draw(st.booleans())}
+    cut = draw(st.integers(0, len(nodes0) - 1))
+    nodes = nodes0[: len(nodes0) - cut] + [(f"x{i}", g) for i in range(draw(st.integers(0, 2)))]
+    return demands, nodes, previous, ()
 
 
 # --- rules hold for any input -------------------------------------------------------------
@@ -273,45 +197,78 @@ def test_shrinking_demands_keep_unchanged_trials(case, data):
     assert moved_unchanged(p, demands, nodes, previous) == 0
 
 
-# --- optimal against brute force on small inputs -----------------------------------------
+# --- against the exhaustive oracle on small inputs ----------------------------------------
+
+def fresh(sizes_for):
+    return st.sampled_from(NODE_SIZES).flatmap(
+        lambda g: st.tuples(st.just(g), st.integers(1, 12), st.lists(sizes_for(g), max_size=8))
+    )
+
 
 @FAST
-@given(
-    st.sampled_from((1, 4, 8)).flatmap(
-        lambda g: st.tuples(
-            st.just(g),
-            st.integers(1, 12),
-            st.lists(st.one_of(demand_sizes(g), awkward_sizes(g), awkward_sizes(g)), max_size=8),
-        )
-    )
-)
-def test_fresh_placement_uses_fewest_nodes(case):
+@given(fresh(dividing_sizes))
+def test_fresh_placement_of_dividing_sizes_uses_fewest_nodes(case):
     g, n_nodes, sizes = case
     nodes = [(f"n{i}", g) for i in range(n_nodes)]
     demands = {f"t{i}": m for i, m in enumerate(sizes)}
     p = place(demands, nodes)
     check_valid(p, demands, nodes)
-    best = min_nodes_fresh(sizes, g, n_nodes)
-    if best is None:
+    best = oracle.fewest_nodes(sizes, g)
+    if best > n_nodes:
         assert p.unplaced
     else:
         assert p.unplaced == ()
-        assert len(p.nodes_used()) == best
         # Fewest nodes, and the oldest ones: exactly the first `best` listed nodes.
         assert p.nodes_used() == {f"n{i}" for i in range(best)}
 
 
-@SLOW
-@given(st.one_of(scenarios(max_nodes=4, max_trials=5), scenarios(max_nodes=3, max_trials=6, node_sizes=(8,))))
-def test_admission_moves_and_nodes_match_brute_force(case):
+@FAST
+@given(fresh(any_sizes))
+def test_fresh_placement_of_any_sizes_stays_within_the_best_fit_bound(case):
+    """Best fit decreasing needs at most 11/9 OPT + 6/9 nodes (Dósa, 2007) for the trials that
+    share nodes; multi-node trials take exactly their whole nodes."""
+    g, n_nodes, sizes = case
+    nodes = [(f"n{i}", g) for i in range(n_nodes)]
+    demands = {f"t{i}": m for i, m in enumerate(sizes)}
+    p = place(demands, nodes)
+    check_valid(p, demands, nodes)
+    best = oracle.fewest_nodes(sizes, g)
+    whole = sum(math.ceil(m / g) for m in sizes if m > g)
+    bound = whole + (11 * (best - whole) + 6) // 9
+    if p.unplaced:
+        assert bound > n_nodes, f"unplaced {p.unplaced} although {best} nodes hold everything"
+    else:
+        assert len(p.nodes_used()) <= bound
+        assert p.nodes_used() == {f"n{i}" for i in range(len(p.nodes_used()))}
+
+
+def check_against_oracle(case) -> None:
     demands, nodes, previous, reserved = case
     p = place(demands, nodes, previous, reserved)
     check_valid(p, demands, nodes, previous, reserved)
-    admitted = brute_admitted(demands, nodes, previous, reserved)
+    admitted = oracle.admitted(demands, nodes, previous, reserved)
     assert set(p.unplaced) == set(demands) - set(reserved) - set(admitted)
-    moves, used = brute_best(admitted, demands, nodes, previous, reserved)
+    moves, used = oracle.best(admitted, demands, nodes, previous, reserved)
     assert moved_unchanged(p, demands, nodes, previous, reserved) == moves
     assert len(p.nodes_used()) == used
+
+
+@SLOW
+@given(stages())
+def test_stage_placements_match_the_oracle(case):
+    """The executor's case, over capacity included: admission, moves and nodes are optimal."""
+    check_against_oracle(case)
+
+
+@SLOW
+@given(st.one_of(scenarios(max_nodes=4, max_trials=5, sizes_for=dividing_sizes),
+                 scenarios(max_nodes=3, max_trials=6, node_sizes=(8,), sizes_for=dividing_sizes)))
+def test_dividing_sizes_match_the_oracle_when_everything_fits(case):
+    demands, nodes, previous, reserved = case
+    if len(oracle.admitted(demands, nodes, previous, reserved)) + len(reserved) < len(demands):
+        assert place(demands, nodes, previous, reserved).unplaced
+        return
+    check_against_oracle(case)
 
 
 @FAST
@@ -330,18 +287,17 @@ def test_power_of_two_sizes_pack_perfectly_at_scale(n_nodes, sizes):
         assert p.unplaced
 
 
-def test_exact_search_finds_packings_best_fit_misses():
+def test_best_fit_can_use_a_node_more_than_the_oracle_on_awkward_sizes():
     # Best fit decreasing pairs 4 with 3 and then needs a third node; 4+2+2 | 3+3+2 fits two.
     nodes = [("a", 8), ("b", 8), ("c", 8)]
-    demands = dict(zip("pqrstu", (4, 3, 3, 2, 2, 2)))
-    p = place(demands, nodes)
-    assert p.unplaced == () and p.nodes_used() == {"a", "b"}
-    # With only two nodes best fit would leave a trial out although everything fits.
-    assert place(demands, nodes[:2]).unplaced == ()
+    sizes = (4, 3, 3, 2, 2, 2)
+    p = place(dict(zip("pqrstu", sizes)), nodes)
+    assert p.unplaced == () and p.nodes_used() == {"a", "b", "c"}
+    assert oracle.fewest_nodes(sizes, 8) == 2
 
 
 def test_displacement_moves_fewest_trials_on_large_inputs():
-    # 17 trials: past the exact search. a, b and c are full; d and e hold two trials each.
+    # 17 trials. a, b and c are full; d and e hold two trials each.
     nodes = [(n, 4) for n in "abcde"]
     before = Placement({
         **{f"{n}{g}": ((n, g),) for n in "abc" for g in range(4)},
@@ -532,64 +488,53 @@ def test_moves_ignore_new_and_stopped_trials_and_slot_order():
 
 # --- scale-down plans ---------------------------------------------------------------------
 
-def check_plan(plan: ScaleDownPlan, before: Placement, nodes: list, target: int, reserved=()) -> None:
+def check_plan(plan: ScaleDownPlan, before: Placement, nodes: list, target: int) -> None:
     ids = [n for n, _ in nodes]
     after = plan.placement
-    assert set(plan.release) | set(plan.keep) == set(ids)
-    assert not set(plan.release) & set(plan.keep)
-    assert len(plan.keep) == min(target, len(ids))
+    assert plan.keep == tuple(ids[:target])                 # the oldest stay,
+    assert plan.release == tuple(reversed(ids[target:]))    # the newest go, newest first
     assert after.nodes_used() <= set(plan.keep)
-    assert not after.nodes_used() & set(plan.release)
     assert set(after.trials()) == set(before.trials())
     assert after.unplaced == before.unplaced
     demands = {t: len(before.slots(t)) for t in before.trials()}
-    check_valid(after, {**demands, **dict.fromkeys(after.unplaced, 1)}, nodes, before, reserved)
+    check_valid(after, {**demands, **dict.fromkeys(after.unplaced, 1)}, nodes, before)
     assert plan.moved == after.moves(before)
-    for t in reserved:
-        assert t not in plan.moved
+    kept = set(plan.keep)
+    stayed = [t for t in before.trials() if all(n in kept for n, _ in before.slots(t)) and t not in plan.moved]
+    assert all(after.slots(t) == before.slots(t) for t in stayed)
 
 
-def brute_scale_down(before: Placement, nodes: list, target: int, reserved=()):
-    """Fewest moves to fit every placed trial on ``target`` of ``nodes`` (or None)."""
-    demands = {t: len(before.slots(t)) for t in before.trials()}
-    best = None
-    for keep in combinations(nodes, target):
-        kept_ids = {n for n, _ in keep}
-        if any(n not in kept_ids for t in reserved for n, _ in before.slots(t)):
-            continue
-        got = brute_best([t for t in demands if t not in reserved], demands, list(keep), before, reserved)
-        if got is not None and (best is None or got[0] < best):
-            best = got[0]
-    return best
+def running(case) -> Placement:
+    demands, nodes, previous, reserved = case
+    return Placement(place(demands, nodes, previous, reserved).assignments)  # scale-down packs what runs
 
 
 @SLOW
-@given(scenarios(max_nodes=4, max_trials=5, change_nodes=False), st.integers(0, 4))
+@given(st.one_of(stages(), scenarios(max_nodes=4, max_trials=5, change_nodes=False, sizes_for=dividing_sizes)),
+       st.integers(0, 4))
 def test_scale_down_moves_fewest_trials(case, target):
-    demands, nodes, previous, reserved = case
-    before = place(demands, nodes, previous, reserved)
-    before = Placement(before.assignments)  # scale-down packs what runs
+    nodes = case[1]
+    before = running(case)
     target = min(target, len(nodes))
-    expected = brute_scale_down(before, nodes, target, reserved)
+    expected = oracle.fewest_moves_to_shrink(before, nodes, target)
     if expected is None:
-        with pytest.raises(InfeasiblePlacementError, match="cannot shrink"):
-            scale_down_plan(before, nodes, target, reserved)
+        with pytest.raises(InfeasiblePlacementError, match=f"cannot shrink to {target} nodes"):
+            scale_down_plan(before, nodes, target)
         return
-    plan = scale_down_plan(before, nodes, target, reserved)
-    check_plan(plan, before, nodes, target, reserved)
+    plan = scale_down_plan(before, nodes, target)
+    check_plan(plan, before, nodes, target)
     assert len(plan.moved) == expected
 
 
 @SLOW
 @given(scenarios(max_nodes=12, max_trials=40, change_nodes=False), st.integers(0, 12))
 def test_scale_down_plans_are_valid(case, slack):
-    demands, nodes, previous, reserved = case
-    before = place(demands, nodes, previous, reserved)
-    anchor = Placement({t: before.slots(t) for t in reserved})
-    packed = place({t: len(before.slots(t)) for t in before.trials()}, nodes, anchor, reserved)
+    nodes = case[1]
+    before = running(case)
+    packed = place({t: len(before.slots(t)) for t in before.trials()}, nodes)
     target = min(len(nodes), len(packed.nodes_used()) + slack % 3)
-    plan = scale_down_plan(before, nodes, target, reserved)
-    check_plan(plan, before, nodes, target, reserved)
+    plan = scale_down_plan(before, nodes, target)      # best fit packs it onto the oldest nodes
+    check_plan(plan, before, nodes, target)
 
 
 def test_scale_down_packs_scattered_trials_onto_the_oldest_nodes():
@@ -602,13 +547,15 @@ def test_scale_down_packs_scattered_trials_onto_the_oldest_nodes():
     assert len(plan.placement.trials_on("n0")) == 4 and len(plan.placement.trials_on("n1")) == 4
 
 
-def test_scale_down_keeps_the_fullest_nodes():
+def test_scale_down_releases_the_newest_nodes_and_moves_only_their_trials():
     nodes = [("old", 4), ("mid", 4), ("new", 4)]
-    before = Placement({"a": (("old", 0),), "b": (("new", 0),), "c": (("new", 1),), "d": (("new", 2),)})
+    before = Placement({"a": (("old", 0),), "b": (("new", 0),), "c": (("new", 1),), "d": (("mid", 2),)})
     plan = scale_down_plan(before, nodes, 2)
-    assert plan.moved == () and plan.release == ("mid",)
-    plan = scale_down_plan(before, nodes, 1)
-    assert plan.moved == ("a",) and plan.keep == ("new",)
+    assert plan.release == ("new",) and plan.keep == ("old", "mid")
+    assert sorted(plan.moved) == ["b", "c"]
+    assert plan.placement.slots("a") == (("old", 0),) and plan.placement.slots("d") == (("mid", 2),)
+    # Best fit: a node in use with the least room, ties to the one listed first (the oldest).
+    assert {n for t in "bc" for n, _ in plan.placement.slots(t)} == {"old"}
 
 
 def test_scale_down_to_current_size_is_a_no_op():
@@ -621,7 +568,7 @@ def test_scale_down_to_current_size_is_a_no_op():
 def test_scale_down_below_what_the_trials_need_is_refused():
     nodes = [("a", 4), ("b", 4), ("c", 4)]
     before = place({"x": 4, "y": 3, "z": 1}, nodes)
-    with pytest.raises(InfeasiblePlacementError, match="need at least 2"):
+    with pytest.raises(InfeasiblePlacementError, match="need at least 2 nodes"):
         scale_down_plan(before, nodes, 1)
     assert issubclass(InfeasiblePlacementError, ValueError)
 
@@ -633,5 +580,3 @@ def test_scale_down_rejects_bad_input():
         scale_down_plan(before, nodes, -1)
     with pytest.raises(SpecError, match="does not list"):
         scale_down_plan(before, [("b", 4)], 1)
-    with pytest.raises(SpecError, match="not placed"):
-        scale_down_plan(before, nodes, 0, reserved=("nope",))
