@@ -85,8 +85,9 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
     base_type = exp.catalog.instance_types[0] if exp.auto_instance_type else exp.instance_type
-    scenarios = whatif(exp.spec, exp.model, exp.cloud_for(base_type), deadline, vary, policies,
-                       samples=args.samples if args.samples is not None else 200, seed=args.seed if args.seed is not None else exp.seed,
+    samples = args.samples if args.samples is not None else 200
+    seed = args.seed if args.seed is not None else exp.seed
+    scenarios = whatif(exp.spec, exp.model, exp.cloud_for(base_type), deadline, vary, policies, samples=samples, seed=seed,
                        spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for)
     axes = list(vary)
     rows = []
@@ -96,7 +97,8 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         ratio = saving(sc) if "static" in policies and "optimal" in policies else None
         cells.append(f"{ratio:.2f}x" if ratio else "-")
         rows.append(cells)
-    text = render([AXIS_COLUMNS[a][0] for a in axes] + [f"{p} cost (USD)" for p in policies] + ["static/optimal cost"], rows,
+    headers = [AXIS_COLUMNS[a][0] for a in axes] + [f"{p} cost (USD)" for p in policies] + ["static/optimal cost"]
+    text = render(headers, rows,
                   title=f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
     payload = {"experiment": exp.name, "axes": axes, "policies": policies, "scenarios": [s.to_dict() for s in scenarios]}
     if args.plot:
