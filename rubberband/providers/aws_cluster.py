@@ -19,6 +19,7 @@ from rubberband.errors import ProviderError, SpecError
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import local
 from rubberband.providers.aws import (
+    GONE_STATES,
     AwsClusterConfig,
     Ec2,
     find_rubberband_instances,
@@ -138,7 +139,7 @@ def sweep(cluster: LocalCluster, region: str, credentials: dict[str, str] | None
     ids = ec2.terminate(i["InstanceId"] for i in left)
     if ids:
         gone = {i["InstanceId"]: i for i in ec2.instances(run_id=cluster.run_id, instance_ids=ids,
-                                                          states=("shutting-down", "terminated"))}
+                                                          states=GONE_STATES)}
         with open(cluster.events_path, "a") as fh:
             for inst in left:
                 tags = tags_of(inst)

@@ -64,7 +64,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             self._nodes[node_id] = {"tags": {**tags, "rb-instance": instance, TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE],
                                              "ray-node-kind": "worker", "ray-node-name": node_id,
                                              "ray-node-status": "up-to-date"},
-                                    "node": None, "cancelled": False}
+                                    "node": None}
             provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
         self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
         threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision),
