@@ -6,11 +6,12 @@ catalog together, so it imports both `spec` and `profiles` (which never import i
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import SpecError
+from rubberband.errors import RubberbandWarning, SpecError
 from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, choice, integer, load_yaml, number
@@ -179,7 +180,10 @@ def load_experiment(path: str | Path, *, model_profile: str | Path | None = None
     """
     path = Path(path)
     data = load_yaml(path, "experiment")
-    exp = experiment_from_dict(data, base=path.parent, path=str(path))
+    with warnings.catch_warnings():
+        if model_profile is not None:   # the experiment's own profile is replaced: its doubts are not this job's
+            warnings.simplefilter("ignore", RubberbandWarning)
+        exp = experiment_from_dict(data, base=path.parent, path=str(path))
     return with_measured(exp, model_profile, cloud_overrides)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 
 from rubberband import Billing, BillingModel, ExperimentSpec, Market, SpecError, load_experiment
 from rubberband.config import experiment_from_dict
+from rubberband.errors import RubberbandWarning
 from rubberband.profiles import Constant, DataCost, Normal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,3 +242,15 @@ def test_file_level_errors(tmp_path, content, pattern):
 def test_missing_experiment_file(tmp_path):
     with pytest.raises(SpecError, match="experiment: no such file"):
         load_experiment(tmp_path / "absent.yaml")
+
+
+def test_a_model_profile_given_instead_silences_the_replaced_ones_warning(tmp_path):
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("name: slow\niter_latency_s: {1: 4.0, 2: 5.0}\n")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(base(model_profile=str(slow))))
+    with pytest.warns(RubberbandWarning, match=r"^model profile 'slow': more GPUs per trial make an iteration slower"):
+        load_experiment(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RubberbandWarning)
+        assert load_experiment(path, model_profile=MODEL).model.name == "resnet101-cifar10-bs1024"
