@@ -38,6 +38,7 @@ class InfeasibleDeadlineError(RubberbandError):
         self.min_jct_s = min_jct_s
         self.allocation = tuple(allocation)
         self.confidence = confidence
+        self.detail = detail
         self.needed_s = min_jct_s if needed_s is None else needed_s
         alloc = ",".join(str(a) for a in self.allocation)
         # Round the advice up: a deadline rounded down could still be missed.

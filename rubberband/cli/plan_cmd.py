@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rubberband.cli.common import (
     command,
@@ -51,14 +52,14 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
         from dataclasses import replace
 
         exp = replace(exp, market=market)
-    cloud = exp.catalog.with_overrides(exp.cloud_overrides) if instance_type == "auto" else exp.cloud_for(instance_type)
+    cloud = exp.catalog.with_overrides(exp.cloud_overrides)    # the catalog says what the profile was measured on
     if confidence is None:
         confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
     samples = args.samples if getattr(args, "samples", None) is not None else exp.samples
     return compile_plan(
         exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
         samples=samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
-        confidence=confidence, instance_type=instance_type if instance_type == "auto" else None,
+        confidence=confidence, instance_type=instance_type,
         market=market, compare=compare,
     )
 
@@ -126,6 +127,8 @@ def plan_cmd(args: argparse.Namespace) -> int:
     output_path(args.out, "--out", "plan.json")
     exp = load_experiment_args(args)
     plan = plan_from_args(args, exp)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     note = confidence_note(args, exp, plan)
     text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s)]
     text += [note, "", considered_table(plan)] if note else ["", considered_table(plan)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -51,14 +52,18 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
+        catalog = cloud
         if instance_type == "auto":
-            return _plan_auto(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market, compare)
-        cloud = cloud.get(instance_type, market)
+            plan = _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare)
+            return replace(plan, warnings=plan_warnings(plan, model, catalog))
+        cloud = catalog.get(instance_type, market)
+    else:
+        catalog = None
     plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
     if compare:
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
                                                                         samples, seed, confidence))
-    return plan
+    return replace(plan, warnings=plan_warnings(plan, model, catalog))
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None) -> Plan:
@@ -115,61 +120,115 @@ def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confi
 
 
 def _with_considered(plan: Plan, considered: list[dict]) -> Plan:
-    from dataclasses import replace
-
     return replace(plan, considered=tuple(considered))
 
 
-def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[str]:
-    """Types of the catalog with the GPU model the profile was measured on, at least as wide.
-
-    The scaling curve holds for trials laid out as they were when profiled; a type with fewer
-    GPUs per instance would spread the same trial over more instances.
-    """
+def profile_gpu(model: ModelProfile, catalog: CloudCatalog | None = None) -> tuple[str | None, int | None]:
+    """The GPU model and GPUs per instance of the type the profile was measured on, where known
+    (``measured_on.gpu_model`` and ``measured_on.instance_type``, looked up in ``catalog``)."""
     measured = model.measured_on or {}
-    gpu = measured.get("gpu_model")
-    if gpu is None and measured.get("instance_type") in catalog.types:
-        gpu = catalog.types[measured["instance_type"]].get("gpu_model")
+    entry = catalog.types.get(measured.get("instance_type"), {}) if catalog is not None else {}
+    gpu = measured.get("gpu_model") or entry.get("gpu_model")
+    return (str(gpu) if gpu is not None else None), entry.get("gpus_per_instance")
+
+
+def usable_profile(model: ModelProfile, measured_g: int | None, gpus_per_instance: int) -> ModelProfile | None:
+    """The part of ``model`` that holds on instances of ``gpus_per_instance`` GPUs of the profiled
+    GPU model, or ``None`` if no GPU count does.
+
+    A trial that fits on one instance (m <= G) runs as it did when profiled, or better (on one
+    instance instead of several). A wider trial spreads over ``ceil(m / G)`` instances: the
+    profile covers that only if the profiled instances were no wider (the same gang or fewer,
+    wider instances); on narrower instances the gang crosses the network more than the profile
+    ever saw, so those counts are dropped.
+    """
+    if measured_g is None or gpus_per_instance >= measured_g:
+        return model
+    if model.min_gpus > gpus_per_instance:
+        return None
+    kept = {g: d for g, d in model.iter_latency_s.items() if g <= gpus_per_instance}
+    if model.covers(gpus_per_instance):
+        kept[gpus_per_instance] = model.latency(gpus_per_instance)   # the interpolated edge stays exact
+    return model.replace(iter_latency_s=kept)
+
+
+def plan_warnings(plan: Plan, model: ModelProfile, catalog: CloudCatalog | None = None) -> tuple[str, ...]:
+    """One line for each way the plan's instance type departs from what the profile measured.
+
+    Another GPU model makes every iteration time a guess. A trial spread over instances
+    narrower than the profiled ones crosses the network more than it did when profiled, so
+    its iteration time is likely optimistic (``auto`` never plans such trials).
+    """
+    gpu, measured_g = profile_gpu(model, catalog)
+    cloud, out = plan.cloud, []
+    where = (model.measured_on or {}).get("instance_type")
+    if gpu is not None and cloud.gpu_model is not None and gpu != str(cloud.gpu_model):
+        out.append(f"model profile {model.name!r} was measured on {gpu} GPUs" + (f" ({where})" if where else "")
+                   + f" but {cloud.instance_type} has {cloud.gpu_model} GPUs: its iteration times may be far off; "
+                     f"profile the model on {cloud.instance_type} (`rubberband profile`)")
+    G = cloud.gpus_per_instance
+    if measured_g is not None and G < measured_g:
+        wide = [(i, m) for i, m in enumerate(plan.gpus_per_trial) if m > G]
+        if wide:
+            i, m = wide[0]
+            out.append(f"stage {i} spreads each {m}-GPU trial over {math.ceil(m / G)} {cloud.instance_type} instances "
+                       f"but profile {model.name!r} measured {m} GPUs on {math.ceil(m / measured_g)} {where} "
+                       f"instance(s): its iteration times there are likely optimistic")
+    return tuple(out)
+
+
+def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[tuple[str, ModelProfile | None]]:
+    """Types of the catalog with the GPU model the profile was measured on, each with the part of
+    the profile that holds on it (``usable_profile``; ``None`` when none does)."""
+    gpu, measured_g = profile_gpu(model, catalog)
     if gpu is None:
         raise SpecError(
             f"instance_type: `auto` needs to know which GPU model profile {model.name!r} was measured on; "
             "add measured_on.gpu_model (e.g. V100) or measured_on.instance_type to the model profile"
         )
-    # A trial wider than one instance spreads over more instances on a smaller type than on
-    # the profiled one, and pays network costs the profile never saw: keep types at least as
-    # wide as the profiled one.
-    min_g = catalog.types.get(measured.get("instance_type"), {}).get("gpus_per_instance", 1)
-    types = [name for name, entry in catalog.types.items()
-             if str(entry.get("gpu_model")) == str(gpu) and entry["gpus_per_instance"] >= min_g]
+    types = [(name, usable_profile(model, measured_g, entry["gpus_per_instance"]))
+             for name, entry in catalog.types.items() if str(entry.get("gpu_model")) == gpu]
     if not types:
         raise SpecError(f"instance_type: no type in {catalog.path or catalog.region} has {gpu} GPUs, which profile {model.name!r} was measured on")
     return types
 
 
 def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare) -> Plan:
-    plans, considered = [], []
-    for name in auto_instance_types(model, catalog):
-        cloud = catalog.get(name, market) if not isinstance(market, Market) or market is Market.ON_DEMAND or \
-            catalog.types[name].get("spot_price_usd_per_hour") is not None else None
-        if cloud is None:
+    plans, considered, infeasible = [], [], []
+    profiles = dict(auto_instance_types(model, catalog))
+    for name, usable in profiles.items():
+        if market in (Market.SPOT, Market.SPOT.value) and catalog.types[name].get("spot_price_usd_per_hour") is None:
+            continue
+        cloud = catalog.get(name, market)
+        if usable is None:
+            considered.append({"policy": policy, "instance_type": name, "infeasible":
+                               f"profile {model.name!r} starts at {model.min_gpus} GPUs per trial, more than one "
+                               f"{name} holds"})
             continue
         try:
-            plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
+            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence)
         except InfeasibleDeadlineError as exc:
+            infeasible.append(exc)
             considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
             continue
-        except SpecError as exc:  # e.g. the profile's GPU counts do not fit this type
+        except SpecError as exc:  # e.g. the job is too large on this type's instances
             considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
             continue
         plans.append(plan)
         considered.append(plan.summary())
     if not plans:
-        raise InfeasibleDeadlineError(deadline_s, math.inf, (), detail=" on any instance type: " + "; ".join(
-            c.get("infeasible", "") for c in considered))
+        if infeasible:   # the advice of the type that comes closest
+            best = min(infeasible, key=lambda e: e.needed_s)
+            raise InfeasibleDeadlineError(deadline_s, best.min_jct_s, best.allocation,
+                                          detail=best.detail + ", the closest of every instance type",
+                                          confidence=best.confidence, needed_s=best.needed_s)
+        raise SpecError("instance_type: `auto` found no instance type to plan on: "
+                        + "; ".join(c["infeasible"] for c in considered))
     best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
-        considered += [c for c in _other_policies(spec, model, best.cloud, deadline_s, policy, samples, seed, confidence)]
+        considered += _other_policies(spec, profiles[best.instance_type], best.cloud, deadline_s, policy, samples, seed,
+                                      confidence)
     return _with_considered(best, considered)
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from rubberband import InfeasibleDeadlineError, ModelProfile
 from rubberband import load_experiment as _load_experiment
-from rubberband.plan import compile_plan
+from rubberband.plan import Plan, compile_plan
+from rubberband.plan.compile import usable_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 CIFAR = ROOT / "experiments" / "resnet101_cifar10.yaml"
@@ -48,3 +49,73 @@ def test_infeasible_mean_deadline_advice_is_rounded_up():
     err = info.value
     assert err.needed_s == err.min_jct_s and err.confidence is None
     assert f"at least {math.ceil(err.min_jct_s)}s" in str(err)
+
+
+# --- instance type `auto` ------------------------------------------------------------------------
+
+def _catalog(exp):
+    return exp.catalog.with_overrides(exp.cloud_overrides)
+
+
+def test_auto_plans_one_gpu_trials_on_a_narrower_type_of_the_same_gpu_when_cheaper():
+    exp = load_experiment(CIFAR)    # profiled on p3.8xlarge (4 V100s per instance)
+    plan = compile_plan(exp.spec, exp.model, _catalog(exp), 5400.0, instance_type="auto", samples=100)
+    # At 90 minutes one V100 per trial is fast enough, and p3.2xlarge sells V100s one at a time.
+    assert plan.instance_type == "p3.2xlarge"
+    assert set(plan.gpus_per_trial) == {1}
+    wider = [c for c in plan.considered if c["instance_type"] != "p3.2xlarge" and "infeasible" not in c
+             and c["policy"] == "optimal"]
+    assert wider and all(plan.predicted.mean_cost_usd < c["cost_usd_mean"] for c in wider)
+    # The plan is what the optimal planner finds on p3.2xlarge for the counts that fit there.
+    alone = compile_plan(exp.spec, usable_profile(exp.model, 4, 1), exp.cloud_for("p3.2xlarge"), 5400.0, samples=100)
+    assert alone.allocation == plan.allocation
+    assert plan.predicted.mean_cost_usd == pytest.approx(alone.predicted.mean_cost_usd)
+    assert plan.warnings == ()
+
+
+def test_auto_never_spreads_a_trial_over_instances_narrower_than_the_profiled_ones():
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, _catalog(exp), 1200.0, instance_type="auto", samples=100, confidence=0.9)
+    narrow = [c for c in plan.considered if c["instance_type"] == "p3.2xlarge"]
+    # At 20 minutes the last stage needs more than one GPU: p3.2xlarge could only spread it over
+    # 1-GPU instances, which the profile never measured.
+    assert narrow and all("infeasible" in c for c in narrow)
+    assert all(m <= plan.cloud.gpus_per_instance or plan.cloud.gpus_per_instance >= 4 for m in plan.gpus_per_trial)
+
+
+def test_usable_profile_keeps_the_counts_that_fit_one_narrower_instance():
+    model = ModelProfile.from_dict({"name": "m", "iter_latency_s": {
+        1: {"dist": "normal", "mean": 8.0, "std": 0.8}, 4: {"dist": "normal", "mean": 2.5, "std": 0.3},
+        8: {"dist": "normal", "mean": 1.5, "std": 0.2}}})
+    assert usable_profile(model, 4, 4) is model and usable_profile(model, 4, 8) is model
+    assert usable_profile(model, None, 1) is model          # where it was measured is unknown
+    two = usable_profile(model, 4, 2)
+    assert two.gpu_counts == (1, 2)
+    assert two.latency(2).mean == pytest.approx(model.latency(2).mean)    # the log2 interpolation stays
+    assert two.latency(2).std == pytest.approx(model.latency(2).std)
+    assert usable_profile(model.replace(iter_latency_s={4: model.latency(4)}), 4, 2) is None
+
+
+# --- warnings ------------------------------------------------------------------------------------
+
+def test_a_profile_planned_on_another_gpu_model_warns():
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, _catalog(exp), 1200.0, instance_type="g5.12xlarge", samples=50)
+    (warning,) = plan.warnings
+    assert "measured on V100 GPUs (p3.8xlarge) but g5.12xlarge has A10G GPUs" in warning
+    assert "\n" not in warning
+    assert Plan.from_json(plan.to_json()).warnings == plan.warnings
+
+
+def test_a_trial_spread_over_narrower_instances_than_profiled_warns():
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, _catalog(exp), 1200.0, instance_type="p3.2xlarge", samples=50)
+    assert max(plan.gpus_per_trial) > 1
+    (warning,) = plan.warnings
+    assert "over" in warning and "p3.2xlarge instances" in warning and "likely optimistic" in warning
+
+
+@pytest.mark.parametrize("instance_type", ["p3.8xlarge", "p3.16xlarge", "auto"])
+def test_no_warning_on_the_profiled_gpu(instance_type):
+    exp = load_experiment(CIFAR)
+    assert compile_plan(exp.spec, exp.model, _catalog(exp), 1200.0, instance_type=instance_type, samples=50).warnings == ()

@@ -572,13 +572,13 @@ def test_bad_confidence_is_a_spec_error(confidence):
         compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, confidence=confidence)
 
 
-def test_auto_instance_type_picks_the_cheapest_v100_type_of_four_gpus_or_more():
+def test_auto_instance_type_picks_the_cheapest_v100_type():
     exp = load_experiment(CIFAR)
     catalog = exp.catalog.with_overrides(exp.cloud_overrides)
     assert isinstance(catalog, CloudCatalog)
     plan = compile_plan(exp.spec, exp.model, catalog, 1200.0, instance_type="auto", samples=200)
-    wanted = {name for name, e in catalog.types.items() if e.get("gpu_model") == "V100" and e["gpus_per_instance"] >= 4}
-    assert wanted == {"p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge"}
+    wanted = {name for name, e in catalog.types.items() if e.get("gpu_model") == "V100"}
+    assert wanted == {"p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge"}
     assert {c["instance_type"] for c in plan.considered} == wanted
     feasible = [c for c in plan.considered if "infeasible" not in c]
     assert plan.predicted.mean_cost_usd == pytest.approx(min(c["cost_usd_mean"] for c in feasible))
