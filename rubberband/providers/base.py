@@ -155,8 +155,8 @@ def cluster_yaml_for(provider: Provider, given: Any, default: Any = None, where:
     if not provider.cluster_yaml:
         if given is not None:
             takes = [n for n in names() if get(n).cluster_yaml]
-            raise SpecError(f"{where}: only {' and '.join(takes)} launch from a Ray cluster YAML "
-                            f"(got provider {provider.name!r})")
+            raise SpecError(f"{where}: the {provider.name} provider takes no Ray cluster YAML; drop it, or run on "
+                            f"a provider that launches from one ({', '.join(takes)})")
         return None
     chosen = given or default
     if not chosen:

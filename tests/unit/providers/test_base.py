@@ -48,7 +48,8 @@ def test_a_cluster_yaml_goes_only_to_a_provider_that_launches_from_one():
     assert base.cluster_yaml_for(local, None, "experiment.yaml") is None     # the experiment's is for aws
     assert base.cluster_yaml_for(aws, None, "experiment.yaml") == "experiment.yaml"
     assert base.cluster_yaml_for(aws, "given.yaml", "experiment.yaml") == "given.yaml"
-    with pytest.raises(SpecError, match=r"^--cluster: only aws launch from a Ray cluster YAML \(got provider 'local'\)$"):
+    with pytest.raises(SpecError, match=r"^--cluster: the local provider takes no Ray cluster YAML; drop it, or run "
+                                        r"on a provider that launches from one \(aws\)$"):
         base.cluster_yaml_for(local, "given.yaml")
     with pytest.raises(SpecError, match=r"^cluster_config: the aws provider needs a Ray cluster YAML .*pass --cluster PATH"):
         base.cluster_yaml_for(aws, None, where="cluster_config")
