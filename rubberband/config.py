@@ -14,6 +14,7 @@ from typing import Any
 from rubberband.errors import RubberbandWarning, SpecError
 from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
+from rubberband.profiles.spot import resolve_trace_file
 from rubberband.schema import check_mapping, choice, integer, load_yaml, number
 from rubberband.spec.experiment import ExperimentSpec
 from rubberband.units import parse_duration
@@ -227,6 +228,8 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
     overrides = cloud.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise SpecError("cloud.overrides: expected a mapping such as {init_latency_s: {dist: constant, value: 15}}")
+    if "spot" in overrides:   # a trace file named here sits beside the experiment
+        overrides = {**overrides, "spot": resolve_trace_file(overrides["spot"], base)}
 
     exp = Experiment(
         name=str(data.get("name") or (Path(path).stem if path else "experiment")),

@@ -14,6 +14,7 @@ from typing import Any
 
 from rubberband.errors import SpecError
 from rubberband.profiles.distributions import Constant, Distribution, Normal, parse_distribution
+from rubberband.profiles.spot import SpotMarket, resolve_trace_file
 from rubberband.schema import check_mapping, choice, did_you_mean, integer, load_yaml, number
 
 
@@ -89,10 +90,10 @@ class DataCost:
 _TYPE_REQUIRED = ["gpus_per_instance", "price_usd_per_hour"]
 _TYPE_OPTIONAL = [
     "spot_price_usd_per_hour", "gpu_model", "gpu_memory_gb", "vcpus", "memory_gb",
-    "billing", "provision_latency_s", "init_latency_s", "data", "prices_as_of", "family",
+    "billing", "provision_latency_s", "init_latency_s", "data", "prices_as_of", "family", "spot",
 ]
 _SINGLE_OPTIONAL = ["provider", "region", "instance_type", "market", *_TYPE_OPTIONAL]
-_DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data"]
+_DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data", "spot"]
 OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour"]
 
 
@@ -109,6 +110,7 @@ _PARSE: dict[str, Any] = {
     "data": lambda value, where: DataCost.from_dict(value, where),
     "provision_latency_s": parse_distribution,
     "init_latency_s": parse_distribution,
+    "spot": lambda value, where: SpotMarket.from_dict(value, where),
 }
 
 
@@ -127,6 +129,7 @@ class CloudProfile:
     provision_latency_s: Distribution = field(default_factory=lambda: Normal(30.0, 5.0))
     init_latency_s: Distribution = field(default_factory=lambda: Constant(60.0))
     data: DataCost = field(default_factory=DataCost)
+    spot: SpotMarket = field(default_factory=SpotMarket)
     gpu_model: str | None = None
     gpu_memory_gb: float | None = None
     vcpus: int | None = None
@@ -208,6 +211,8 @@ class CloudProfile:
         out["provision_latency_s"] = self.provision_latency_s.to_dict()
         out["init_latency_s"] = self.init_latency_s.to_dict()
         out["data"] = self.data.to_dict()
+        if self.spot != SpotMarket():
+            out["spot"] = self.spot.to_dict()
         for key in ("gpu_model", "gpu_memory_gb", "vcpus", "memory_gb", "prices_as_of"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -277,13 +282,17 @@ class CloudCatalog:
         entry.setdefault("prices_as_of", self.prices_as_of)
         if entry["prices_as_of"] is None:
             entry.pop("prices_as_of")
+        if self.path and Path(self.path).is_file():   # a trace file named in a region file sits beside it
+            entry["spot"] = resolve_trace_file(entry.get("spot"), Path(self.path).parent)
+            if entry["spot"] is None:
+                entry.pop("spot")
         profile = CloudProfile.from_dict(entry, where=f"{self.path}.instance_types.{instance_type}")
         changes: dict[str, Any] = {}
         for key, value in {**self.overrides, **(overrides or {})}.items():
             where = f"cloud.overrides.{key}"
             if key not in OVERRIDABLE:
                 raise SpecError(f"{where}: unknown key{did_you_mean(key, OVERRIDABLE)}; allowed keys: {', '.join(OVERRIDABLE)}")
-            if key in ("billing", "data") and isinstance(value, dict):
+            if key in ("billing", "data", "spot") and isinstance(value, dict):
                 value = {**getattr(profile, key).to_dict(), **value}
             changes[key] = _PARSE[key](value, where)
         # The market last: an override may be what gives the type its spot price.

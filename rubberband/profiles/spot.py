@@ -158,3 +158,90 @@ def _read_traces(path: str, where: str) -> tuple[dict[str, Any], ...]:
         number(t["duration_s"], f"{w}.duration_s", positive=True)
         out.append(t)
     return tuple(out)
+
+
+_PREEMPTION_KINDS = ("rate_per_hour", "trace", "advisor")
+
+
+@dataclass(frozen=True, eq=False)
+class SpotMarket:
+    """How one instance type's spot market behaves (DESIGN §4.1).
+
+    ``rate_per_hour`` (exponential lifetimes) and ``trace`` (a zone's replayed availability) are
+    mutually exclusive; ``advisor`` is a Spot Advisor bucket turned into a rate. ``notice_s`` is
+    the interruption notice: a replacement is requested that long before the reclaim.
+    """
+
+    notice_s: float = 0.0
+    rate_per_hour: float = 0.0
+    trace: SpotTrace | None = None
+    advisor: str | None = None
+    trace_file: str | None = None
+
+    def __post_init__(self) -> None:
+        number(self.notice_s, "spot.notice_s", minimum=0)
+        number(self.rate_per_hour, "spot.preemption.rate_per_hour", minimum=0)
+        if self.trace is not None and self.rate_per_hour:
+            raise SpecError("spot.preemption: give exactly one of rate_per_hour, trace or advisor")
+
+    @property
+    def at_risk(self) -> bool:
+        """Whether an instance of this market can be reclaimed at all."""
+        return self.rate_per_hour > 0 or self.trace is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SpotMarket) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "spot") -> SpotMarket:
+        """Read a ``spot:`` block (a relative trace ``file``: see ``resolve_trace_file``)."""
+        data = check_mapping(data, where, optional=("notice_s", "preemption"))
+        notice = number(data.get("notice_s", 0.0), f"{where}.notice_s", minimum=0)
+        pre = data.get("preemption")
+        if pre is None:
+            return cls(notice_s=notice)
+        pre = check_mapping(pre, f"{where}.preemption", optional=_PREEMPTION_KINDS)
+        given = [k for k in _PREEMPTION_KINDS if pre.get(k) is not None]
+        if len(given) != 1:
+            raise SpecError(f"{where}.preemption: give exactly one of {', '.join(_PREEMPTION_KINDS)}"
+                            f" (got {', '.join(given) or 'none'}), e.g. {{rate_per_hour: 0.2}}")
+        kind = given[0]
+        if kind == "rate_per_hour":
+            return cls(notice, number(pre[kind], f"{where}.preemption.rate_per_hour", minimum=0))
+        if kind == "advisor":
+            bucket = str(pre[kind])
+            return cls(notice, advisor_rate_per_hour(bucket), advisor=bucket)
+        spec = check_mapping(pre[kind], f"{where}.preemption.trace", required=("file", "zone"), optional=("nodes",))
+        path = Path(str(spec["file"]))
+        nodes = int(number(spec.get("nodes", 1), f"{where}.preemption.trace.nodes", positive=True))
+        trace = load_trace(path, str(spec["zone"]), nodes, where=f"{where}.preemption.trace")
+        return cls(notice, trace=trace, trace_file=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"notice_s": self.notice_s}
+        if self.trace is not None:
+            trace = {"file": self.trace_file, "zone": self.trace.zone}
+            if self.trace.nodes != 1:
+                trace["nodes"] = self.trace.nodes
+            out["preemption"] = {"trace": trace}
+        elif self.advisor is not None:
+            out["preemption"] = {"advisor": self.advisor}
+        elif self.rate_per_hour:
+            out["preemption"] = {"rate_per_hour": self.rate_per_hour}
+        return out
+
+
+def resolve_trace_file(spot: Any, base_dir: str | Path) -> Any:
+    """A ``spot:`` mapping whose relative ``preemption.trace.file`` now resolves against
+    ``base_dir`` (the folder of the file that named it); anything else is returned as is."""
+    try:
+        file = spot["preemption"]["trace"]["file"]
+    except (TypeError, KeyError):
+        return spot
+    if not isinstance(file, str) or Path(file).is_absolute():
+        return spot
+    trace = {**spot["preemption"]["trace"], "file": str((Path(base_dir) / file).resolve())}
+    return {**spot, "preemption": {**spot["preemption"], "trace": trace}}

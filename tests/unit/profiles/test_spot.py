@@ -94,3 +94,82 @@ def test_bad_trace_files_are_one_line(tmp_path, content, pattern):
 def test_a_zone_not_in_the_file_names_the_zones_that_are():
     with pytest.raises(SpecError, match=r"zone: 'us-east-1b' has no 1-instance trace .*did you mean .*us-east-1a"):
         load_trace(TRACES, "us-east-1b")
+
+
+# --- the `spot:` block of a cloud profile -------------------------------------------------------
+from rubberband.config import experiment_from_dict  # noqa: E402
+from rubberband.profiles.cloud import CloudProfile  # noqa: E402
+from rubberband.profiles.spot import SpotMarket  # noqa: E402
+
+ONE_TYPE = {"instance_type": "p3.2xlarge", "gpus_per_instance": 1, "price_usd_per_hour": 3.06,
+            "spot_price_usd_per_hour": 0.92}
+
+
+def test_a_profile_without_a_spot_block_is_never_reclaimed():
+    cloud = CloudProfile.from_dict(ONE_TYPE)
+    assert cloud.spot == SpotMarket() and not cloud.spot.at_risk
+    assert "spot" not in cloud.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("block", "rate", "zone"),
+    [({"notice_s": 120, "preemption": {"rate_per_hour": 0.3}}, 0.3, None),
+     ({"preemption": {"advisor": ">20%"}}, -math.log(0.75) / 730, None),
+     ({"preemption": {"trace": {"file": str(TRACES), "zone": "us-west-2b"}}}, 0.0, "us-west-2b")],
+)
+def test_each_preemption_model_reads_and_round_trips(block, rate, zone):
+    cloud = CloudProfile.from_dict({**ONE_TYPE, "spot": block})
+    assert cloud.spot.at_risk
+    assert cloud.spot.rate_per_hour == pytest.approx(rate)
+    assert (cloud.spot.trace.zone if cloud.spot.trace else None) == zone
+    assert cloud.spot.notice_s == block.get("notice_s", 0)
+    again = CloudProfile.from_dict(cloud.to_dict())
+    assert again.spot == cloud.spot and again == cloud
+
+
+@pytest.mark.parametrize(
+    ("block", "pattern"),
+    [({"preemption": {"rates_per_hour": 0.2}}, r"spot\.preemption\.rates_per_hour: unknown key \(did you mean `rate_per_hour`\?\)"),
+     ({"preemption": {"poisson": 0.2}}, r"spot\.preemption\.poisson: unknown key.*allowed keys: rate_per_hour, trace, advisor"),
+     ({"preemption": {"rate_per_hour": -0.1}}, r"spot\.preemption\.rate_per_hour: must be at least 0"),
+     ({"preemption": {"rate_per_hour": 0.1, "advisor": "<5%"}}, r"spot\.preemption: give exactly one of"),
+     ({"preemption": {}}, r"spot\.preemption: give exactly one of .*got none"),
+     ({"notice_s": -1}, r"spot\.notice_s: must be at least 0"),
+     ({"preemption": {"trace": {"file": "/nowhere.json", "zone": "a"}}}, r"spot\.preemption\.trace\.file: no trace file"),
+     ({"preemption": {"trace": {"file": str(TRACES)}}}, r"spot\.preemption\.trace\.zone: missing required field"),
+     ({"preemption": {"trace": {"file": str(TRACES), "zone": "eu-west-1a"}}},
+      r"spot\.preemption\.trace\.zone: 'eu-west-1a' has no 1-instance trace")],
+)
+def test_bad_spot_blocks_name_the_field(block, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        CloudProfile.from_dict({**ONE_TYPE, "spot": block})
+
+
+def _experiment(tmp_path, overrides):
+    return experiment_from_dict({
+        "sha": {"num_trials": 4, "min_iters": 1, "max_iters": 4, "eta": 2},
+        "model_profile": str(ROOT / "profiles" / "resnet101_cifar10_p3.yaml"),
+        "cloud": {"profile": str(ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"), "instance_type": "p3.2xlarge",
+                  "market": "spot", "overrides": overrides},
+    }, base=tmp_path)
+
+
+def test_an_experiment_sets_the_spot_model_and_its_trace_file_resolves_beside_it(tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.json").write_text(TRACES.read_text())
+    exp = _experiment(tmp_path, {"spot": {"notice_s": 120, "preemption": {"trace": {"file": "traces/t.json",
+                                                                                     "zone": "us-east-1a"}}}})
+    cloud = exp.cloud_for("p3.2xlarge")
+    assert cloud.spot.trace.zone == "us-east-1a" and cloud.spot.notice_s == 120
+    assert cloud.spot.trace_file == str(tmp_path / "traces" / "t.json")
+
+
+def test_a_spot_override_merges_with_the_profile_s_block():
+    from rubberband.profiles.cloud import CloudCatalog
+
+    catalog = CloudCatalog.from_dict({"provider": "aws", "region": "us-east-1", "instance_types": {
+        "p3.2xlarge": {**{k: v for k, v in ONE_TYPE.items() if k != "instance_type"}, "spot": {"notice_s": 120, "preemption": {"rate_per_hour": 0.5}}}}})
+    cloud = catalog.get("p3.2xlarge", "spot", {"spot": {"notice_s": 30}})
+    assert (cloud.spot.notice_s, cloud.spot.rate_per_hour) == (30, 0.5)
+    swapped = catalog.get("p3.2xlarge", "spot", {"spot": {"preemption": {"advisor": "<5%"}}})
+    assert (swapped.spot.notice_s, swapped.spot.advisor) == (120, "<5%")
