@@ -1,4 +1,5 @@
-"""`rubberband run` ended by Ctrl-C, SIGTERM or SIGKILL leaves nothing running (after `down`)."""
+"""`rubberband run`: its JCT and cost meet the prediction and it reports the best trial; ended by
+Ctrl-C, SIGTERM or SIGKILL it leaves nothing running (after `down`)."""
 
 import json
 import os
@@ -6,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,27 +71,53 @@ def test_sigkill_then_down_stops_everything(tmp_path, _isolated_state):
     assert _session_pids(sid) == []
 
 
-def test_run_json_prints_the_run_result(tmp_path, _isolated_state):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(f"""
-name: tiny
-sha: {{num_trials: 4, min_iters: 1, max_iters: 3, eta: 2}}
-model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
-cloud: {{profile: {ROOT / 'cloud_profiles' / 'local' / 'local.yaml'}, instance_type: local.2gpu}}
-deadline: 10m
-trainer: {trainer('Tiny')}
-metric: val_loss
-search_space: {{lr: {{loguniform: [0.01, 0.3]}}}}
-""")
+# The demo job through the CLI as scripts/demo runs it: profiled on this machine, then planned
+# with that profile and run. On a quiet 2-core machine the run comes within about 15% of the
+# prediction; the bound leaves room for load from elsewhere between profiling and running.
+# Its cost is one instance's 60-second minimum either way, so a second instance, or a run a
+# quarter longer than planned, fails the cost bound too.
+JCT_TOLERANCE = 0.25
+COST_TOLERANCE = 0.25
+
+
+def test_profiled_run_meets_its_prediction_and_reports_the_best_trial(tmp_path, _isolated_state):
     env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_AUTH_MODE": "disabled"}
-    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(path), "--provider", "local", "--json",
-                          "--latency-scale", "0.2", "--runs-dir", str(tmp_path / "runs")],
-                         env=env, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout)
-    for side in ("predicted", "actual"):
-        assert result[side]["jct_s"] > 0 and result[side]["cost_usd"] > 0
-    assert len(result["stages"]) == 2               # SHA(4, 1, 3, 2): (4, 1) then (2, 2)
+    demo, measured = str(ROOT / "experiments" / "demo.yaml"), tmp_path / "profiles" / "demo.yaml"
+
+    def cli(*argv: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "rubberband", *argv, "--runs-dir", str(tmp_path / "runs")],
+                             env=env, capture_output=True, text=True, timeout=400)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    # One GPU per trial is what the demo's plan uses on a 2-GPU instance.
+    cli("profile", demo, "--gpus", "1", "--repeats", "2", "--out", str(measured))
+    result = json.loads(cli("run", demo, "--provider", "local", "--json", "--model-profile", str(measured),
+                            "--cloud-overrides", str(measured.with_name("demo.cloud.yaml"))))
+    assert len(result["stages"]) == 5                # SHA(16, 2, 40, 2): 16x2 8x4 4x8 2x16 1x10
     assert all({"predicted", "actual"} <= set(s) for s in result["stages"])
-    assert set(result["best"]) >= {"config", "metric"} and "lr" in result["best"]["config"]
+    predicted, actual = result["predicted"], result["actual"]
+    for key, tolerance in (("jct_s", JCT_TOLERANCE), ("cost_usd", COST_TOLERANCE)):
+        error = actual[key] / predicted[key] - 1
+        assert abs(error) <= tolerance, f"{key}: predicted {predicted[key]:.4g}, actual {actual[key]:.4g} ({error:+.1%})"
+        assert result["error"][key] == pytest.approx(error)
+
+    _assert_reports_the_best(result, json.loads((Path(result["run_dir"]) / "result.json").read_text())["trials"])
+
+
+def _assert_reports_the_best(result: dict, trials: dict) -> None:
+    """From the run's own trial records: the reported best has the lowest val_loss among the
+    trials that ran to the end, and every SYNC kept trials no worse than those it stopped."""
+    last = max(t["step"] for t in trials.values())
+    finalists = {tid: t["metric"] for tid, t in trials.items() if t["step"] == last}
+    best = min(finalists, key=finalists.get)
+    assert result["best"]["trial"] == best and result["best"]["metric"] == trials[best]["metric"]
+    assert result["best"]["config"] == trials[best]["config"] and result["best"]["metric_name"] == "val_loss"
+    assert trials[best]["history"][-1]["val_loss"] == trials[best]["metric"]
+    for stage in range(len(result["stages"]) - 1):
+        ran = {tid: next(h["val_loss"] for h in t["history"] if h["stage"] == stage)
+               for tid, t in trials.items() if any(h["stage"] == stage for h in t["history"])}
+        kept = [v for tid, v in ran.items() if trials[tid]["eliminated_after"] != stage]
+        stopped = [v for tid, v in ran.items() if trials[tid]["eliminated_after"] == stage]
+        assert kept and stopped and max(kept) <= min(stopped), f"stage {stage}: kept {kept}, stopped {stopped}"
