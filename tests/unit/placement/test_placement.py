@@ -274,7 +274,7 @@ def test_dividing_sizes_match_the_oracle_when_everything_fits(case):
 @FAST
 @given(st.integers(1, 64), st.lists(st.sampled_from((1, 2, 4, 8, 16, 32)), max_size=300))
 def test_power_of_two_sizes_pack_perfectly_at_scale(n_nodes, sizes):
-    """Sizes that divide each other: best fit decreasing is optimal, even past the exact search."""
+    """Sizes that divide each other: best fit decreasing is optimal at any scale (no oracle needed)."""
     nodes = [(i, 8) for i in range(n_nodes)]
     demands = dict(enumerate(sizes))
     p = place(demands, nodes)
