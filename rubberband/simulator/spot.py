@@ -10,8 +10,9 @@ position is refilled at once:
   ``max(down[k] - notice_s, start[k])`` — with a notice, provisioning overlaps the notice —
   and its SCALE and INIT are drawn like any launch. An instance held from an earlier stage
   is alive at the stage's start, so (lifetimes being memoryless) its remaining life is drawn
-  afresh there, from ``max(stage start, start[k])``; a notice that would have come before the
-  stage's start comes at it.
+  afresh there, from ``max(stage start, start[k])``, which keeps stages independent; a notice
+  may then reach back before the stage's start, and the replacement is billed from its SCALE
+  end all the same.
 * ``trace``: the zone's availability is replayed from a random offset per sample. Every spot
   instance of the zone is reclaimed when it turns unavailable; a replacement (like a first
   request) waits until capacity returns, then provisions. A notice does not help here: the
@@ -34,7 +35,7 @@ from rubberband.profiles.spot import SpotMarket
 
 # Stream ids of the spot components, apart from the per-stage ones in ``model.py`` (0..4).
 _LIFE, _RESCALE, _REINIT, _OFFSET = 10, 11, 12, 13
-_CHUNK = 4                     # incarnations generated at a time, per position
+_CHUNK = 2                     # incarnations drawn at a time, per spot position
 
 
 def _rng(seed: int, stage: int, component: int, position: int = 0) -> np.random.Generator:
@@ -50,10 +51,11 @@ def trace_offsets(market: SpotMarket, seed: int, samples: int) -> np.ndarray:
 
 
 class PositionSchedule:
-    """The incarnations of a stage's instance positions, per sample, extended on demand.
+    """The incarnations of a stage's instance positions, per sample, drawn on demand.
 
-    ``up``, ``down`` and ``start`` have shape ``(positions, samples, K)``. On-demand positions
-    have a single incarnation that is never reclaimed.
+    ``starts[k]``, ``ups[k]`` and ``downs[k]`` are ``(positions, samples)`` arrays for the
+    k-th incarnation of every position (``up``, ``down``, ``start`` stack them on a last axis).
+    On-demand positions have a single incarnation that is never reclaimed.
     """
 
     def __init__(self, cloud: CloudProfile, market: SpotMarket, seed: int, stage: int, t0: np.ndarray,
@@ -70,121 +72,195 @@ class PositionSchedule:
         self.spot = np.asarray(spot, dtype=bool)
         self.offset = offset
         self.t0 = t0
+        # Spot positions, oldest first. The j-th spot position reads row j of each stream, and
+        # each chunk of incarnations has streams of its own: plans that hold more instances
+        # share the draws of the ones they have in common.
+        self._rows = np.flatnonzero(self.spot)
+        self._chunks = 0
+        self._mean_life = 3600.0 / market.rate_per_hour if market.rate_per_hour > 0 else np.inf
         first_down = np.full(start.shape, np.inf)
-        spot_rows = np.flatnonzero(self.spot)
-        self._streams = {p: (_rng(seed, stage, _LIFE, p), _rng(seed, stage, _RESCALE, p), _rng(seed, stage, _REINIT, p))
-                         for p in spot_rows}
-        if market.trace is not None and len(spot_rows):
-            alive_from = np.maximum(start[spot_rows], t0)
-            first_down[spot_rows] = self._zone_next(alive_from, up=False)
-        elif market.rate_per_hour > 0:
-            for p in spot_rows:
-                life = self._streams[p][0].exponential(3600.0 / market.rate_per_hour, start.shape[1])
-                first_down[p] = np.maximum(start[p], t0) + life
-        self.start, self.up, self.down = start[..., None], up[..., None], first_down[..., None]
-        self.up = np.minimum(self.up, self.down)          # reclaimed before it was ever ready: never up
+        rows = self._rows
+        if market.trace is not None and len(rows):
+            first_down[rows] = self._zone_next(np.maximum(start[rows], t0), up=False)
+        elif market.rate_per_hour > 0 and len(rows):
+            life = _rng(seed, stage, _LIFE, 0).standard_exponential((len(rows), start.shape[1]))
+            first_down[rows] = np.maximum(start[rows], t0) + life * self._mean_life
+        self.starts = [np.asarray(start, dtype=float)]
+        self.ups = [np.minimum(up, first_down)]          # reclaimed before it was ever ready: never up
+        self.downs = [first_down]
+        self._stacked: dict[str, np.ndarray] = {}
+
+    @property
+    def start(self) -> np.ndarray:
+        return self._stack("start", self.starts)
+
+    @property
+    def up(self) -> np.ndarray:
+        return self._stack("up", self.ups)
+
+    @property
+    def down(self) -> np.ndarray:
+        return self._stack("down", self.downs)
+
+    def _stack(self, name: str, arrays: list[np.ndarray]) -> np.ndarray:
+        cached = self._stacked.get(name)
+        if cached is None or cached.shape[-1] != len(arrays):
+            cached = self._stacked[name] = np.stack(arrays, axis=-1)
+        return cached
+
+    @property
+    def incarnations(self) -> int:
+        return len(self.downs)
 
     def _zone_next(self, t: np.ndarray, up: bool) -> np.ndarray:
         """The first time ``>= t`` the zone is up (or down), in the stage's clock; ``inf`` stays."""
         out = np.full(np.shape(t), np.inf)
         finite = np.isfinite(t)
-        shifted = (t + self.offset)[finite]
-        out[finite] = self.market.trace.next_change(shifted, up=up) - (self.offset * np.ones_like(t))[finite]
+        offset = np.broadcast_to(self.offset, np.shape(t))[finite]
+        out[finite] = self.market.trace.next_change(t[finite] + offset, up=up) - offset
         return out
 
     def extend(self) -> None:
-        """Add ``_CHUNK`` more incarnations to every spot position."""
-        spot_rows = np.flatnonzero(self.spot)
-        P, S, K = self.up.shape
-        new_start = np.full((P, S, _CHUNK), np.inf)
-        new_up = np.full((P, S, _CHUNK), np.inf)
-        new_down = np.full((P, S, _CHUNK), np.inf)
-        notice = self.market.notice_s
-        cloud = self.cloud
-        for p in spot_rows:
-            life, rescale, reinit = self._streams[p]
-            prev_start, prev_down = self.start[p, :, -1], self.down[p, :, -1]
-            for j in range(_CHUNK):
-                if self.market.trace is not None:
-                    request = self._zone_next(prev_down, up=True)
-                else:
-                    request = np.maximum(prev_down - notice, np.maximum(prev_start, self.t0))
-                scale = cloud.provision_latency_s.sample(rescale, S)
-                init = cloud.init_latency_s.sample(reinit, S)
-                start = request + scale
-                if self.market.trace is not None:
-                    down = self._zone_next(start, up=False)
-                else:
-                    down = start + life.exponential(3600.0 / self.market.rate_per_hour, S)
-                up = np.minimum(np.maximum(start + init, prev_down), down)
-                new_start[p, :, j], new_up[p, :, j], new_down[p, :, j] = start, up, down
-                prev_start, prev_down = start, down
-        self.start = np.concatenate([self.start, new_start], axis=2)
-        self.up = np.concatenate([self.up, new_up], axis=2)
-        self.down = np.concatenate([self.down, new_down], axis=2)
+        """Draw ``_CHUNK`` more incarnations of every spot position (on-demand ones get ``inf``)."""
+        self._chunks += 1
+        rows = self._rows
+        P, S = self.downs[0].shape
+        shape = (len(rows), _CHUNK, S)
+        seed, stage, j, cloud = self.seed, self.stage, self._chunks, self.cloud
+        scale = cloud.provision_latency_s.sample(_rng(seed, stage, _RESCALE, j), shape)
+        init = cloud.init_latency_s.sample(_rng(seed, stage, _REINIT, j), shape)
+        life = _rng(seed, stage, _LIFE, j).standard_exponential(shape) * self._mean_life \
+            if self.market.trace is None else None
+        prev_start, prev_down = self.starts[-1][rows], self.downs[-1][rows]
+        for c in range(_CHUNK):
+            if life is None:      # the zone is gone: wait for capacity, then provision
+                start = self._zone_next(prev_down, up=True) + scale[:, c]
+                down = self._zone_next(start, up=False)
+            else:                 # requested at the notice, not before the instance started
+                start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale[:, c]
+                down = start + life[:, c]
+            for arrays, value in ((self.starts, start), (self.downs, down),
+                                  (self.ups, np.minimum(np.maximum(start + init[:, c], prev_down), down))):
+                full = np.full((P, S), np.inf)
+                full[rows] = value
+                arrays.append(full)
+            prev_start, prev_down = start, down
 
-    def window(self, pos: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For position ``pos`` at time ``t`` (same shapes, ``(..., samples)``): the earliest
-        time ``>= t`` it is up, and when that up period ends."""
-        sidx = np.broadcast_to(np.arange(t.shape[-1]), t.shape)
+    def current(self, rows: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per position of ``rows``: SCALE end and ready time of the incarnation alive (or still
+        provisioning) at ``t`` — the first one not reclaimed by then. ``(len(rows), samples)``."""
+        start, up = self.starts[0][rows].copy(), self.ups[0][rows].copy()
+        found = self.downs[0][rows] > t
+        k = 1
+        while not found.all():
+            if k == self.incarnations:
+                self.extend()
+            take = ~found
+            start[take], up[take] = self.starts[k][rows][take], self.ups[k][rows][take]
+            found |= self.downs[k][rows] > t
+            k += 1
+        return start, up
+
+    def window(self, pos: np.ndarray, sample: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For position ``pos`` in Monte-Carlo sample ``sample`` at time ``t`` (arrays of one
+        shape): the earliest time ``>= t`` it is up, and when that up period ends."""
         while True:
-            up, down = self.up[pos, sidx], self.down[pos, sidx]          # (..., samples, K)
+            up, down = self.up[pos, sample], self.down[pos, sample]          # (..., K)
             tt = t[..., None]
             inside = (up <= tt) & (tt < down)
             later = np.where((up > tt) & (up < down), up, np.inf)
-            k_in = inside.argmax(axis=-1)
-            k_next = later.argmin(axis=-1)
+            k_in, k_next = inside.argmax(axis=-1)[..., None], later.argmin(axis=-1)[..., None]
             has_in = inside.any(axis=-1)
-            start = np.where(has_in, t, np.take_along_axis(later, k_next[..., None], -1)[..., 0])
-            end = np.where(has_in, np.take_along_axis(down, k_in[..., None], -1)[..., 0],
-                           np.take_along_axis(down, k_next[..., None], -1)[..., 0])
-            # Not found among the incarnations drawn so far, yet the last one is reclaimed:
-            # the answer lies in incarnations not drawn yet.
-            pending = ~np.isfinite(start) & np.isfinite(down[..., -1])
-            if not pending.any():
+            start = np.where(has_in, t, np.take_along_axis(later, k_next, -1)[..., 0])
+            end = np.take_along_axis(down, np.where(has_in[..., None], k_in, k_next), -1)[..., 0]
+            # Not among the incarnations drawn so far, yet the last one is reclaimed: the answer
+            # lies in incarnations not drawn yet.
+            if not (~np.isfinite(start) & np.isfinite(down[..., -1])).any():
                 return start, end
             self.extend()
 
-    def joint_window(self, positions: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Like ``window`` for trials on several positions each, ``positions`` of shape
-        ``(..., c, samples)``: the earliest time ``>= t`` (``(..., samples)``) at which all ``c``
-        are up, and when the first of them goes down."""
+    def joint_window(self, positions: np.ndarray, sample: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Like ``window`` for trials on ``c`` positions each (``positions`` of shape ``(E, c)``,
+        ``sample`` and ``t`` of shape ``(E,)``): the earliest time ``>= t`` at which all are up,
+        and when the first of them goes down (``inf`` and ``inf`` if never)."""
         u = t
+        samples = np.broadcast_to(sample[:, None], positions.shape)
         while True:
-            starts, ends = self.window(positions, np.broadcast_to(u[..., None, :], positions.shape))
-            all_up = (starts == u[..., None, :]).all(axis=-2)
-            latest = starts.max(axis=-2)
+            starts, ends = self.window(positions, samples, np.broadcast_to(u[:, None], positions.shape))
+            all_up = (starts == u[:, None]).all(axis=1)
+            latest = starts.max(axis=1)
             settled = all_up | ~np.isfinite(latest)
             if settled.all():
-                return np.where(all_up, u, np.inf), np.where(all_up, ends.min(axis=-2), np.inf)
+                return np.where(all_up, u, np.inf), np.where(all_up, ends.min(axis=1), np.inf)
             u = np.where(settled, u, latest)
 
 
 def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray, iters: int,
-               latency: np.ndarray, startup: np.ndarray) -> np.ndarray:
+               latency: np.ndarray, startup) -> np.ndarray:
     """Finish times of TRAIN nodes that checkpoint every iteration and resume after reclaims.
 
     Args:
         positions: ``(n, c, samples)`` — the ``c`` positions each of ``n`` trials runs on.
         t: ``(n, samples)`` — when each trial could start.
         iters: iterations each trial trains.
-        latency, startup: ``(n, samples)`` — seconds per iteration and start-up of each TRAIN.
+        latency, startup: ``(n, samples)`` — seconds per iteration and start-up of each TRAIN
+            (a constant start-up may be one number).
+
+    Each (trial, sample) runs through its up periods in order: it finishes in one if its work
+    fits, else it keeps the iterations completed before the period ends and loses the one in
+    progress. Only the interrupted ones go round again. One that can never finish (its zone
+    never has capacity again) finishes at ``inf``.
     """
-    remaining = np.full(t.shape, float(iters))
-    finish = np.full(t.shape, np.nan)
-    todo = np.ones(t.shape, dtype=bool)
-    now = t.copy()
-    while todo.any():
-        u, end = schedule.joint_window(positions, now)
-        work = startup + remaining * latency
-        fits = todo & (u + work <= end)
-        finish[fits] = (u + work)[fits]
-        todo &= ~fits
-        # Interrupted: keep the iterations completed before the reclaim, lose the one in progress.
-        done_iters = np.floor(np.maximum(end - u - startup, 0.0) / np.where(latency > 0, latency, np.inf))
-        remaining = np.where(todo, remaining - np.minimum(done_iters, remaining), remaining)
-        now = np.where(todo, end, now)
+    n, c, S = positions.shape
+    per_iter = np.broadcast_to(latency, (n, S))
+    boot = np.broadcast_to(startup, (n, S))
+    now = np.array(np.broadcast_to(t, (n, S)), dtype=float)
+    finish = np.full((n, S), np.inf)
+    active = np.ones((n, S), dtype=bool)
+    first = 0
+    if c == 1 and (positions[:, 0, :] == positions[:, 0, :1]).all():
+        # The usual first look, whole rows at a time: most TRAINs fit in their position's
+        # current up period; only the others go on below.
+        rows = positions[:, 0, 0]
+        done = np.maximum(schedule.ups[0][rows], now) + (boot + iters * per_iter)
+        active = ~(done <= schedule.downs[0][rows])
+        np.copyto(finish, done, where=~active)
+    # Then element by element, only the (trial, sample) pairs a reclaim interrupted.
+    idx = np.flatnonzero(active)
+    trial, sample = np.divmod(idx, S)
+    pos = positions[trial, :, sample]                                  # (E, c)
+    at, lat, b = (np.ascontiguousarray(a).reshape(-1)[idx] for a in (now, per_iter, boot))
+    left = np.full(idx.size, float(iters))
+    out = finish.reshape(-1)
+    k = first
+    while idx.size:
+        if c == 1:          # one position: its k-th incarnation is the next up period to try
+            if k == schedule.incarnations:
+                schedule.extend()
+            up, end = schedule.ups[k][pos[:, 0], sample], schedule.downs[k][pos[:, 0], sample]
+            u, k = np.maximum(up, at), k + 1
+        else:
+            u, end = schedule.joint_window(pos, sample, at)
+        done, keep = _attempt(u, end, at, left, lat, b)
+        out[idx] = np.where(keep, out[idx], done)
+        idx, pos, sample, at, left, lat, b = (x[keep] for x in (idx, pos, sample, at, left, lat, b))
     return finish
+
+
+def _attempt(u, end, now, remaining, latency, startup):
+    """Run each TRAIN in its up period ``[u, end)``: it finishes there if its work fits, else it
+    keeps the iterations completed before ``end`` and loses the one in progress (``remaining``
+    and ``now`` updated in place). Returns the finish times (``inf`` where not finished) and
+    which go on — not those that finished, nor those with nothing after (never reclaimed)."""
+    work = startup + remaining * latency
+    live = u < end
+    fits = live & (u + work <= end)
+    finish = np.where(fits, u + work, np.inf)
+    cut = live & ~fits
+    done = np.floor(np.maximum(end - u - startup, 0.0) / np.where(latency > 0, latency, np.inf))
+    remaining -= np.where(cut, np.minimum(done, remaining), 0.0)
+    np.copyto(now, end, where=cut)
+    return finish, ~fits & np.isfinite(end)
 
 
 @dataclass
@@ -194,6 +270,7 @@ class SpotBill:
     instance_seconds: np.ndarray     # alive time inside [t0, t_end), per sample
     rounding_s: np.ndarray           # billed minus alive time of incarnations reclaimed in the window
     launches: np.ndarray             # incarnations launched within the window (data cost)
+    reclaims: np.ndarray             # incarnations reclaimed within the window
 
 
 def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_end: np.ndarray, billing,
@@ -204,18 +281,36 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     their whole life (granularity, minimum); and the launches whose SCALE ended inside it —
     replacements, and a carried position's pending replacement (``carried``: positions held
     from an earlier stage; a position launched at this stage's start is counted by the caller).
+    A replacement exists only if the one before it is reclaimed within the window: a position
+    released (or carried on) before its reclaim asks for none here. The first incarnation was
+    billed up to ``t0`` by the stages before; a replacement whose notice reached back before
+    ``t0`` is billed here from its SCALE end.
     """
     from rubberband.simulator.engine import billed_seconds
 
-    start, down = schedule.start[rows], schedule.down[rows]                   # (r, samples, K)
-    lo, hi = t0[None, :, None], t_end[None, :, None]
-    alive = np.clip(np.minimum(down, hi) - np.maximum(start, lo), 0.0, None)
-    reclaimed = (down >= lo) & (down < hi) & (start < down)
-    life = np.where(reclaimed, down - start, 0.0)
-    rounding = np.where(reclaimed, billed_seconds(life, billing) - life, 0.0)
-    launched = (start >= lo) & (start < hi)
-    launched[..., 0] &= np.asarray(carried, dtype=bool)[rows][:, None]
-    return SpotBill(alive.sum(axis=(0, 2)), rounding.sum(axis=(0, 2)), launched.sum(axis=(0, 2)))
+    samples = t0.shape[0]
+    alive, rounding = np.zeros(samples), np.zeros(samples)
+    launches, reclaims = np.zeros(samples), np.zeros(samples)
+    exists = np.ones((len(rows), samples), dtype=bool)
+    lo = t0
+    for k in range(schedule.incarnations):
+        start, down = schedule.starts[k][rows], schedule.downs[k][rows]
+        alive += np.where(exists, np.clip(np.minimum(down, t_end) - np.maximum(start, lo), 0.0, None), 0.0).sum(axis=0)
+        gone = exists & (down < t_end)                 # reclaimed within the window
+        reclaimed = gone & (start < down)              # ... after it had started (billed)
+        if reclaimed.any():
+            life = np.where(reclaimed, down - start, 0.0)
+            rounding += np.where(reclaimed, billed_seconds(life, billing) - life, 0.0).sum(axis=0)
+            reclaims += reclaimed.sum(axis=0)
+        launched = exists & (start >= lo) & (start < t_end)
+        if k == 0:
+            launched &= np.asarray(carried, dtype=bool)[rows][:, None]
+        launches += launched.sum(axis=0)
+        exists = gone
+        lo = np.full(samples, -np.inf)
+        if not exists.any():
+            break
+    return SpotBill(alive, rounding, launches, reclaims)
 
 
 def trial_positions(shape, gpus_per_instance: int) -> np.ndarray:
@@ -248,8 +343,9 @@ def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: 
     for j in range(shape.num_trials):
         gpu = free.argmin(axis=1)
         start = free[rows, gpu]
+        boot = startup if np.ndim(startup) == 0 else startup[j][None, :]
         finish = run_trials(schedule, slot_position[gpu][None, None, :], start[None, :], shape.iters,
-                            latency[j][None, :], startup[j][None, :])[0]
+                            latency[j][None, :], boot)[0]
         free[rows, gpu] = finish
         busy += finish - start
     return free.max(axis=1), busy
