@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
+from rubberband.limits import check_samples_seed
 from rubberband.plan.plan import Plan
 from rubberband.plan.policies import Candidate, choose, get_policy, pareto_front, static_candidates
 from rubberband.plan.table import StageTable
@@ -45,6 +46,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
         SpecError: bad arguments (unknown policy, non-positive deadline, ...).
     """
     get_policy(policy)
+    check_samples_seed(samples, seed)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or not deadline_s > 0 or not math.isfinite(deadline_s):
         raise SpecError(f"deadline_s: expected a positive number of seconds, got {deadline_s!r}")
     if confidence is not None and not 0 < confidence < 1:

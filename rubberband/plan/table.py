@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rubberband.limits import check_samples_seed, check_table
 from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
@@ -55,6 +56,17 @@ def valid_allocations(num_trials: int, model: ModelProfile, gpus_per_instance: i
     return sorted(out)
 
 
+def check_table_size(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
+                     candidates: Sequence[Sequence[int]] | None, samples: int) -> None:
+    """Refuse a table too large for memory or time before anything is drawn
+    (``rubberband.limits``): every GPU count of the profile caches each stage's TRAIN
+    durations, and the widest allocation draws INIT latencies for all its instances. Call it
+    with ``candidates=None`` before listing them (a huge profile has millions)."""
+    widest = max(instances_needed(s.num_trials, s.num_trials * model.max_gpus, cloud.gpus_per_instance)
+                 for s in spec.stages)
+    check_table(spec.trials, candidates, model.max_gpus - model.min_gpus + 1, widest, samples)
+
+
 @dataclass
 class StageEntry:
     """Means of one stage under one allocation."""
@@ -78,19 +90,12 @@ class StageTable:
     def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
-        self.samples, self.seed = int(samples), int(seed)
-        self.draws = [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
-        self.per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-        self.usd_per_s = cloud.usd_per_second
-        self.data_usd = cloud.data.usd_per_launch
-        self.entries: list[dict[int, StageEntry]] = [{} for _ in spec.stages]
-        self._candidates: list[list[int]] = []
-        self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
-        self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
-        self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
-        base = [allocations[i] if allocations is not None else valid_allocations(s.num_trials, model, cloud.gpus_per_instance)
-                for i, s in enumerate(spec.stages)]
+        check_samples_seed(samples, seed)
+        check_table_size(spec, model, cloud, None, samples)
         G = cloud.gpus_per_instance
+        base = [allocations[i] if allocations is not None else valid_allocations(s.num_trials, model, G)
+                for i, s in enumerate(spec.stages)]
+        self._candidates: list[list[int]] = []
         for i, stage in enumerate(spec.stages):
             cands = set(base[i])
             if allocations is None and model.min_gpus == 1:
@@ -101,6 +106,17 @@ class StageTable:
                         n_j = spec.stages[j].num_trials
                         cands.update(h * G for h in {instances_needed(n_j, a, G) for a in base[j]} if h * G < stage.num_trials)
             self._candidates.append(sorted(int(a) for a in cands))
+        check_table_size(spec, model, cloud, self._candidates, samples)   # before anything is drawn
+        self.samples, self.seed = int(samples), int(seed)
+        self.draws = [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
+        self.per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
+        self.usd_per_s = cloud.usd_per_second
+        self.data_usd = cloud.data.usd_per_launch
+        self.entries: list[dict[int, StageEntry]] = [{} for _ in spec.stages]
+        self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
+        self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
+        self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
+        for i, stage in enumerate(spec.stages):
             parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
             self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
         self._init_cache: dict[tuple[int, int], float] = {}

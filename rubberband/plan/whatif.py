@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
+from rubberband.limits import check_samples_seed, check_sweep, table_work
 from rubberband.plan.compile import plan_on_table
 from rubberband.plan.policies import POLICIES
-from rubberband.plan.table import StageTable
+from rubberband.plan.table import StageTable, check_table_size, valid_allocations
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost
 from rubberband.profiles.distributions import Constant
 from rubberband.profiles.model import ModelProfile
@@ -59,7 +60,16 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     for name in policies:
         if name not in POLICIES:
             raise SpecError(f"policy: unknown policy {name!r}{did_you_mean(name, POLICIES)}; choose one of {', '.join(POLICIES)}")
+    check_samples_seed(samples, seed)
     axes = list(vary)
+    # Refuse a sweep too large before planning its first scenario: its tables (one per
+    # combination of the axes other than the deadline) and a plan search per scenario and policy.
+    tables = math.prod(len(vary[a]) for a in axes if a != "deadline_s")
+    check_table_size(spec, model, cloud, None, samples)
+    base = [valid_allocations(s.num_trials, model, cloud.gpus_per_instance) for s in spec.stages]
+    check_table_size(spec, model, cloud, base, samples)
+    check_sweep(math.prod(len(v) for v in vary.values()), len(policies), spec.trials, samples,
+                table_work(spec.trials, base), tables)
     out = []
     tables: dict[tuple, StageTable] = {}     # the deadline does not change a table: share it
     for combo in itertools.product(*(vary[a] for a in axes)):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rubberband.errors import SpecError
+from rubberband.limits import check_samples_seed, check_simulation
 from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import StageDraws, StageShape, stage_shape
@@ -91,9 +92,10 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
-        raise SpecError(f"samples: expected a positive integer, got {samples!r}")
+    check_samples_seed(samples, seed)
     shapes, held = layout(spec, allocation, model, cloud, instances)
+    launches = [max(0, h - p) for h, p in zip(held, [0, *held])]
+    check_simulation(spec.trials, [s.allocation for s in shapes], max(launches), samples)
     if draws is None:
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
     per_instance = cloud.billing.model is BillingModel.PER_INSTANCE

@@ -32,7 +32,7 @@ def test_importing_the_core_and_the_cli_loads_no_sdk():
 # Pipeline order of the pure core: each may import only the neutral modules and the packages
 # before it. Everything above the core (config, providers, executor, profiler, testing) may
 # import the core, and nothing but the CLI itself imports the CLI.
-NEUTRAL = {"errors", "units", "schema", "render"}
+NEUTRAL = {"errors", "units", "schema", "render", "limits"}
 CORE_ORDER = ["spec", "profiles", "simulator", "plan", "placement"]
 
 

@@ -1,0 +1,139 @@
+"""Size guards: the memory and work a simulation, a plan search or a what-if sweep will take,
+estimated from the job's shape before anything is allocated, so a job too large for one
+machine is refused with one line (the size, the limit, how to shrink it) instead of dying
+with a MemoryError or running for hours.
+
+A *cell* is one float64 per Monte-Carlo sample (8 bytes); *work* counts the cells an
+algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` trials:
+
+* ``simulate`` (one plan: ``a_i`` GPUs per stage, at most ``new`` instances launched at once)::
+
+      memory = 8 B * S * (sum n_i + new + 4 * stages)
+      work   = S * sum (n_i + q_i(a_i))
+
+  TRAIN durations of every stage (one row per trial), the INIT draws of the largest
+  scale-up (one row per instance), per-stage time and cost. ``q(a) = (n - a) * a`` when
+  trials queue (``a < n``): each queued trial goes to the GPU that frees first, a scan
+  over ``a`` GPUs.
+* the planner's table (``A_i`` the valid allocations of stage ``i``)::
+
+      memory = 8 B * S * (sum n_i * M + H)
+      work   = S * sum_i sum_{a in A_i} (n_i + q_i(a))
+
+  ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage),
+  ``H`` the instances of the widest allocation of any stage (its INIT draws).
+* a what-if sweep: a table per distinct non-deadline scenario, and per scenario and policy a
+  plan search of about ``SEARCH_SIMULATIONS`` full simulations::
+
+      work = tables * table work + scenarios * policies * SEARCH_SIMULATIONS * S * sum n_i
+
+The limits are generous: every shipped experiment, benchmark and figure stays far below
+them (SHA(512) at 200 samples, the largest, plans with about 0.02 GB and 1.4e8 work).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from rubberband.errors import SpecError
+
+CELL_BYTES = 8
+MAX_MEMORY_BYTES = 2 * 2**30        # numpy arrays of one computation
+MAX_WORK = 3e10                     # cells touched: about two minutes of numpy (~2.5e8 a second, one core)
+MAX_ALLOCATIONS = 20_000            # valid allocations of one stage (the planner weighs every one)
+SEARCH_SIMULATIONS = 10             # full simulations of a typical plan search (``choose``)
+PLAN_OPS = 1_000_000                # fixed cost of one plan search (the DP over stages), in cells
+
+SHRINK = "fewer trials or stages"
+
+
+def check_samples_seed(samples: object, seed: object) -> None:
+    """Monte-Carlo ``samples`` must be a positive integer and ``seed`` a non-negative one."""
+    if isinstance(samples, bool) or not isinstance(samples, int | np.integer) or samples < 1:
+        raise SpecError(f"samples: expected a positive integer, got {samples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise SpecError(f"seed: expected a non-negative integer, got {seed!r}")
+
+
+def queue_work(num_trials: int, allocation: int) -> int:
+    """Cells per sample that list scheduling touches when ``num_trials`` queue on ``allocation`` GPUs."""
+    return (num_trials - allocation) * allocation if allocation < num_trials else 0
+
+
+def check_simulation(trials: Sequence[int], allocation: Sequence[int], new_instances: int, samples: int) -> None:
+    """Refuse a simulation of one plan too large to hold or to run (see the module docstring)."""
+    _check(f"simulating {_trials(trials)} on {','.join(map(str, allocation))} GPUs", samples,
+           memory=sum(trials) + new_instances + 4 * len(trials),
+           work=sum(n + queue_work(n, a) for n, a in zip(trials, allocation)))
+
+
+def table_work(trials: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
+    """Cells per sample to fill the planner's table (see the module docstring)."""
+    return sum(len(c) * n + sum(queue_work(n, a) for a in c) for n, c in zip(trials, candidates))
+
+
+def check_table(trials: Sequence[int], candidates: Sequence[Sequence[int]] | None, gpu_counts: int,
+                max_instances: int, samples: int) -> None:
+    """Refuse a plan search whose table would not fit in memory or take too long to fill.
+
+    With ``candidates=None`` (before they are listed, which alone can take long) the number
+    of allocations is bounded from the profile (``gpu_counts`` multiples of the trial count
+    plus at most ``4 sqrt(n)`` ways to queue) and the work from the parallel allocations alone.
+    """
+    if candidates is None:
+        counts = [gpu_counts + 4 * math.isqrt(n) for n in trials]
+        work = sum(gpu_counts * n for n in trials)
+    else:
+        counts = [len(c) for c in candidates]
+        work = table_work(trials, candidates)
+    stage = max(range(len(counts)), key=counts.__getitem__)
+    if counts[stage] > MAX_ALLOCATIONS:
+        raise SpecError(f"job too large: stage {stage} has about {counts[stage]:,} valid allocations for its "
+                        f"{trials[stage]:,} trials ({gpu_counts:,} GPU counts per trial in the model profile), over "
+                        f"the {MAX_ALLOCATIONS:,} limit; profile fewer GPU counts per trial or use {SHRINK} "
+                        "(limits in rubberband/limits.py)")
+    _check(f"planning {_trials(trials)} over {sum(counts):,} allocations ({gpu_counts:,} GPU counts per trial)",
+           samples, memory=sum(trials) * gpu_counts + max_instances, work=work)
+
+
+def check_sweep(scenarios: int, policies: int, trials: Sequence[int], samples: int, table_cells: int = 0,
+                tables: int = 0) -> None:
+    """Refuse a what-if sweep of too many scenarios before the first is planned."""
+    plans = scenarios * policies
+    _check(f"a what-if sweep of {scenarios:,} scenarios x {policies} policies", samples, memory=0,
+           work=tables * table_cells + plans * SEARCH_SIMULATIONS * sum(trials), fixed=plans * PLAN_OPS,
+           shrink="fewer swept values")
+
+
+def _trials(trials: Sequence[int]) -> str:
+    return f"{len(trials)} stage(s) of {sum(trials):,} trials in all"
+
+
+def _check(what: str, samples: int, memory: float, work: float, fixed: float = 0.0, shrink: str = SHRINK) -> None:
+    """Refuse unless ``memory`` cells and ``work`` cell operations per sample, times ``samples``
+    (plus ``fixed`` operations whatever the samples), stay within the limits; the advice is
+    the most samples that fit both."""
+    nbytes, ops = memory * samples * CELL_BYTES, work * samples + fixed
+    over = []
+    if nbytes > MAX_MEMORY_BYTES:
+        over.append(f"needs about {_gb(nbytes)} of memory, over the {_gb(MAX_MEMORY_BYTES)} limit")
+    if ops > MAX_WORK:
+        over.append(f"is about {ops:.1e} cell operations, over the {MAX_WORK:.0e} limit (hours of computing)")
+    if not over:
+        return
+    fit = min(MAX_MEMORY_BYTES // (memory * CELL_BYTES) if memory else samples,
+              (MAX_WORK - fixed) // work if work else samples)
+    how = f"use at most {int(fit):,} samples (--samples) or {shrink}" if fit >= 1 else f"use {shrink}"
+    raise SpecError(f"job too large: {what} x {samples:,} samples {' and '.join(over)}; {how} "
+                    "(limits in rubberband/limits.py)")
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 2**30:,.1f} GB" if nbytes < 1000 * 2**30 else f"{nbytes / 2**40:,.1f} TB"
+
+
+__all__ = ["CELL_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_WORK", "PLAN_OPS", "SEARCH_SIMULATIONS", "check_samples_seed",
+           "check_simulation", "check_sweep", "check_table", "queue_work", "table_work"]

@@ -1,0 +1,185 @@
+"""Size guards: a job too large for one machine is refused up front, in one line naming the size,
+the limit and how to shrink it, in well under 2 s and without a MemoryError; every shipped
+experiment, benchmark and figure stays within the limits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from rubberband import ExperimentSpec, SpecError, load_experiment
+from rubberband.limits import (
+    CELL_BYTES,
+    MAX_ALLOCATIONS,
+    MAX_MEMORY_BYTES,
+    check_samples_seed,
+    check_simulation,
+    check_sweep,
+    check_table,
+    queue_work,
+    table_work,
+)
+from rubberband.plan import POLICIES, compile_plan, valid_allocations, whatif
+from rubberband.plan.table import check_table_size
+from rubberband.profiles.distributions import Normal
+from rubberband.simulator import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+CIFAR = ROOT / "experiments" / "resnet101_cifar10.yaml"
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
+
+
+@cache
+def cifar():
+    return load_experiment(CIFAR)
+
+
+# --- the formulas ----------------------------------------------------------------------------------
+
+def test_queue_work_is_the_list_scheduling_scan():
+    assert queue_work(10, 10) == queue_work(10, 20) == 0
+    assert queue_work(10, 4) == 6 * 4
+
+
+def test_simulation_memory_names_the_size_the_limit_and_the_samples_that_fit():
+    trials, allocation = (32, 10, 3, 1), (32, 20, 12, 8)
+    per_sample = sum(trials) + 8 + 4 * len(trials)
+    samples = 2 * MAX_MEMORY_BYTES // (per_sample * CELL_BYTES)
+    with pytest.raises(SpecError, match=r"^job too large: simulating 4 stage\(s\) of 46 trials in all .* needs about "
+                                        r"[\d.]+ GB of memory, over the 2\.0 GB limit; use at most ([\d,]+) samples") as info:
+        check_simulation(trials, allocation, 8, samples)
+    fit = int(str(info.value).split("use at most ")[1].split(" ")[0].replace(",", ""))
+    check_simulation(trials, allocation, 8, fit)          # the advice is exact
+    with pytest.raises(SpecError, match="job too large"):
+        check_simulation(trials, allocation, 8, fit + 1)
+
+
+def test_queued_trials_count_as_work():
+    # 100,000 trials queued on 50,000 GPUs: each queued trial scans 50,000 GPUs.
+    with pytest.raises(SpecError, match=r"cell operations, over the .* limit .*; use at most [\d,]+ samples"):
+        check_simulation((100_000,), (50_000,), 1, 200)
+    check_simulation((100_000,), (100_000,), 1, 200)
+
+
+def test_table_work_adds_every_candidate_of_every_stage():
+    assert table_work((8, 2), [(2, 8, 16), (2, 4)]) == 3 * 8 + (6 * 2) + 2 * 2
+
+
+def test_too_many_allocations_per_stage_name_the_profile():
+    with pytest.raises(SpecError, match=rf"^job too large: stage 0 has about [\d,]+ valid allocations .* over the "
+                                        rf"{MAX_ALLOCATIONS:,} limit; profile fewer GPU counts per trial"):
+        check_table((32, 10), None, 2**20, 8, 10)
+
+
+def test_a_sweep_names_its_scenarios():
+    with pytest.raises(SpecError, match=r"^job too large: a what-if sweep of 8,640,000 scenarios x 4 policies .*"
+                                        r"use fewer swept values"):
+        check_sweep(8_640_000, 4, (32, 10, 3, 1), 200)
+    check_sweep(8, 4, (32, 10, 3, 1), 200)
+
+
+@pytest.mark.parametrize(("samples", "seed", "pattern"), [
+    (0, 0, r"^samples: expected a positive integer, got 0"),
+    (-1, 0, r"^samples: expected a positive integer, got -1"),
+    (2.5, 0, r"^samples: expected a positive integer"),
+    (True, 0, r"^samples: expected a positive integer"),
+    (10, -1, r"^seed: expected a non-negative integer, got -1"),
+    (10, 1.5, r"^seed: expected a non-negative integer"),
+])
+def test_samples_and_seed_are_checked_by_every_entry_point(samples, seed, pattern):
+    exp = cifar()
+    with pytest.raises(SpecError, match=pattern):
+        check_samples_seed(samples, seed)
+    with pytest.raises(SpecError, match=pattern):
+        simulate(exp.spec, (32, 20, 12, 8), exp.model, exp.cloud, samples=samples, seed=seed)
+    with pytest.raises(SpecError, match=pattern):
+        compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=samples, seed=seed)
+    with pytest.raises(SpecError, match=pattern):
+        whatif(exp.spec, exp.model, exp.cloud, 1200.0, {"deadline_s": [1200.0]}, samples=samples, seed=seed)
+
+
+# --- the issue's jobs: refused at once -------------------------------------------------------------
+
+def test_a_million_samples_simulation_is_refused_not_a_memory_error():
+    exp = cifar()
+    with pytest.raises(SpecError, match=r"^job too large: simulating .* x 100,000,000 samples needs about"):
+        simulate(exp.spec, (32, 20, 12, 8), exp.model, exp.cloud, samples=100_000_000)
+
+
+def test_a_hyperband_of_100000_iterations_is_refused():
+    exp = cifar()
+    spec = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 100_000, 2))
+    with pytest.raises(SpecError, match=r"^job too large: planning 153 stage\(s\) of [\d,]+ trials in all"):
+        compile_plan(spec, exp.model, exp.cloud, 1200.0, samples=1000)
+
+
+def test_a_profile_entry_for_a_million_gpus_is_refused():
+    exp = cifar()
+    model = exp.model.replace(iter_latency_s={**exp.model.iter_latency_s, 2**20: Normal(5.0, 0.5)})
+    with pytest.raises(SpecError, match=r"^job too large: stage 0 has about 1,048,[\d]+ valid allocations"):
+        compile_plan(exp.spec, model, exp.cloud, 1200.0, samples=1000)
+
+
+def test_a_sweep_of_millions_of_deadlines_is_refused_before_the_first_plan():
+    exp = cifar()
+    deadlines = range(1, 100 * 86400 + 1)       # 1s:100d:1s without building the list
+    with pytest.raises(SpecError, match=r"^job too large: a what-if sweep of 8,640,000 scenarios"):
+        whatif(exp.spec, exp.model, exp.cloud, 1200.0, {"deadline_s": deadlines}, samples=200)
+
+
+CHILD = textwrap.dedent("""
+    import json, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))   # a MemoryError past 3 GB
+    from rubberband import ExperimentSpec, SpecError, load_experiment
+    from rubberband.plan import compile_plan
+    exp = load_experiment(sys.argv[1])
+    spec = ExperimentSpec.sha(1_000_000, 1, 50, 3)
+    start = time.perf_counter()
+    try:
+        compile_plan(spec, exp.model, exp.cloud, 1200.0, samples=1000)
+        message = None
+    except SpecError as exc:
+        message = str(exc)
+    print(json.dumps({"seconds": time.perf_counter() - start, "message": message,
+                      "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+""")
+
+
+def test_planning_a_million_trial_job_is_refused_in_under_two_seconds_and_three_gigabytes():
+    out = subprocess.run([sys.executable, "-c", CHILD, str(CIFAR)], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["message"] is not None and result["message"].startswith("job too large: planning 5 stage(s)")
+    assert "\n" not in result["message"] and "use at most" in result["message"]
+    assert result["seconds"] < 2.0
+    assert result["max_rss_kb"] < 3 * 2**20
+
+
+# --- what ships stays within the limits ------------------------------------------------------------
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("samples", [None, 1000])
+def test_every_shipped_experiment_plans_within_the_limits(path, samples):
+    exp = load_experiment(path)
+    samples = samples or exp.samples
+    G = exp.cloud.gpus_per_instance
+    check_table_size(exp.spec, exp.model, exp.cloud, None, samples)
+    check_table_size(exp.spec, exp.model, exp.cloud,
+                     [valid_allocations(s.num_trials, exp.model, G) for s in exp.spec.stages], samples)
+
+
+def test_the_paper_figures_sweeps_are_within_the_limits():
+    exp = load_experiment(ROOT / "experiments" / "resnet50_sha512.yaml")
+    cands = [valid_allocations(s.num_trials, exp.model, exp.cloud.gpus_per_instance) for s in exp.spec.stages]
+    # Figure 12: 3 init latencies x 8 deadlines at 100 samples (benchmarks/paper_figures.py).
+    check_sweep(24, len(POLICIES), exp.spec.trials, 100, table_work(exp.spec.trials, cands), 3)
+    # ... with a margin: ten times the scenarios, or five times the samples, still fit.
+    check_sweep(240, len(POLICIES), exp.spec.trials, 100, table_work(exp.spec.trials, cands), 30)
+    check_sweep(24, len(POLICIES), exp.spec.trials, 500, table_work(exp.spec.trials, cands), 3)
