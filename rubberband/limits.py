@@ -22,6 +22,8 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
 
   ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage),
   ``H`` the instances of the widest allocation of any stage (its INIT draws).
+* ``build_dag``: about ``DAG_ELEMENT_BYTES`` per node and edge; a stage that launches ``new``
+  instances links each of its running trials to each INIT node (``running * new`` edges).
 * a what-if sweep: a table per distinct non-deadline scenario, and per scenario and policy a
   plan search of about ``SEARCH_SIMULATIONS`` full simulations::
 
@@ -46,6 +48,7 @@ MAX_WORK = 3e10                     # cells touched: about two minutes of numpy 
 MAX_ALLOCATIONS = 20_000            # valid allocations of one stage (the planner weighs every one)
 SEARCH_SIMULATIONS = 10             # full simulations of a typical plan search (``choose``)
 PLAN_OPS = 1_000_000                # fixed cost of one plan search (the DP over stages), in cells
+DAG_ELEMENT_BYTES = 200             # a networkx node or edge with its attributes (measured: ~140)
 
 SHRINK = "fewer trials or stages"
 
@@ -108,6 +111,17 @@ def check_sweep(scenarios: int, policies: int, trials: Sequence[int], samples: i
            shrink="fewer swept values")
 
 
+def check_dag(nodes: int, edges: int) -> None:
+    """Refuse a task graph (``build_dag``) too large for memory: about ``DAG_ELEMENT_BYTES`` a
+    node or edge. Every running trial of a stage that scales up waits on each new instance,
+    so edges grow as trials x instances."""
+    nbytes = (nodes + edges) * DAG_ELEMENT_BYTES
+    if nbytes > MAX_MEMORY_BYTES:
+        raise SpecError(f"job too large: its task graph has {nodes:,} nodes and {edges:,} edges, about {_gb(nbytes)} "
+                        f"of memory, over the {_gb(MAX_MEMORY_BYTES)} limit; use {SHRINK}, or simulate() it, which "
+                        "needs no graph (limits in rubberband/limits.py)")
+
+
 def _trials(trials: Sequence[int]) -> str:
     return f"{len(trials)} stage(s) of {sum(trials):,} trials in all"
 
@@ -135,5 +149,5 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 2**30:,.1f} GB" if nbytes < 1000 * 2**30 else f"{nbytes / 2**40:,.1f} TB"
 
 
-__all__ = ["CELL_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_WORK", "PLAN_OPS", "SEARCH_SIMULATIONS", "check_samples_seed",
+__all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_WORK", "PLAN_OPS", "SEARCH_SIMULATIONS", "check_dag", "check_samples_seed",
            "check_simulation", "check_sweep", "check_table", "queue_work", "table_work"]

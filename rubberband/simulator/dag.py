@@ -6,12 +6,27 @@ from collections.abc import Sequence
 
 import networkx as nx
 
+from rubberband.limits import check_dag
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.engine import layout
+from rubberband.simulator.model import StageShape
 from rubberband.spec.experiment import ExperimentSpec
 
 SCALE, INIT_INSTANCE, TRAIN, SYNC = "SCALE", "INIT_INSTANCE", "TRAIN", "SYNC"
+
+
+def dag_size(shapes: Sequence[StageShape], held: Sequence[int]) -> tuple[int, int]:
+    """Nodes of a plan's task graph, and a bound on its edges, without building it: a stage's
+    running trials each wait on every instance it launches (or on the SYNC before)."""
+    nodes = edges = 0
+    previous = 0
+    for shape, count in zip(shapes, held):
+        new = max(0, count - previous)
+        nodes += shape.num_trials + 1 + (new + 1 if new else 0)
+        edges += shape.running * (new or 1) + 2 * shape.num_trials + 2 * new
+        previous = count
+    return nodes, edges
 
 
 def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
@@ -31,6 +46,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
         SpecError: for an invalid allocation or instance vector.
     """
     shapes, held = layout(spec, allocation, model, cloud, instances)
+    check_dag(*dag_size(shapes, held))
     g = nx.DiGraph(allocation=tuple(s.allocation for s in shapes), instances=tuple(held),
                    instance_type=cloud.instance_type, gpus_per_instance=cloud.gpus_per_instance)
     frontier: list = []

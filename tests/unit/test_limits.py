@@ -28,7 +28,8 @@ from rubberband.limits import (
 from rubberband.plan import POLICIES, compile_plan, valid_allocations, whatif
 from rubberband.plan.table import check_table_size
 from rubberband.profiles.distributions import Normal
-from rubberband.simulator import simulate
+from rubberband.simulator import build_dag, layout, simulate
+from rubberband.simulator.dag import dag_size
 
 ROOT = Path(__file__).resolve().parents[2]
 CIFAR = ROOT / "experiments" / "resnet101_cifar10.yaml"
@@ -183,3 +184,26 @@ def test_the_paper_figures_sweeps_are_within_the_limits():
     # ... with a margin: ten times the scenarios, or five times the samples, still fit.
     check_sweep(240, len(POLICIES), exp.spec.trials, 100, table_work(exp.spec.trials, cands), 30)
     check_sweep(24, len(POLICIES), exp.spec.trials, 500, table_work(exp.spec.trials, cands), 3)
+
+
+# --- the task graph ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("spec", "allocation"), [
+    (ExperimentSpec.sha(32, 1, 50, 3), (32, 20, 12, 8)),
+    (ExperimentSpec.sha(32, 1, 50, 3), (4, 4, 3, 1)),
+    (ExperimentSpec.sha(300, 1, 50, 3), (300, 100, 33, 11, 3)),
+])
+def test_the_task_graph_size_is_known_before_building_it(spec, allocation):
+    exp = cifar()
+    shapes, held = layout(spec, allocation, exp.model, exp.cloud)
+    nodes, edges = dag_size(shapes, held)
+    graph = build_dag(spec, allocation, exp.model, exp.cloud)
+    assert nodes == graph.number_of_nodes()
+    assert graph.number_of_edges() <= edges <= 2 * graph.number_of_edges()
+
+
+def test_a_task_graph_of_billions_of_edges_is_refused():
+    exp = cifar()
+    spec = ExperimentSpec.sha(100_000, 1, 50, 3)     # 100,000 trials wait on 25,000 new instances
+    with pytest.raises(SpecError, match=r"^job too large: its task graph has [\d,]+ nodes and 2,50[\d,]+ edges"):
+        build_dag(spec, spec.trials, exp.model, exp.cloud)
