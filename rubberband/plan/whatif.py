@@ -64,12 +64,14 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     axes = list(vary)
     # Refuse a sweep too large before planning its first scenario: its tables (one per
     # combination of the axes other than the deadline) and a plan search per scenario and policy.
+    # The largest job of the sweep stands for all of them.
     tables = math.prod(len(vary[a]) for a in axes if a != "deadline_s")
-    check_table_size(spec, model, cloud, None, samples)
-    base = [valid_allocations(s.num_trials, model, cloud.gpus_per_instance) for s in spec.stages]
-    check_table_size(spec, model, cloud, base, samples)
-    check_sweep(math.prod(len(v) for v in vary.values()), len(policies), spec.trials, samples,
-                table_work(spec.trials, base), tables)
+    largest = spec_for_trials(max(int(n) for n in vary["num_trials"])) if vary.get("num_trials") and spec_for_trials else spec
+    check_table_size(largest, model, cloud, None, samples)
+    base = [valid_allocations(s.num_trials, model, cloud.gpus_per_instance) for s in largest.stages]
+    check_table_size(largest, model, cloud, base, samples)
+    check_sweep(math.prod(len(v) for v in vary.values()), len(policies), largest.trials, samples,
+                table_work(largest.trials, base), tables)
     out = []
     tables: dict[tuple, StageTable] = {}     # the deadline does not change a table: share it
     for combo in itertools.product(*(vary[a] for a in axes)):

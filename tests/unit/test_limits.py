@@ -207,3 +207,10 @@ def test_a_task_graph_of_billions_of_edges_is_refused():
     spec = ExperimentSpec.sha(100_000, 1, 50, 3)     # 100,000 trials wait on 25,000 new instances
     with pytest.raises(SpecError, match=r"^job too large: its task graph has [\d,]+ nodes and 2,50[\d,]+ edges"):
         build_dag(spec, spec.trials, exp.model, exp.cloud)
+
+
+def test_a_sweep_is_sized_by_its_largest_job():
+    exp = load_experiment(ROOT / "experiments" / "resnet50_sha64.yaml")
+    with pytest.raises(SpecError, match=r"^job too large: planning \d+ stage\(s\) of [\d,]+ trials"):
+        whatif(exp.spec, exp.model, exp.cloud, 1200.0, {"num_trials": [16, 10_000_000]}, samples=200,
+               spec_for_trials=exp.spec_with_trials)
