@@ -15,7 +15,7 @@ _EXPORTS = {
     "Experiment": "rubberband.config", "load_experiment": "rubberband.config",
     "InfeasibleDeadlineError": "rubberband.errors", "ProviderError": "rubberband.errors",
     "RubberbandError": "rubberband.errors", "SpecError": "rubberband.errors",
-    "Plan": "rubberband.plan", "compile_plan": "rubberband.plan", "whatif": "rubberband.plan",
+    "Plan": "rubberband.plan", "compile_plan": "rubberband.plan", "simulate_plan": "rubberband.plan", "whatif": "rubberband.plan",
     "Billing": "rubberband.profiles", "BillingModel": "rubberband.profiles", "CloudCatalog": "rubberband.profiles",
     "CloudProfile": "rubberband.profiles", "DataCost": "rubberband.profiles", "Market": "rubberband.profiles",
     "ModelProfile": "rubberband.profiles",

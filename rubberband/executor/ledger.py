@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rubberband.profiles.cloud import BillingModel, CloudProfile
-from rubberband.simulator.engine import billed_seconds
+from rubberband.simulator.model import billed_seconds
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The planner: cheapest allocation plan that meets a deadline (static, naive-elastic, greedy, optimal)."""
 
 from rubberband.plan.compile import compile_plan, fastest_plan, plan_allocation
-from rubberband.plan.plan import Plan, check_plan
+from rubberband.plan.plan import Plan, check_plan, simulate_plan
 from rubberband.plan.policies import (
            POLICIES,
            Candidate,
@@ -12,5 +12,5 @@ from rubberband.plan.policies import (
 from rubberband.plan.table import StageTable, valid_allocations
 from rubberband.plan.whatif import Scenario, saving, whatif
 
-__all__ = ["POLICIES", "Candidate", "Plan", "StageTable", "check_plan", "compile_plan", "fastest_plan", "get_policy", "plan_allocation",
+__all__ = ["POLICIES", "Candidate", "Plan", "StageTable", "check_plan", "compile_plan", "fastest_plan", "get_policy", "plan_allocation", "simulate_plan",
            "pareto_front", "static_allocation", "valid_allocations", "Scenario", "saving", "whatif"]

@@ -13,12 +13,12 @@ from rubberband.errors import SpecError
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, integer, jsonable, number
-from rubberband.simulator.engine import simulate
+from rubberband.simulator.engine import simulate, spot_layout
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
-_OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings"]
+_OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances"]
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
 
 
@@ -40,6 +40,8 @@ class Plan:
         considered: summaries of the other plans weighed (other policies, other instance types).
         warnings: one-line notes on a plan that can be used but may mislead (e.g. a profile
             measured on another GPU model than the instance type's).
+        spot_instances: how many of each stage's held instances are spot (DESIGN §4.1); empty
+            means as the cloud's market says (all of them on spot, none on on-demand).
     """
 
     allocation: tuple[int, ...]
@@ -56,10 +58,16 @@ class Plan:
     considered: tuple[dict[str, Any], ...] = ()
     info: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    spot_instances: tuple[int, ...] = ()
 
     @property
     def instance_type(self) -> str:
         return self.cloud.instance_type
+
+    @property
+    def spot_counts(self) -> tuple[int, ...]:
+        """Spot instances per stage, with the cloud's market filled in."""
+        return tuple(spot_layout(self.instances, self.cloud, self.spot_instances or None))
 
     def summary(self) -> dict[str, Any]:
         """One line of a 'considered plans' table."""
@@ -82,6 +90,7 @@ class Plan:
             "allocation": list(self.allocation),
             "instances": list(self.instances),
             "gpus_per_trial": list(self.gpus_per_trial),
+            "spot_instances": list(self.spot_counts),
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
             "bracket_starts": list(self.spec.bracket_starts),
             "eta": self.spec.eta,
@@ -131,6 +140,8 @@ class Plan:
             raise SpecError(f"{where}.{exc}") from None
         vectors = {key: tuple(_ints(data[key], f"{where}.{key}", length=len(stages)))
                    for key in ("allocation", "instances", "gpus_per_trial")}
+        spot = tuple(_ints(data["spot_instances"], f"{where}.spot_instances", minimum=0, length=len(stages))) \
+            if data.get("spot_instances") is not None else ()
         deadline = data["deadline_s"]
         if deadline != math.inf:    # a plan of your own allocation may have no deadline
             deadline = number(deadline, f"{where}.deadline_s", positive=True)
@@ -150,6 +161,7 @@ class Plan:
             cloud=CloudProfile.from_dict(data["cloud"], f"{where}.cloud"), confidence=confidence,
             samples=integer(data.get("samples", 0), f"{where}.samples", minimum=0), seed=seed,
             considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
+            spot_instances=spot,
         )
 
 
@@ -190,7 +202,7 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile, cloud: Clo
                         f"{cloud.instance_type}; plan it again on {cloud.instance_type}")
     try:
         result = simulate(spec, plan.allocation, model, cloud, samples=plan.samples or samples, seed=plan.seed,
-                          instances=plan.instances)
+                          instances=plan.instances, spot_instances=plan.spot_instances or None)
     except SpecError as exc:
         raise SpecError(f"plan.{exc}") from None
     gpus = tuple(s.gpus_per_trial for s in result.stages)
@@ -234,3 +246,17 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
         raise SpecError(f"{where}.stages: expected a list of per-stage summaries")
     stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names)) for i, r in enumerate(rows))
     return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed)
+
+
+def simulate_plan(plan: Plan, model: ModelProfile, samples: int | None = None, seed: int | None = None) -> SimResult:
+    """Simulate exactly what ``plan`` says — allocation, instances held, spot instances — on its
+    own cloud, e.g. out of sample with another ``seed`` to re-check its promise.
+
+    Args:
+        plan: from ``compile_plan`` (or ``Plan.from_json``).
+        model: the model profile to simulate with (the plan's, or another to ask "what if").
+        samples, seed: Monte-Carlo samples and seed (default: the plan's own).
+    """
+    return simulate(plan.spec, plan.allocation, model, plan.cloud, samples=samples or plan.samples or 1000,
+                    seed=plan.seed if seed is None else seed, instances=plan.instances,
+                    spot_instances=plan.spot_instances or None)

@@ -1,4 +1,4 @@
-"""Monte-Carlo simulation of a plan's JCT and cost (DESIGN §4), vectorised over samples."""
+"""Monte-Carlo simulation of a plan's JCT and cost (DESIGN §4, spot reclaims §4.1 in ``spot.py``), vectorised over samples."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_simulation
-from rubberband.profiles.cloud import BillingModel, CloudProfile
+from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.model import StageDraws, StageShape, stage_shape
+from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
+from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -61,17 +62,9 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
     return shapes, held
 
 
-def billed_seconds(lifetime, billing):
-    """Billed seconds of instances alive ``lifetime`` seconds: rounded up to the billing
-    granularity, and at least the billing minimum (DESIGN §4)."""
-    g = billing.granularity_s
-    rounded = np.ceil(np.round(np.asarray(lifetime, dtype=float) / g, 9)) * g
-    return np.maximum(rounded, billing.minimum_s)
-
-
 def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
              samples: int = 1000, seed: int = 0, instances: Sequence[int] | None = None,
-             draws: Sequence[StageDraws] | None = None) -> SimResult:
+             draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
 
     Args:
@@ -85,6 +78,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         instances: optional instances to hold per stage (at least what each stage needs),
             e.g. the same count in every stage for a static cluster.
         draws: per-stage random streams to reuse (the planner passes its own).
+        spot_instances: how many of each stage's held instances are spot, the rest on-demand
+            (DESIGN §4.1); default: all of them when ``cloud.market`` is spot, else none.
 
     Returns:
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
@@ -98,62 +93,174 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     check_simulation(spec.trials, [s.allocation for s in shapes], max(launches), samples)
     if draws is None:
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
+    spot = spot_layout(held, cloud, spot_instances)
     per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
+    if not per_instance and cloud.spot.at_risk and any(spot):
+        raise SpecError("billing: per-function billing has no spot market to reclaim from; "
+                        "use per_instance billing or spot_instances=0")
     usd_per_s = cloud.usd_per_second
     data_usd = cloud.data.usd_per_launch
+    # Two pools, each released most recently launched first: on-demand and spot instances.
+    od, sp = _Pool(cloud.price_usd_per_hour / 3600.0), _Pool((cloud.spot_price_usd_per_hour or 0.0) / 3600.0)
+    offsets = trace_offsets(cloud.spot, seed, samples)
 
     now = np.zeros(samples)
-    stack: list[tuple[int, np.ndarray]] = []     # (count, launch time) groups, oldest first
     stage_cost = np.zeros((len(shapes), samples))
     stage_duration = np.zeros((len(shapes), samples))
-    previous = 0
-    for shape, count in zip(shapes, held):
+    reclaims = np.zeros((len(shapes), samples))
+    for shape, count, s in zip(shapes, held, spot):
         i, d = shape.index, draws[shape.index]
         start = now.copy()
-        new = max(0, count - previous)
-        if count < previous:                     # scale down at the previous SYNC, newest first
-            stage_cost[i - 1] += _release(stack, previous - count, now, cloud) if per_instance else 0.0
-        if new:
-            scale_end = now + d.scale(cloud)
-            stack.append((new, scale_end))
-            now = scale_end + d.init_max(cloud, new)
-            stage_cost[i] += new * data_usd
-        makespan, busy = d.train(model, shape)
-        now = now + makespan + d.sync(model)
-        if per_instance:
-            # Bill instance-seconds of this stage; rounding is added when instances are released.
-            old = min(previous, count)
-            stage_cost[i] += usd_per_s * (old * (now - start) + (new * (now - scale_end) if new else 0.0))
+        o = count - s
+        for pool, keep in ((od, o), (sp, s)):    # scale down at the previous SYNC, newest first
+            if keep < pool.count:
+                surcharge = pool.release(pool.count - keep, now, cloud.billing)
+                stage_cost[i - 1] += surcharge if per_instance else 0.0
+        old_o, old_s = od.count, sp.count
+        new_o, new_s = o - old_o, s - old_s
+        new = new_o + new_s
+        if s and cloud.spot.at_risk:
+            now, busy, bill = _spot_stage(d, model, cloud, shape, now, od, sp, new_o, new_s, offsets, seed)
+            stage_cost[i] += new * data_usd + bill.launches * data_usd
+            stage_cost[i] += sp.usd_per_s * (bill.instance_seconds + bill.rounding_s)
+            if o:
+                od_new = (new_o * (now - od.stack[-1][1]) if new_o else 0.0)
+                stage_cost[i] += od.usd_per_s * (old_o * (now - start) + od_new)
+            reclaims[i] = bill.reclaims
         else:
+            if new:
+                scale_end = now + d.scale(cloud)
+                for pool, fresh in ((od, new_o), (sp, new_s)):
+                    if fresh:
+                        pool.push(fresh, scale_end)
+                now = scale_end + d.init_max(cloud, new)
+                stage_cost[i] += new * data_usd
+            makespan, busy = d.train(model, shape)
+            now = now + makespan + d.sync(model)
+            if per_instance:
+                # Bill instance-seconds of this stage; rounding is added when instances are released.
+                for pool, old, fresh in ((od, old_o, new_o), (sp, old_s, new_s)):
+                    if old or fresh:
+                        stage_cost[i] += pool.usd_per_s * (old * (now - start) + (fresh * (now - scale_end) if fresh else 0.0))
+        if not per_instance:
             stage_cost[i] += busy * shape.gpus_per_trial * usd_per_s / cloud.gpus_per_instance
         stage_duration[i] = now - start
-        previous = count
     if per_instance:
-        stage_cost[-1] += _release(stack, previous, now, cloud)
+        stage_cost[-1] += od.release(od.count, now, cloud.billing) + sp.release(sp.count, now, cloud.billing)
     jct = now
     cost = stage_cost.sum(axis=0)
     stats = tuple(
         StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h,
                    max(0, h - (held[s.index - 1] if s.index else 0)),
-                   float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()))
-        for s, h in zip(shapes, held)
+                   float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()),
+                   spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()))
+        for s, h, n_spot in zip(shapes, held, spot)
     )
-    return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed))
+    return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),
+                     spot_instances=tuple(spot))
 
 
-def _release(stack: list[tuple[int, np.ndarray]], count: int, now: np.ndarray, cloud: CloudProfile) -> np.ndarray:
-    """Release ``count`` instances, most recently launched first; return the rounding surcharge.
+def spot_layout(held: Sequence[int], cloud: CloudProfile, spot_instances: Sequence[int] | None) -> list[int]:
+    """Spot instances per stage: as given (each between 0 and the stage's held count), or by
+    the cloud's market. Raises ``SpecError`` naming the stage, or when the type has no spot price."""
+    if spot_instances is None:
+        return [h if cloud.market is Market.SPOT else 0 for h in held]
+    if isinstance(spot_instances, (str, bytes)) or not isinstance(spot_instances, Sequence | np.ndarray) \
+            or len(spot_instances) != len(held):
+        raise SpecError(f"spot_instances: expected {len(held)} counts, one per stage, got {spot_instances!r}")
+    out = []
+    for i, (count, h) in enumerate(zip(spot_instances, held)):
+        if isinstance(count, float) and count.is_integer():
+            count = int(count)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= h:
+            raise SpecError(f"spot_instances[{i}]: expected a whole number of the stage's {h} instances "
+                            f"(0..{h}), got {count!r}")
+        out.append(int(count))
+    if any(out) and cloud.spot_price_usd_per_hour is None:
+        raise SpecError(f"spot_instances: {cloud.instance_type} has no spot_price_usd_per_hour; "
+                        f"add one to the cloud profile or plan on-demand only")
+    return out
 
-    The instance-seconds themselves are billed stage by stage; what is added here is the
-    difference between the billed time (rounded up, at least the minimum) and the lifetime.
-    """
-    extra = np.zeros_like(now)
-    while count > 0:
-        group, launched = stack.pop()
-        take = min(group, count)
-        lifetime = now - launched
-        extra += take * (billed_seconds(lifetime, cloud.billing) - lifetime) * cloud.usd_per_second
-        if group > take:
-            stack.append((group - take, launched))
-        count -= take
-    return extra
+
+class _Pool:
+    """Instances of one market held across stages, oldest first: groups of ``(count, SCALE end,
+    ready)``; a group of one per spot instance once reclaims make them differ."""
+
+    def __init__(self, usd_per_s: float):
+        self.usd_per_s = usd_per_s
+        self.stack: list[tuple[int, np.ndarray, np.ndarray | None]] = []
+
+    @property
+    def count(self) -> int:
+        return sum(g[0] for g in self.stack)
+
+    def push(self, count: int, launched: np.ndarray, ready: np.ndarray | None = None) -> None:
+        self.stack.append((count, launched, ready))
+
+    def positions(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per instance, oldest first: SCALE end and ready time, ``(count, samples)`` each."""
+        starts = [np.broadcast_to(launched, (n, samples)) for n, launched, _ in self.stack]
+        ready = [np.broadcast_to(launched if r is None else r, (n, samples)) for n, launched, r in self.stack]
+        empty = np.empty((0, samples))
+        return (np.concatenate(starts) if starts else empty), (np.concatenate(ready) if ready else empty)
+
+    def release(self, count: int, now: np.ndarray, billing) -> np.ndarray:
+        """Release ``count`` instances, most recently launched first; return the rounding surcharge.
+
+        The instance-seconds themselves are billed stage by stage; what is added here is the
+        difference between the billed time (rounded up, at least the minimum) and the lifetime.
+        A replacement still provisioning (SCALE ends after ``now``) is cancelled, never billed.
+        """
+        extra = np.zeros_like(now)
+        while count > 0:
+            group, launched, ready = self.stack.pop()
+            take = min(group, count)
+            lifetime = now - launched
+            surcharge = take * (billed_seconds(lifetime, billing) - lifetime) * self.usd_per_s
+            extra += surcharge if ready is None else np.where(launched < now, surcharge, 0.0)
+            if group > take:
+                self.stack.append((group - take, launched, ready))
+            count -= take
+        return extra
+
+
+def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, now: np.ndarray,
+                od: _Pool, sp: _Pool, new_o: int, new_s: int, offsets: np.ndarray, seed: int):
+    """One stage whose spot instances may be reclaimed (``simulator/spot.py``): launch the new
+    instances, run the TRAIN nodes on instance positions (on-demand first, then spot, oldest
+    first), SYNC; bill the spot positions' incarnations and carry them into the next stage.
+
+    Returns the stage's end, its summed TRAIN time and the spot positions' bill."""
+    samples = now.shape[0]
+    new = new_o + new_s
+    ready = now
+    new_od_ready = new_sp_start = new_sp_ready = np.empty((0, samples))
+    if new:
+        scale = d.scale(cloud)
+        inits = d.init_each(cloud, new)
+        if new_o:
+            od.push(new_o, now + scale)
+            new_od_ready = now + scale + inits[:new_o]
+        if new_s:
+            # A first spot request waits for capacity like a replacement does (trace markets).
+            granted = now if cloud.spot.trace is None else \
+                cloud.spot.trace.next_change(now + offsets, up=True) - offsets
+            new_sp_start = np.broadcast_to(granted + scale, (new_s, samples))
+            new_sp_ready = new_sp_start + inits[new_o:]
+        ready = np.max(np.concatenate([new_od_ready, new_sp_ready]), axis=0)
+    old_start, old_ready = sp.positions(samples)
+    n_od = od.count
+    start = np.concatenate([np.full((n_od, samples), -np.inf), old_start, new_sp_start])
+    up = np.concatenate([np.full((n_od - new_o, samples), -np.inf), new_od_ready, old_ready, new_sp_ready])
+    is_spot = np.arange(len(start)) >= n_od
+    schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, now, start, up, is_spot, offsets)
+    latency, startup = d.train_parts(model, shape)
+    trained, busy = run_stage(schedule, shape, cloud.gpus_per_instance, ready, latency, startup)
+    end = trained + d.sync(model)
+    rows = np.flatnonzero(is_spot)
+    carried = np.arange(len(start)) < n_od + len(old_start)
+    bill = bill_window(schedule, rows, now, end, cloud.billing, carried)
+    # Carry each spot position's incarnation alive (or provisioning) at the SYNC.
+    current_start, current_ready = schedule.current(rows, end)
+    sp.stack = [(1, current_start[j], current_ready[j]) for j in range(len(rows))]
+    return end, busy, bill

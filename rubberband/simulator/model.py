@@ -57,6 +57,14 @@ def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int) -
     return slots * math.ceil(m / gpus_per_instance)
 
 
+def billed_seconds(lifetime, billing):
+    """Billed seconds of instances alive ``lifetime`` seconds: rounded up to the billing
+    granularity, and at least the billing minimum (DESIGN §4)."""
+    g = billing.granularity_s
+    rounded = np.ceil(np.round(np.asarray(lifetime, dtype=float) / g, 9)) * g
+    return np.maximum(rounded, billing.minimum_s)
+
+
 @dataclass(frozen=True)
 class StageShape:
     """The deterministic layout of one stage under an allocation."""
@@ -141,6 +149,14 @@ class StageDraws:
             self._cache[key] = cummax
         return cummax[count - 1]
 
+    def init_each(self, cloud: CloudProfile, count: int) -> np.ndarray:
+        """INIT latency of each of ``count`` new instances, ``(count, samples)``: the rows whose
+        running maximum ``init_max`` is (the j-th new instance reads row j)."""
+        dist = cloud.init_latency_s
+        if dist.is_constant:
+            return np.full((count, self.samples), dist.mean)
+        return dist.sample(self._rng(_INIT), (count, self.samples))
+
     def sync(self, model: ModelProfile) -> np.ndarray:
         """SYNC latency per sample."""
         key = ("sync", model.sync_s)
@@ -152,12 +168,22 @@ class StageDraws:
         """TRAIN durations, shape ``(num_trials, samples)``: ``startup + k * L``, L per node."""
         key = ("train", model.latency(shape.gpus_per_trial), model.trial_startup_s, shape.num_trials, shape.iters)
         if key not in self._cache:
-            lat = model.latency(shape.gpus_per_trial)
-            size = (shape.num_trials, self.samples)
-            durations = shape.iters * lat.sample(self._rng(_TRAIN), size)
-            startup = model.trial_startup_s
-            durations += startup.mean if startup.is_constant else startup.sample(self._rng(_STARTUP), size)
+            latency, startup = self.train_parts(model, shape)
+            durations = shape.iters * latency
+            durations += startup
             self._cache[key] = _frozen(durations)
+        return self._cache[key]
+
+    def train_parts(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray | float]:
+        """Seconds per iteration ``L`` and start-up of each TRAIN node, ``(num_trials, samples)``
+        (a constant start-up is one number): ``train_durations`` is ``startup + iters * L``."""
+        key = ("parts", model.latency(shape.gpus_per_trial), model.trial_startup_s, shape.num_trials)
+        if key not in self._cache:
+            size = (shape.num_trials, self.samples)
+            latency = _frozen(model.latency(shape.gpus_per_trial).sample(self._rng(_TRAIN), size))
+            startup = model.trial_startup_s
+            boot = startup.mean if startup.is_constant else _frozen(startup.sample(self._rng(_STARTUP), size))
+            self._cache[key] = (latency, boot)
         return self._cache[key]
 
     def train(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,8 @@ class StageStats:
     new_instances: int
     mean_duration_s: float
     mean_cost_usd: float
+    spot_instances: int = 0          # of the stage's held instances (DESIGN §4.1)
+    mean_reclaims: float = 0.0       # spot instances reclaimed during the stage, on average
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -40,6 +42,7 @@ class SimResult:
     stages: tuple[StageStats, ...] = ()
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    spot_instances: tuple[int, ...] = ()
 
     @property
     def samples(self) -> int:
@@ -89,6 +92,8 @@ class SimResult:
             **self.summary(),
             "stages": [s.to_dict() for s in self.stages],
         }
+        if any(self.spot_instances):
+            out["spot_instances"] = list(self.spot_instances)
         if include_samples:
             out["jct_s"] = self.jct_s.tolist()
             out["cost_usd"] = self.cost_usd.tolist()

@@ -32,6 +32,7 @@ import numpy as np
 
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.spot import SpotMarket
+from rubberband.simulator.model import billed_seconds
 
 # Stream ids of the spot components, apart from the per-stage ones in ``model.py`` (0..4).
 _LIFE, _RESCALE, _REINIT, _OFFSET = 10, 11, 12, 13
@@ -286,8 +287,6 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     billed up to ``t0`` by the stages before; a replacement whose notice reached back before
     ``t0`` is billed here from its SCALE end.
     """
-    from rubberband.simulator.engine import billed_seconds
-
     samples = t0.shape[0]
     alive, rounding = np.zeros(samples), np.zeros(samples)
     launches, reclaims = np.zeros(samples), np.zeros(samples)

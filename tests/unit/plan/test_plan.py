@@ -162,3 +162,41 @@ def test_an_unedited_plan_checks_to_the_same_prediction():
     assert plan.allocation == original.allocation and plan.instances == original.instances
     np.testing.assert_allclose(plan.predicted.jct_s, original.predicted.jct_s, atol=1e-4)
     np.testing.assert_allclose(plan.predicted.cost_usd, original.predicted.cost_usd, atol=1e-6)
+
+
+# --- simulate_plan and spot instances in plan files (DESIGN §4.1) ----------------------------
+def test_simulate_plan_replays_the_plan_s_own_prediction_and_checks_it_out_of_sample():
+    from rubberband.plan import simulate_plan
+
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=200, seed=4)
+    again = simulate_plan(plan, exp.model)
+    assert np.array_equal(again.jct_s, plan.predicted.jct_s) and np.array_equal(again.cost_usd, plan.predicted.cost_usd)
+    other = simulate_plan(plan, exp.model, samples=2000, seed=99)
+    assert other.samples == 2000
+    assert other.mean_jct_s == pytest.approx(plan.predicted.mean_jct_s, rel=0.02)
+
+
+def test_a_spot_plan_says_which_instances_are_spot_and_survives_its_json():
+    from rubberband.plan import simulate_plan
+    from rubberband.profiles.cloud import Market
+    from rubberband.profiles.spot import SpotMarket
+
+    exp = load_experiment(CIFAR)
+    cloud = exp.cloud.replace(market=Market.SPOT, spot=SpotMarket(notice_s=120, rate_per_hour=0.5))
+    plan = plan_allocation(exp.spec, (32, 20, 12, 8), exp.model, cloud, 1200.0, samples=200, seed=1)
+    assert plan.spot_counts == plan.instances
+    data = json.loads(plan.to_json())
+    assert data["spot_instances"] == list(plan.instances)
+    mixed = Plan.from_dict({**data, "spot_instances": [8, 0, 0, 0]})
+    assert mixed.spot_counts == (8, 0, 0, 0)
+    replayed = simulate_plan(mixed, exp.model, samples=200, seed=1)
+    assert replayed.stages[0].spot_instances == 8 and replayed.stages[1].spot_instances == 0
+    assert sum(s.mean_reclaims for s in replayed.stages[1:]) == 0
+
+
+@pytest.mark.parametrize(("spot", "pattern"), [([1, 2], r"plan\.spot_instances: expected a list of 4 integers"),
+                                               ([-1, 0, 0, 0], r"plan\.spot_instances\[0\]: must be at least 0")])
+def test_bad_spot_counts_in_a_plan_file_name_the_field(spot, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        Plan.from_json(edited(spot_instances=spot))

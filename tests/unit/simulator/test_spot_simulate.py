@@ -1,0 +1,99 @@
+"""rb.simulate with spot instances (DESIGN §4.1): the rate-0 equivalence, an independent
+renewal-process oracle for one instance, mixed stages, and bad input."""
+
+import numpy as np
+import pytest
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
+from rubberband.profiles.distributions import Constant, Normal
+from rubberband.profiles.model import ModelProfile
+from rubberband.profiles.spot import SpotMarket
+from rubberband.simulator import simulate
+from rubberband.spec import ExperimentSpec
+from rubberband.testing.spot_oracle import one_instance_job
+
+MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0.1), 8: Normal(0.8, 0.08)},
+                     trial_startup_s=Normal(8.0, 1.0), sync_s=Constant(1.0), name="m")
+SPEC = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)
+
+
+def _cloud(market=Market.SPOT, spot=SpotMarket(), **kw):
+    base = dict(instance_type="p3.8xlarge", gpus_per_instance=4, price_usd_per_hour=12.24,
+                spot_price_usd_per_hour=3.67, market=market, spot=spot,
+                provision_latency_s=Normal(30.0, 5.0), init_latency_s=Normal(60.0, 10.0),
+                data=DataCost(0.15, 0.09))
+    return CloudProfile(**{**base, **kw})
+
+
+ALLOCATION = [16, 8, 8, 4, 2]
+
+
+def test_with_every_rate_at_zero_a_spot_plan_is_an_on_demand_plan_at_the_spot_price_to_the_last_bit():
+    spot = simulate(SPEC, ALLOCATION, MODEL, _cloud(spot=SpotMarket(notice_s=120)), samples=300, seed=3)
+    priced = _cloud(market=Market.ON_DEMAND, price_usd_per_hour=3.67, spot_price_usd_per_hour=None)
+    on_demand = simulate(SPEC, ALLOCATION, MODEL, priced, samples=300, seed=3)
+    assert np.array_equal(spot.jct_s, on_demand.jct_s)
+    assert np.array_equal(spot.cost_usd, on_demand.cost_usd)
+    assert spot.spot_instances == spot.instances
+
+
+def test_an_on_demand_stage_in_a_spot_market_is_never_interrupted():
+    risky = _cloud(spot=SpotMarket(rate_per_hour=5.0))
+    none_spot = simulate(SPEC, ALLOCATION, MODEL, risky, samples=200, seed=1, spot_instances=[0] * 5)
+    on_demand = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND), samples=200, seed=1)
+    assert np.array_equal(none_spot.jct_s, on_demand.jct_s)
+    assert np.array_equal(none_spot.cost_usd, on_demand.cost_usd)
+
+
+def test_more_spot_instances_are_cheaper_and_slower_and_reclaims_are_counted():
+    risky = _cloud(spot=SpotMarket(notice_s=120, rate_per_hour=2.0))
+    held = simulate(SPEC, ALLOCATION, MODEL, risky, samples=400, seed=2, spot_instances=[0] * 5).instances
+    results = [simulate(SPEC, ALLOCATION, MODEL, risky, samples=400, seed=2,
+                        spot_instances=[min(k, h) for h in held]) for k in (0, 1, 2, 4)]
+    costs = [r.mean_cost_usd for r in results]
+    jcts = [r.mean_jct_s for r in results]
+    assert costs == sorted(costs, reverse=True)
+    assert jcts[-1] > jcts[0]
+    assert sum(s.mean_reclaims for s in results[-1].stages) > 0
+    assert sum(s.mean_reclaims for s in results[0].stages) == 0
+
+
+# --- the one-instance case against an independent renewal process ----------------------------
+ONE_GPU = ModelProfile({1: Normal(2.0, 0.3)}, trial_startup_s=Normal(5.0, 1.0), sync_s=Constant(2.0), name="one")
+
+
+@pytest.mark.parametrize("notice", [0.0, 120.0])
+def test_one_instance_agrees_with_a_renewal_process(notice):
+    spec = ExperimentSpec.sha(num_trials=8, min_iters=40, max_iters=640, eta=2)
+    cloud = CloudProfile(instance_type="p3.2xlarge", gpus_per_instance=1, price_usd_per_hour=3.06,
+                         spot_price_usd_per_hour=0.92, market=Market.SPOT,
+                         spot=SpotMarket(notice_s=notice, rate_per_hour=3.0),
+                         provision_latency_s=Normal(60.0, 10.0), init_latency_s=Normal(90.0, 15.0),
+                         billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0), data=DataCost(1.0, 0.02))
+    sim = simulate(spec, [1] * spec.num_stages(), ONE_GPU, cloud, samples=4000, seed=0)
+    jct, cost = one_instance_job([(s.num_trials, s.iters) for s in spec.stages], ONE_GPU.latency(1),
+                                 ONE_GPU.trial_startup_s, ONE_GPU.sync_s, cloud.provision_latency_s,
+                                 cloud.init_latency_s, 3.0, notice, 0.92, 1.0, 60.0, 0.02, samples=4000, seed=1)
+    assert sim.mean_jct_s == pytest.approx(jct.mean(), rel=0.015)
+    assert sim.mean_cost_usd == pytest.approx(cost.mean(), rel=0.02)
+    assert sum(s.mean_reclaims for s in sim.stages) > 1.0      # the check has reclaims to check
+
+
+@pytest.mark.parametrize(
+    ("spot_instances", "pattern"),
+    [([1, 1], r"spot_instances: expected 5 counts"),
+     ([9, 0, 0, 0, 0], r"spot_instances\[0\]: expected a whole number of the stage's 4 instances \(0\.\.4\), got 9"),
+     ([-1, 0, 0, 0, 0], r"spot_instances\[0\]"),
+     ([0.5, 0, 0, 0, 0], r"spot_instances\[0\]"),
+     ("1,1", r"spot_instances: expected 5 counts")],
+)
+def test_bad_spot_counts_name_the_stage(spot_instances, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        simulate(SPEC, ALLOCATION, MODEL, _cloud(), samples=10, spot_instances=spot_instances)
+
+
+def test_spot_needs_a_spot_price():
+    cloud = _cloud(market=Market.ON_DEMAND, spot_price_usd_per_hour=None)
+    with pytest.raises(SpecError, match=r"spot_instances: p3\.8xlarge has no spot_price_usd_per_hour"):
+        simulate(SPEC, ALLOCATION, MODEL, cloud, samples=10, spot_instances=[1, 0, 0, 0, 0])
