@@ -121,3 +121,41 @@ def test_bad_options_give_one_error_line(capsys, extra, pattern):
     assert len(lines) == 1, err
     assert re.search(pattern, lines[0]), lines[0]
     assert "Traceback" not in out + err
+
+
+def _spot_experiment(tmp_path) -> str:
+    path = tmp_path / "spot.yaml"
+    path.write_text(f"""
+sha: {{num_trials: 32, min_iters: 1, max_iters: 50, eta: 3}}
+model_profile: {ROOT / 'profiles' / 'resnet101_cifar10_p3.yaml'}
+cloud:
+  profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-east-1.yaml'}
+  instance_type: p3.8xlarge
+  market: spot
+  overrides: {{spot: {{notice_s: 120, preemption: {{rate_per_hour: 0.5}}}}}}
+deadline: 20m
+""")
+    return str(path)
+
+
+def test_a_spot_market_shows_spot_instances_and_reclaims_per_stage(tmp_path, capsys):
+    exp = _spot_experiment(tmp_path)
+    assert main(["simulate", exp, "--allocation", "32,20,12,8", "--samples", "200", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["spot_instances"] == [8, 5, 3, 2]
+    assert all(s["mean_reclaims"] > 0 for s in data["stages"])
+    assert main(["simulate", exp, "--allocation", "32,20,12,8", "--samples", "200", "--spot-instances", "8,0,0,0"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"instances\s+new\s+spot\s+reclaims", out)
+    assert re.search(r"^\s+1\s+10\s+3\s+20\s+2\s+5\s+0\s+0\s+0\.00\s", out, re.MULTILINE)
+
+
+@pytest.mark.parametrize(("extra", "pattern"), [
+    (["--spot-instances", "8,0,0,9"], r"^error: spot_instances\[3\]: expected a whole number of the stage's 2 instances"),
+    (["--spot-instances", "8,x"], r"^error: --spot-instances: expected comma-separated whole numbers"),
+    (["--gantt", "g.png"], r"^error: --gantt: timelines with spot reclaims are not drawn yet"),
+])
+def test_bad_spot_options_give_one_error_line(tmp_path, capsys, extra, pattern):
+    assert main(["simulate", _spot_experiment(tmp_path), "--allocation", "32,20,12,8", "--samples", "20", *extra]) == 2
+    err = capsys.readouterr().err
+    assert re.search(pattern, err) and err.count("\n") == 1
