@@ -49,8 +49,9 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         self._release_seen: set[str] = set()     # released instances seen by the last update
 
     def _event(self, **fields) -> None:
-        fields["t"] = time.time()
+        # Stamped under the lock: launch threads log concurrently, and the log stays in time order.
         with self._event_lock, open(self._events_path, "a") as fh:
+            fields["t"] = time.time()
             fh.write(json.dumps(fields) + "\n")
             fh.flush()
 
