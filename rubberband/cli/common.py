@@ -99,13 +99,14 @@ def load_experiment_args(args: argparse.Namespace) -> Experiment:
     return load_experiment(args.experiment, model_profile=args.model_profile, cloud_overrides=args.cloud_overrides)
 
 
-def int_list(text: str, field: str) -> list[int]:
+def int_list(text: str, field: str, what: str = "whole numbers such as 32,20,12,8") -> list[int]:
+    """``32,20,12,8`` -> ``[32, 20, 12, 8]``; anything else is one line naming ``field``."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SpecError(f"{field}: expected comma-separated whole numbers such as 32,20,12,8, got {text!r}") from None
+        values = []
     if not values:
-        raise SpecError(f"{field}: expected comma-separated whole numbers such as 32,20,12,8")
+        raise SpecError(f"{field}: expected comma-separated {what}, got {text!r}")
     return values
 
 

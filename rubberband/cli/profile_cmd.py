@@ -5,20 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rubberband.cli.common import command, emit
-from rubberband.errors import SpecError
+from rubberband.cli.common import command, emit, int_list
 from rubberband.providers import base as providers
-
-
-def _gpus(text: str) -> list[int]:
-    """``1,2,4`` -> ``[1, 2, 4]``; anything else is a one-line error."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise SpecError(f"--gpus: expected comma-separated whole numbers of GPUs per trial such as 1,2,4, got {text!r}") from None
-    if not values:
-        raise SpecError(f"--gpus: expected comma-separated whole numbers of GPUs per trial such as 1,2,4, got {text!r}")
-    return values
 
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
@@ -41,7 +29,7 @@ def profile_cmd(args: argparse.Namespace) -> int:
     from rubberband.profiler import profile
     from rubberband.units import parse_duration
 
-    gpus = _gpus(args.gpus) if args.gpus is not None else None
+    gpus = int_list(args.gpus, "--gpus", "whole numbers of GPUs per trial such as 1,2,4") if args.gpus is not None else None
     max_seconds = parse_duration(args.max_seconds, "--max-seconds") if args.max_seconds is not None else None
 
     def progress(line: str) -> None:
