@@ -17,6 +17,14 @@ def _positive_int(value: object, field: str) -> int:
     return int(value)
 
 
+def _check_schedule(min_iters: int, max_iters: int, eta: object) -> None:
+    """The checks SHA and HyperBand share: an integer ``eta >= 2`` and ``max_iters >= min_iters``."""
+    if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
+        raise SpecError(f"eta: must be an integer of at least 2 (the reduction factor), got {eta!r}")
+    if max_iters < min_iters:
+        raise SpecError(f"max_iters: {max_iters} is below min_iters {min_iters}; set max_iters >= min_iters")
+
+
 @dataclass(frozen=True)
 class Stage:
     """One stage: ``num_trials`` trials each trained ``iters`` more iterations."""
@@ -132,10 +140,7 @@ class ExperimentSpec:
         num_trials = _positive_int(num_trials, "num_trials")
         min_iters = _positive_int(min_iters, "min_iters")
         max_iters = _positive_int(max_iters, "max_iters")
-        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
-            raise SpecError(f"eta: must be an integer of at least 2 (the reduction factor), got {eta!r}")
-        if max_iters < min_iters:
-            raise SpecError(f"max_iters: {max_iters} is below min_iters {min_iters}; set max_iters >= min_iters")
+        _check_schedule(min_iters, max_iters, eta)
         stages: list[tuple[int, int]] = []
         n, done, i = num_trials, 0, 0
         while True:
@@ -160,10 +165,7 @@ class ExperimentSpec:
         """
         min_iters = _positive_int(min_iters, "min_iters")
         max_iters = _positive_int(max_iters, "max_iters")
-        if isinstance(eta, bool) or not isinstance(eta, int) or eta < 2:
-            raise SpecError(f"eta: must be an integer of at least 2 (the reduction factor), got {eta!r}")
-        if max_iters < min_iters:
-            raise SpecError(f"max_iters: {max_iters} is below min_iters {min_iters}; set max_iters >= min_iters")
+        _check_schedule(min_iters, max_iters, eta)
         s_max = 0
         while min_iters * eta ** (s_max + 1) <= max_iters:
             s_max += 1
