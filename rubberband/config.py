@@ -38,7 +38,7 @@ class Experiment:
     model: ModelProfile
     catalog: CloudCatalog
     instance_type: str
-    market: Market = Market.ON_DEMAND
+    market: Market | str = Market.ON_DEMAND          # or "auto": the planner chooses per stage
     cloud_overrides: dict[str, Any] = field(default_factory=dict)
     deadline_s: float | None = None
     policy: str = "optimal"
@@ -72,7 +72,12 @@ class Experiment:
 
     def cloud_for(self, instance_type: str) -> CloudProfile:
         """The cloud profile of ``instance_type`` with this experiment's overrides applied."""
-        return self.catalog.get(instance_type, self.market, self.cloud_overrides)
+        return self.catalog.get(instance_type, self.type_market, self.cloud_overrides)
+
+    @property
+    def type_market(self) -> Market:
+        """The market an instance type is priced at: on-demand when the planner chooses (``auto``)."""
+        return self.market if isinstance(self.market, Market) else Market.ON_DEMAND
 
 
 def _resolve(path_value: Any, base: Path, where: str) -> Path:
@@ -224,7 +229,12 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
     cloud = check_mapping(data["cloud"], "cloud", required=["profile", "instance_type"], optional=["market", "overrides"])
     catalog = CloudCatalog.load(_resolve(cloud["profile"], base, "cloud.profile"))
     instance_type = str(cloud["instance_type"])
-    market = Market(choice(cloud.get("market", "on-demand"), "cloud.market", [m.value for m in Market]))
+    market_name = choice(cloud.get("market", "on-demand"), "cloud.market", [m.value for m in Market] + ["auto"])
+    market = "auto" if market_name == "auto" else Market(market_name)
+    if market == "auto" and instance_type in catalog.types and catalog.types[instance_type].get("spot_price_usd_per_hour") is None \
+            and "spot_price_usd_per_hour" not in (cloud.get("overrides") or {}):
+        raise SpecError(f"cloud.market: auto weighs spot against on-demand but {instance_type} has no spot price; "
+                        "set market: on-demand, or give cloud.overrides.spot_price_usd_per_hour")
     overrides = cloud.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise SpecError("cloud.overrides: expected a mapping such as {init_latency_s: {dist: constant, value: 15}}")

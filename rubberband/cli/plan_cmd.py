@@ -29,7 +29,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help="optimal (default), greedy, static or naive-elastic")
     p.add_argument("--confidence", type=float, help="require P(JCT <= deadline) >= this, e.g. 0.9")
     p.add_argument("--instance-type", help="an instance type of the cloud profile, or `auto` for the cheapest")
-    p.add_argument("--market", choices=["on-demand", "spot"], help="purchasing option (default: the experiment's)")
+    p.add_argument("--market", choices=["on-demand", "spot", "auto"],
+                   help="purchasing option; auto chooses spot or on-demand per stage (default: the experiment's)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
@@ -47,8 +48,10 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
     if deadline is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
     instance_type = getattr(args, "instance_type", None) or exp.instance_type
-    market = Market(args.market) if getattr(args, "market", None) else exp.market
-    if market is not exp.market:
+    market = getattr(args, "market", None) or exp.market
+    if market != "auto":
+        market = Market(market)
+    if market != exp.market:
         from dataclasses import replace
 
         exp = replace(exp, market=market)
@@ -98,29 +101,43 @@ def plan_table(plan) -> str:
         idle = s.instances - instances_needed(s.num_trials, s.allocation, plan.cloud.gpus_per_instance)
         return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
 
+    spot = plan.spot_counts
+    on_spot = any(spot)
+    if on_spot and not all(spot):
+        prices = (f"on-demand {format_usd(plan.cloud.price_usd_per_hour)}/h, "
+                  f"spot {format_usd(plan.cloud.spot_price_usd_per_hour)}/h")
+    else:
+        prices = f"{'spot' if on_spot else 'on-demand'} {format_usd(plan.cloud.spot_price_usd_per_hour if on_spot else plan.cloud.price_usd_per_hour)}/h"
+    markets = ["market", "reclaims"] if on_spot else []
     return render(
-        ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", "mean time", "stage cost"],
+        ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", *markets, "mean time", "stage cost"],
         [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, held(s),
-          format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in p.stages],
+          *(["spot" if n else "on-demand", f"{s.mean_reclaims:.2f}"] if on_spot else []),
+          format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s, n in zip(p.stages, spot)],
         title=f"plan ({plan.policy}) on {plan.instance_type} x{max(plan.instances)} at most, "
-              f"{plan.cloud.market.value} {format_usd(plan.cloud.hourly_usd)}/h, deadline {format_duration(plan.deadline_s)}"
+              f"{prices}, deadline {format_duration(plan.deadline_s)}"
               + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
     ) + stage_cost_footnote(plan.cloud, "stage cost")
 
 
 def considered_table(plan) -> str:
     chosen = plan.predicted.mean_cost_usd
+    with_market = any("market" in c for c in plan.considered)
     rows = []
     for c in plan.considered:
+        market = [c.get("market", "")] if with_market else []
         if "infeasible" in c:
-            rows.append([c["policy"], c["instance_type"], "-", "infeasible", "-", "-", "-", "-", ""])
+            rows.append([c["policy"], c["instance_type"], *market, "-", "infeasible", "-", "-", "-", "-", ""])
             continue
-        mark = "*" if (c["policy"] == plan.policy and c["instance_type"] == plan.instance_type) else ""
-        rows.append([c["policy"], c["instance_type"], max(c["instances"]), format_duration(c["jct_s_mean"]),
+        if with_market:
+            mark = "*" if str(c.get("market", "")).startswith("chosen") else ""
+        else:
+            mark = "*" if (c["policy"] == plan.policy and c["instance_type"] == plan.instance_type) else ""
+        rows.append([c["policy"], c["instance_type"], *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
                      format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
-    return render(["policy", "instance type", "max inst", "JCT mean", "JCT p90", "cost mean", "cost p90",
-                   "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+    return render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",
+                   "cost mean", "cost p90", "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
 
 
 def plan_cmd(args: argparse.Namespace) -> int:

@@ -10,10 +10,18 @@ import numpy as np
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed
 from rubberband.plan.plan import Plan
-from rubberband.plan.policies import Candidate, choose, get_policy, pareto_front, static_candidates
+from rubberband.plan.policies import (
+    MAX_FULL_SIMULATIONS,
+    Candidate,
+    choose,
+    get_policy,
+    pareto_front,
+    static_candidates,
+)
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
+from rubberband.schema import choice
 from rubberband.simulator.engine import simulate
 from rubberband.spec.experiment import ExperimentSpec
 
@@ -35,7 +43,10 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
         samples, seed: Monte-Carlo samples and seed; all candidates share the random numbers.
         confidence: if given (e.g. 0.9), require P(JCT <= deadline) >= confidence in full
             simulation instead of mean JCT <= deadline.
-        market: ``on-demand`` or ``spot`` when ``cloud`` is a catalog.
+        market: ``on-demand`` or ``spot`` when ``cloud`` is a catalog (a profile brings its own
+            market), or ``auto``: choose per stage between spot and on-demand instances
+            (``market_vectors``), keeping the cheapest plan that meets the constraint in full
+            simulation with spot reclaims (DESIGN §4.1).
         compare: also plan with every other policy and list them in ``plan.considered``.
 
     Returns:
@@ -51,16 +62,22 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
         raise SpecError(f"deadline_s: expected a positive number of seconds, got {deadline_s!r}")
     if confidence is not None and not 0 < confidence < 1:
         raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
+    auto_market = market == AUTO
+    if not auto_market and not isinstance(market, Market):
+        market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
         catalog = cloud
         if instance_type == "auto":
             plan = _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare)
-            return replace(plan, warnings=plan_warnings(plan, model, catalog))
-        cloud = catalog.get(instance_type, market)
+            return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
+        cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
         catalog = None
+    if auto_market:
+        plan = plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
+        return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
     plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
     if compare:
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
@@ -68,15 +85,94 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
     return replace(plan, warnings=plan_warnings(plan, model, catalog))
 
 
-def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None) -> Plan:
+def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None,
+              market: Market | str | None = None) -> Plan:
+    if market == AUTO:
+        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
     return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence)
 
 
-def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None) -> Plan:
+AUTO = "auto"
+# Plans of a market vector with reclaims simulated in full, cheapest surrogate first.
+SPOT_SIMULATIONS = 16
+
+
+def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
+    """The per-stage markets ``market="auto"`` weighs: all on-demand, all spot, and every split
+    into a spot part and an on-demand part (spot first — the many short early trials lose
+    little to a reclaim — or on-demand first). 2 x stages vectors."""
+    od, spot = Market.ON_DEMAND, Market.SPOT
+    vectors = [(od,) * num_stages, (spot,) * num_stages]
+    for k in range(1, num_stages):
+        vectors.append((spot,) * k + (od,) * (num_stages - k))
+        vectors.append((od,) * k + (spot,) * (num_stages - k))
+    return vectors
+
+
+def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
+                 samples: int, seed: int, confidence: float | None) -> Plan:
+    """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
+    (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
+    and kept only if it meets the constraint in full simulation with reclaims. The considered
+    plans list all on-demand, all spot and the chosen mix; a job that spot cannot carry falls
+    back to on-demand stages and says so in ``Plan.warnings``."""
+    if cloud.spot_price_usd_per_hour is None:
+        plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence)
+        return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
+    base = StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
+    plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError] = {}
+    for markets in market_vectors(spec.num_stages()):
+        table = base.for_markets(markets)
+        # Stage means with reclaims are a surrogate, not a bound: weigh the cheapest few in full.
+        budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
+        try:
+            plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
+        except InfeasibleDeadlineError as exc:
+            plans[markets] = exc
+    feasible = [p for p in plans.values() if isinstance(p, Plan)]
+    if not feasible:
+        raise plans[(Market.ON_DEMAND,) * spec.num_stages()]
+    best = min(feasible, key=lambda p: p.predicted.mean_cost_usd)
+    rows = []
+    for markets, label in (((Market.ON_DEMAND,) * spec.num_stages(), "all on-demand"),
+                           ((Market.SPOT,) * spec.num_stages(), "all spot")):
+        p = plans[markets]
+        rows.append({**p.summary(), "market": label} if isinstance(p, Plan) else
+                    {"policy": policy, "instance_type": cloud.instance_type, "market": label, "infeasible": str(p)})
+    rows.append({**best.summary(), "market": "chosen: " + market_label(best)})
+    warnings = ()
+    all_spot = plans[(Market.SPOT,) * spec.num_stages()]
+    if not isinstance(all_spot, Plan) and any(best.spot_counts):
+        od = [i for i, n in enumerate(best.spot_counts) if n == 0]
+        warnings = (f"market auto: all spot cannot meet the deadline; stage(s) {', '.join(map(str, od))} "
+                    f"run on on-demand instances",)
+    elif not any(best.spot_counts) and not isinstance(all_spot, Plan):
+        warnings = ("market auto: all spot cannot meet the deadline, nor is any mix cheaper; planned on-demand",)
+    return replace(best, considered=tuple(rows), warnings=warnings)
+
+
+def market_label(plan: Plan) -> str:
+    """``on-demand``, ``spot`` or ``spot 0-1, on-demand 2-3`` for a plan's stages."""
+    spot = [n > 0 for n in plan.spot_counts]
+    if all(spot):
+        return "spot"
+    if not any(spot):
+        return "on-demand"
+    parts, start = [], 0
+    for i in range(1, len(spot) + 1):
+        if i == len(spot) or spot[i] != spot[start]:
+            name = "spot" if spot[start] else "on-demand"
+            parts.append(f"{name} {start}" + (f"-{i - 1}" if i - 1 > start else ""))
+            start = i
+    return ", ".join(parts)
+
+
+def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None,
+                  max_simulations: int = MAX_FULL_SIMULATIONS) -> Plan:
     """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
     spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
     candidates = get_policy(policy)(table, deadline_s)
-    chosen = choose(table, candidates, deadline_s, confidence)
+    chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
     if chosen is None:
         fastest = fastest_plan(table)
         needed = None
@@ -84,7 +180,8 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
             # Meeting the deadline with probability p takes the p-quantile of the JCT, drawn
             # from the same samples the search used: the mean is not enough.
             jct = np.sort(simulate(spec, fastest.allocation, table.model, cloud, samples=samples, seed=seed,
-                                   instances=fastest.instances, draws=table.draws).jct_s)
+                                   instances=fastest.instances, draws=table.draws,
+                                   spot_instances=table.spot_instances(fastest.instances)).jct_s)
             needed = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
         raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
                                       detail=f" on {cloud.instance_type}, policy {policy}",
@@ -95,6 +192,7 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
         gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
         deadline_s=float(deadline_s), policy=policy, spec=spec, cloud=cloud, confidence=confidence,
         samples=samples, seed=seed, info={"note": candidate.note, "candidates": len(candidates)},
+        spot_instances=table.spot_instances(candidate.instances),
     )
 
 
@@ -201,14 +299,14 @@ def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confiden
     for name, usable in profiles.items():
         if market in (Market.SPOT, Market.SPOT.value) and catalog.types[name].get("spot_price_usd_per_hour") is None:
             continue
-        cloud = catalog.get(name, market)
+        cloud = catalog.get(name, Market.ON_DEMAND if market == AUTO else market)
         if usable is None:
             considered.append({"policy": policy, "instance_type": name, "infeasible":
                                f"profile {model.name!r} starts at {model.min_gpus} GPUs per trial, more than one "
                                f"{name} holds"})
             continue
         try:
-            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence)
+            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market)
         except InfeasibleDeadlineError as exc:
             infeasible.append(exc)
             considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})

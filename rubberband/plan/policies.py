@@ -63,7 +63,7 @@ def _candidate(table: StageTable, allocation, instances=None, note: str = "") ->
 
 
 def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
-           confidence: float | None) -> tuple[Candidate, Any] | None:
+           confidence: float | None, max_simulations: int = MAX_FULL_SIMULATIONS) -> tuple[Candidate, Any] | None:
     """Simulate candidates in full, cheapest surrogate first, and keep the cheapest that meets
     the constraint.
 
@@ -80,10 +80,11 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
         pool = [c for c in pool if c.jct_s <= deadline_s + eps]
     best = None
     for sims, cand in enumerate(pool):
-        if sims >= MAX_FULL_SIMULATIONS or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
+        if sims >= max_simulations or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
             break
         result = simulate(table.spec, cand.allocation, table.model, table.cloud, samples=table.samples,
-                          seed=table.seed, instances=cand.instances, draws=table.draws)
+                          seed=table.seed, instances=cand.instances, draws=table.draws,
+                          spot_instances=table.spot_instances(cand.instances))
         ok = result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
         if ok and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)

@@ -21,15 +21,18 @@ adds (at most ``max(granularity_s, minimum_s)`` per launch): the surrogate is a 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_table
-from rubberband.profiles.cloud import BillingModel, CloudProfile
+from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
+from rubberband.simulator.spot import PositionSchedule, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -85,10 +88,17 @@ class StageTable:
         spec, model, cloud: the job and its profiles.
         samples, seed: Monte-Carlo samples and root seed (common random numbers).
         allocations: optional candidate allocations per stage (default: ``valid_allocations``).
+        markets: the market of each stage (default: the cloud's market for every stage). A
+            stage on a spot market that reclaims instances has its mean TRAIN makespan from
+            the spot kernel (``simulator/spot.py``), on instances fresh at the stage's start:
+            a surrogate within a stated tolerance of the full simulation, which ``choose``
+            runs on every plan it keeps. A stage on another market than the one before it
+            launches all its instances (the old ones are released at the SYNC).
     """
 
     def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
-                 seed: int = 0, allocations: Sequence[Sequence[int]] | None = None):
+                 seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
+                 markets: Sequence[Market] | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
         check_samples_seed(samples, seed)
         check_table_size(spec, model, cloud, None, samples)
@@ -112,14 +122,36 @@ class StageTable:
         self.per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
         self.usd_per_s = cloud.usd_per_second
         self.data_usd = cloud.data.usd_per_launch
-        self.entries: list[dict[int, StageEntry]] = [{} for _ in spec.stages]
+        # Stage means per market, shared by every table ``for_markets`` derives from this one.
+        self._entries_by_market: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
+        self._init_cache: dict[tuple[int, int], float] = {}
+        self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
+
+    def _set_markets(self, markets: tuple[Market, ...]) -> None:
+        cloud = self.cloud
+        if len(markets) != self.spec.num_stages():
+            raise SpecError(f"markets: expected {self.spec.num_stages()} markets, one per stage, got {len(markets)}")
+        if Market.SPOT in markets and cloud.spot_price_usd_per_hour is None:
+            raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour; plan on-demand only")
+        self.markets = markets
+        prices = {Market.ON_DEMAND: cloud.price_usd_per_hour / 3600.0,
+                  Market.SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
+        # Per stage: the price per instance-second, and whether its instances may be reclaimed.
+        self.stage_usd_per_s = [cloud.usd_per_second if m is cloud.market else prices[m] for m in markets]
+        self.reclaimed = [m is Market.SPOT and cloud.spot.at_risk for m in markets]
+        self.entries: list[dict[int, StageEntry]] = [self._entries_by_market[m][i] for i, m in enumerate(markets)]
         self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
-        for i, stage in enumerate(spec.stages):
+        for i, stage in enumerate(self.spec.stages):
             parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
             self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
-        self._init_cache: dict[tuple[int, int], float] = {}
+
+    def for_markets(self, markets: Sequence[Market]) -> StageTable:
+        """This table with other markets per stage, sharing its random numbers and stage means."""
+        other = copy.copy(self)
+        other._set_markets(tuple(markets))
+        return other
 
     @property
     def num_stages(self) -> int:
@@ -151,11 +183,35 @@ class StageTable:
         if entry is None:
             stage = self.spec.stages[i]
             shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
-            makespan, total = self.draws[i].train(self.model, shape)
-            busy = float(total.mean()) * shape.gpus_per_trial * self.usd_per_s / self.cloud.gpus_per_instance
+            if self.reclaimed[i]:
+                makespan, total = self._spot_train(i, shape)
+            else:
+                makespan, total = self.draws[i].train(self.model, shape)
+            busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
             entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy)
             self.entries[i][int(allocation)] = entry
         return entry
+
+    def _spot_train(self, i: int, shape) -> tuple[np.ndarray, np.ndarray]:
+        """TRAIN makespan and summed TRAIN time of stage ``i`` on spot instances that may be
+        reclaimed, started together and fresh at the stage's start."""
+        samples = self.samples
+        need = shape.instances_needed
+        zeros = np.zeros((need, samples))
+        schedule = PositionSchedule(self.cloud, self.cloud.spot, self.seed, i, np.zeros(samples), zeros, zeros,
+                                    np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples))
+        latency, startup = self.draws[i].train_parts(self.model, shape)
+        return run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup)
+
+    def previous_held(self, i: int, previous):
+        """What stage ``i`` keeps of the instances held before it: nothing across a market switch."""
+        if i > 0 and self.markets[i] != self.markets[i - 1]:
+            return previous * 0
+        return previous
+
+    def spot_instances(self, held: Sequence[int]) -> tuple[int, ...]:
+        """Spot instances per stage of a plan holding ``held`` on this table's markets."""
+        return tuple(h if m is Market.SPOT else 0 for h, m in zip(held, self.markets))
 
     def need(self, stage: int, allocation: int) -> int:
         """Fewest instances stage ``stage`` needs under ``allocation``."""
@@ -173,12 +229,12 @@ class StageTable:
     def stage(self, i: int, allocation: int, held: int, previous: int) -> tuple[float, float]:
         """Mean duration and surrogate cost of stage ``i`` (see the module docstring)."""
         entry = self.entry(i, allocation)
-        new = max(0, held - previous)
+        new = max(0, held - self.previous_held(i, previous))
         duration = entry.train_s + self.sync_s[i]
         if new:
             duration += self.scale_s[i] + self.init_s(i, new)
         if self.per_instance:
-            cost = self.usd_per_s * (held * duration - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held * duration - new * self.scale_s[i])
         else:
             cost = entry.busy_usd
         return duration, cost + new * self.data_usd
@@ -190,14 +246,14 @@ class StageTable:
         in the same order, so every value equals ``stage``'s."""
         distinct, column = np.unique(allocations, return_inverse=True)
         entries = [self.entry(i, int(a)) for a in distinct]
-        new = np.maximum(0, held[None, :] - previous[:, None])
+        new = np.maximum(0, held[None, :] - self.previous_held(i, previous)[:, None])
         init = np.zeros(int(new.max()) + 1)
         for n in np.unique(new):
             init[n] = self.init_s(i, int(n))
         duration = np.array([e.train_s for e in entries])[column][None, :] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
         if self.per_instance:
-            cost = self.usd_per_s * (held[None, :] * duration - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held[None, :] * duration - new * self.scale_s[i])
         else:
             cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column][None, :], duration.shape)
         return duration, cost + new * self.data_usd
@@ -237,10 +293,12 @@ class StageTable:
         n = self.spec.stages[i].num_trials
         work = n * (self.model.trial_startup_s.mean + self.spec.stages[i].iters * self.model.latency(self.model.min_gpus).mean)
         if self.per_instance:
-            known = min(self.usd_per_s * e.need * (e.train_s + self.sync_s[i]) for e in self.entries[i].values())
-            queued = self.usd_per_s * work / self.cloud.gpus_per_instance if self.model.min_gpus == 1 else known
+            price = self.stage_usd_per_s[i]
+            known = min(price * e.need * (e.train_s + self.sync_s[i]) for e in self.entries[i].values())
+            queued = price * work / self.cloud.gpus_per_instance if self.model.min_gpus == 1 else known
             return min(known, queued)
-        return min(min(e.busy_usd for e in self.entries[i].values()), self.usd_per_s * work / self.cloud.gpus_per_instance)
+        return min(min(e.busy_usd for e in self.entries[i].values()),
+                   self.stage_usd_per_s[i] * work / self.cloud.gpus_per_instance)
 
     def suffix_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Lower bounds on the time and cost of stages ``i..end``, per ``i`` (length stages+1)."""

@@ -514,7 +514,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
                  "init_latency_s": entries["init_latency_s"]["fitted"]}
-    exp.catalog.with_overrides(overrides).get(cloud.instance_type, exp.market)   # and so must this
+    exp.catalog.with_overrides(overrides).get(cloud.instance_type, exp.type_market)   # and so must this
 
     out_path, cloud_path = output_paths(exp.name, cloud.instance_type, out, cloud_out, runs_dir)
     _write_yaml(out_path, HEADER, profile_doc)

@@ -1,0 +1,100 @@
+"""market="auto": spot or on-demand per stage, chosen under the chance constraint with reclaims
+(DESIGN §4.1, §5)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rubberband import load_experiment
+from rubberband.errors import SpecError
+from rubberband.plan import compile_plan, simulate_plan
+from rubberband.plan.compile import market_label, market_vectors
+from rubberband.plan.table import StageTable
+from rubberband.profiles.cloud import Market
+from rubberband.profiles.spot import SpotMarket
+
+ROOT = Path(__file__).resolve().parents[3]
+OD, SPOT = Market.ON_DEMAND, Market.SPOT
+
+
+@cache
+def experiment():
+    return load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
+
+
+def cloud(rate: float, spot_share: float = 0.3, notice: float = 120.0):
+    c = experiment().cloud
+    return c.replace(spot_price_usd_per_hour=spot_share * c.price_usd_per_hour,
+                     spot=SpotMarket(notice_s=notice, rate_per_hour=rate))
+
+
+def test_market_vectors_weigh_all_of_each_and_every_split():
+    vectors = market_vectors(3)
+    assert vectors[:2] == [(OD, OD, OD), (SPOT, SPOT, SPOT)]
+    assert set(vectors[2:]) == {(SPOT, OD, OD), (SPOT, SPOT, OD), (OD, SPOT, SPOT), (OD, OD, SPOT)}
+    assert len(vectors) == len(set(vectors)) == 6
+
+
+def test_without_reclaims_auto_is_the_on_demand_plan_at_the_spot_price():
+    exp = experiment()
+    od = compile_plan(exp.spec, exp.model, cloud(0.0), 1200.0, samples=100, confidence=0.9)
+    auto = compile_plan(exp.spec, exp.model, cloud(0.0), 1200.0, samples=100, confidence=0.9, market="auto")
+    assert auto.allocation == od.allocation and auto.instances == od.instances
+    assert auto.spot_counts == auto.instances and market_label(auto) == "spot"
+    assert np.array_equal(auto.predicted.jct_s, od.predicted.jct_s)
+    data = od.cloud.data.usd_per_launch * sum(s.new_instances for s in od.predicted.stages)
+    assert auto.predicted.mean_cost_usd - data == pytest.approx(0.3 * (od.predicted.mean_cost_usd - data), rel=1e-9)
+
+
+def test_auto_keeps_its_promise_out_of_sample_and_beats_on_demand():
+    exp = experiment()
+    c = cloud(0.3)
+    od = compile_plan(exp.spec, exp.model, c, 1200.0, samples=200, confidence=0.95)
+    auto = compile_plan(exp.spec, exp.model, c, 1200.0, samples=200, confidence=0.95, market="auto")
+    assert auto.predicted.p_meet(1200.0) >= 0.95
+    assert od.predicted.mean_cost_usd / auto.predicted.mean_cost_usd >= 2.0
+    again = simulate_plan(auto, exp.model, samples=2000, seed=123)
+    assert again.p_meet(1200.0) >= 0.93
+    assert sum(s.mean_reclaims for s in again.stages) > 0
+    labels = [c.get("market") for c in auto.considered]
+    assert labels == ["all on-demand", "all spot", "chosen: spot"]
+
+
+def test_when_spot_cannot_carry_the_job_auto_falls_back_to_on_demand_stages_and_says_so():
+    exp = experiment()
+    c = cloud(6.0)                    # a reclaim every 10 minutes per instance
+    deadline = 600.0
+    auto = compile_plan(exp.spec, exp.model, c, deadline, samples=100, confidence=0.9, market="auto")
+    assert auto.predicted.p_meet(deadline) >= 0.9
+    assert market_label(auto) == "spot 0-2, on-demand 3"
+    assert auto.warnings == ("market auto: all spot cannot meet the deadline; stage(s) 3 run on on-demand instances",)
+    assert any("infeasible" in c for c in auto.considered if c.get("market") == "all spot")
+
+
+def test_the_table_s_spot_means_are_within_the_stated_tolerance_of_full_simulation():
+    """The planner's stage means for spot stages assume instances fresh at each stage's start;
+    the full simulation carries them (and their pending replacements) across stages. Stated
+    tolerance: 3% of the mean JCT, 5% of the mean cost."""
+    exp = experiment()
+    c = cloud(1.0)
+    table = StageTable(exp.spec, exp.model, c.replace(market=OD), samples=400, seed=0).for_markets((SPOT,) * 4)
+    for allocation in [(32, 20, 12, 8), (32, 10, 6, 4), (8, 10, 3, 8)]:
+        held = tuple(table.need(i, a) for i, a in enumerate(allocation))
+        jct, cost = table.evaluate(allocation, held)
+        from rubberband.simulator import simulate
+
+        full = simulate(exp.spec, allocation, exp.model, c, samples=400, seed=0, instances=held, spot_instances=held)
+        assert jct == pytest.approx(full.mean_jct_s, rel=0.03)
+        assert cost == pytest.approx(full.mean_cost_usd, rel=0.05)
+
+
+def test_a_market_needs_a_spot_price():
+    exp = experiment()
+    with pytest.raises(SpecError, match=r"market: p3\.8xlarge has no spot_price_usd_per_hour"):
+        StageTable(exp.spec, exp.model, exp.cloud.replace(spot_price_usd_per_hour=None), samples=10).for_markets((SPOT,) * 4)
+    with pytest.raises(SpecError, match=r"market: unknown value 'cheap'; choose one of on-demand, spot, auto"):
+        compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=10, market="cheap")
