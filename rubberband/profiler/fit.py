@@ -134,6 +134,10 @@ def to_profile_entry(samples: Sequence[float] | np.ndarray, digits: int = 6) -> 
     }
 
 
+# The shortest time per iteration a profile records (1 microsecond): below what any run resolves.
+MIN_ITER_S = 1e-6
+
+
 def split_train_durations(short: Sequence[float], long: Sequence[float], k_short: int,
                           k_long: int) -> tuple[list[float], list[float]]:
     """Per-trial estimates of seconds per iteration and of start-up from TRAIN durations.
@@ -142,7 +146,10 @@ def split_train_durations(short: Sequence[float], long: Sequence[float], k_short
     ``k_short`` and of ``k_long`` iterations measured alike, ``L̂ = (mean(d_long) -
     mean(d_short)) / (k_long - k_short)``; each long trial gives ``L_j = (d_j -
     mean(d_short)) / (k_long - k_short)`` (a slow trial stays slow) and each short trial a
-    start-up ``d_i - k_short L̂``. Estimates are clipped at 0.
+    start-up ``d_i - k_short L̂``. Start-ups are clipped at 0; times per iteration at
+    ``MIN_ITER_S``: an iteration too short for the runs to resolve (noise swamps the extra
+    iterations' time) still takes some time, and a profile needs it positive — measure with
+    more ``iters`` to resolve it.
 
     Returns:
         ``(iter_latency_samples, startup_samples)``.
@@ -155,7 +162,7 @@ def split_train_durations(short: Sequence[float], long: Sequence[float], k_short
     d_short, d_long = _clean(short, "short TRAIN durations"), _clean(long, "long TRAIN durations")
     base = float(np.mean(d_short))
     span = float(k_long - k_short)
-    per_trial = [max(0.0, (d - base) / span) for d in d_long.tolist()]
-    iter_hat = max(0.0, (float(np.mean(d_long)) - base) / span)
+    per_trial = [max(MIN_ITER_S, (d - base) / span) for d in d_long.tolist()]
+    iter_hat = max(MIN_ITER_S, (float(np.mean(d_long)) - base) / span)
     startup = [max(0.0, d - k_short * iter_hat) for d in d_short.tolist()]
     return per_trial, startup
