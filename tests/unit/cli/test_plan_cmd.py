@@ -11,6 +11,8 @@ import pytest
 from rubberband.cli.main import main
 from rubberband.plan import POLICIES, Plan
 
+from .experiments import spot_experiment
+
 ROOT = Path(__file__).resolve().parents[3]
 CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -262,30 +264,14 @@ def test_whatif_unknown_billing_is_one_error_line(capsys):
     assert_one_line_error(err, "per_second")
 
 
-def _spot_experiment(tmp_path, market: str = "auto", overrides: str = "") -> str:
-    path = tmp_path / "spot.yaml"
-    path.write_text(f"""
-sha: {{num_trials: 32, min_iters: 1, max_iters: 50, eta: 3}}
-model_profile: {ROOT / 'profiles' / 'resnet101_cifar10_p3.yaml'}
-cloud:
-  profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-east-1.yaml'}
-  instance_type: p3.8xlarge
-  market: {market}
-  overrides: {{init_latency_s: {{dist: constant, value: 15}}, spot: {{notice_s: 120, preemption: {{rate_per_hour: 0.3}}}}{overrides}}}
-deadline: 20m
-samples: 100
-""")
-    return str(path)
-
-
 def test_plan_market_auto_shows_the_market_and_reclaims_per_stage_and_the_markets_weighed(capsys, tmp_path):
-    code, out, _ = run(capsys, "plan", _spot_experiment(tmp_path), "--confidence", "0.9")
+    code, out, _ = run(capsys, "plan", spot_experiment(tmp_path, market="auto", rate_per_hour=0.3), "--confidence", "0.9")
     assert code == 0
     assert re.search(r"instances\s+market\s+reclaims\s+mean time", out)
     assert re.search(r"^\s+0\s+32\s+1\s+1\s+32\s+8\s+spot\s+\d\.\d\d\s", out, re.MULTILINE)
     for label in ("all on-demand", "all spot", "chosen: spot"):
         assert label in out
-    code, out, _ = run(capsys, "plan", _spot_experiment(tmp_path, market="on-demand"), "--market", "auto", "--json")
+    code, out, _ = run(capsys, "plan", spot_experiment(tmp_path, market="on-demand", rate_per_hour=0.3), "--market", "auto", "--json")
     data = json.loads(out)
     assert code == 0 and data["spot_instances"] == data["instances"]
 
@@ -294,8 +280,7 @@ def test_market_auto_without_a_spot_price_is_one_error_line(capsys, tmp_path):
     region = tmp_path / "region.yaml"
     region.write_text("provider: aws\nregion: us-east-1\ninstance_types:\n"
                       "  p3.8xlarge: {gpus_per_instance: 4, gpu_model: V100, price_usd_per_hour: 12.24}\n")
-    path = tmp_path / "nospot.yaml"
-    path.write_text(open(_spot_experiment(tmp_path)).read().replace(str(ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"), str(region)))
-    code, _, err = run(capsys, "plan", str(path))
+    path = spot_experiment(tmp_path, market="auto", region=region)
+    code, _, err = run(capsys, "plan", path)
     assert code == 2
     assert_one_line_error(err, "cloud.market: auto weighs spot against on-demand but p3.8xlarge has no spot price")

@@ -12,6 +12,8 @@ from rubberband import load_experiment
 from rubberband.cli.main import main
 from rubberband.simulator import simulate
 
+from .experiments import spot_experiment
+
 ROOT = Path(__file__).resolve().parents[3]
 PAPER_JOB = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
 ARGS = ["simulate", PAPER_JOB, "--allocation", "32,20,12,8", "--samples", "200"]
@@ -123,23 +125,8 @@ def test_bad_options_give_one_error_line(capsys, extra, pattern):
     assert "Traceback" not in out + err
 
 
-def _spot_experiment(tmp_path) -> str:
-    path = tmp_path / "spot.yaml"
-    path.write_text(f"""
-sha: {{num_trials: 32, min_iters: 1, max_iters: 50, eta: 3}}
-model_profile: {ROOT / 'profiles' / 'resnet101_cifar10_p3.yaml'}
-cloud:
-  profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-east-1.yaml'}
-  instance_type: p3.8xlarge
-  market: spot
-  overrides: {{spot: {{notice_s: 120, preemption: {{rate_per_hour: 0.5}}}}}}
-deadline: 20m
-""")
-    return str(path)
-
-
 def test_a_spot_market_shows_spot_instances_and_reclaims_per_stage(tmp_path, capsys):
-    exp = _spot_experiment(tmp_path)
+    exp = spot_experiment(tmp_path)
     assert main(["simulate", exp, "--allocation", "32,20,12,8", "--samples", "200", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["spot_instances"] == [8, 5, 3, 2]
@@ -156,6 +143,6 @@ def test_a_spot_market_shows_spot_instances_and_reclaims_per_stage(tmp_path, cap
     (["--gantt", "g.png"], r"^error: --gantt: timelines with spot reclaims are not drawn yet"),
 ])
 def test_bad_spot_options_give_one_error_line(tmp_path, capsys, extra, pattern):
-    assert main(["simulate", _spot_experiment(tmp_path), "--allocation", "32,20,12,8", "--samples", "20", *extra]) == 2
+    assert main(["simulate", spot_experiment(tmp_path), "--allocation", "32,20,12,8", "--samples", "20", *extra]) == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err) and err.count("\n") == 1
