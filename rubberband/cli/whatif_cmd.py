@@ -21,6 +21,11 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset-gb", help="dataset sizes in GB to sweep, e.g. 0.15,150")
     p.add_argument("--instance-type", help="instance types to sweep, e.g. p3.2xlarge,p3.8xlarge")
     p.add_argument("--straggler-std", help="std of seconds per iteration to sweep, e.g. 1,5,10")
+    p.add_argument("--market", help="markets to sweep: on-demand,spot,auto (auto: spot or on-demand per stage)")
+    p.add_argument("--preemption-rate", help="spot reclaims per instance-hour to sweep, e.g. 0,0.2,1")
+    p.add_argument("--zone", help="spot availability trace zones to replay, e.g. us-east-1a,us-west-2b "
+                                  "(from the experiment's trace file, else the shipped AWS V100 traces)")
+    p.add_argument("--notice", help="spot interruption notices to sweep, e.g. 0,120 (seconds)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -42,6 +47,10 @@ AXIS_COLUMNS = {
     "dataset_gb": ("dataset (GB)", _g),
     "instance_type": ("instance type", str),
     "straggler_std": ("straggler std (s/iter)", _g),
+    "market": ("market", str),
+    "preemption_rate": ("reclaims/instance-h", _g),
+    "zone": ("zone", str),
+    "notice_s": ("notice", lambda v: f"{v:g}s"),
 }
 
 
@@ -79,6 +88,17 @@ def whatif_cmd(args: argparse.Namespace) -> int:
             exp.cloud_for(v)
     if args.straggler_std:
         vary["straggler_std"] = floats(args.straggler_std, "--straggler-std")
+    if args.market:
+        vary["market"] = [v.strip() for v in args.market.split(",") if v.strip()]
+    if args.preemption_rate:
+        vary["preemption_rate"] = floats(args.preemption_rate, "--preemption-rate")
+        if min(vary["preemption_rate"]) < 0:
+            raise SpecError("--preemption-rate: reclaims per instance-hour cannot be negative; e.g. 0,0.2,1")
+    if args.zone:
+        vary["zone"] = [v.strip() for v in args.zone.split(",") if v.strip()]
+    if args.notice:
+        vary["notice_s"] = [parse_duration(v, "--notice") if v.strip() not in ("0", "0s") else 0.0
+                            for v in args.notice.split(",")]
     if not vary:
         raise SpecError("whatif: nothing to sweep; pass e.g. --deadline 90m:160m:10m or --init-latency 1s,10s,100s")
     if deadline is None:
@@ -87,8 +107,10 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     base_type = exp.catalog.instance_types[0] if exp.auto_instance_type else exp.instance_type
     samples = args.samples if args.samples is not None else 200
     seed = args.seed if args.seed is not None else exp.seed
-    scenarios = whatif(exp.spec, exp.model, exp.cloud_for(base_type), deadline, vary, policies, samples=samples, seed=seed,
-                       spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for)
+    cloud = exp.cloud_for(base_type)
+    scenarios = whatif(exp.spec, exp.model, cloud, deadline, vary, policies, samples=samples, seed=seed,
+                       spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
+                       trace_file=cloud.spot.trace_file or _shipped_traces(exp))
     axes = list(vary)
     rows = []
     for sc in scenarios:
@@ -107,6 +129,16 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         payload["plot"] = args.plot
     emit(args, payload, text)
     return 0
+
+
+def _shipped_traces(exp) -> str | None:
+    """The AWS V100 traces shipped beside the experiment's region file, if there."""
+    from pathlib import Path
+
+    if not exp.catalog.path:
+        return None
+    path = Path(exp.catalog.path).parent / "spot_traces" / "p3.2xlarge.json"
+    return str(path) if path.is_file() else None
 
 
 def plot_series(scenarios, axes: list[str], policies) -> list[tuple[str, list, list]]:

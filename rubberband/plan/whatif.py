@@ -5,22 +5,25 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
-from rubberband.plan.compile import plan_on_table
+from rubberband.plan.compile import plan_markets, plan_on_table
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
-from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost
+from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
 from rubberband.profiles.distributions import Constant
 from rubberband.profiles.model import ModelProfile
+from rubberband.profiles.spot import SpotMarket, load_trace, trace_zones
 from rubberband.schema import did_you_mean
 from rubberband.spec.experiment import ExperimentSpec
 
 AXES = ("deadline_s", "num_trials", "init_latency_s", "billing", "data_price_usd_per_gb", "dataset_gb",
-        "instance_type", "straggler_std")
+        "instance_type", "straggler_std", "market", "preemption_rate", "zone", "notice_s")
+SPOT_AXES = ("preemption_rate", "zone", "notice_s")
+MARKETS = ("on-demand", "spot", "auto")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,8 @@ class Scenario:
 def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float,
            vary: Mapping[str, Sequence[Any]], policies: Sequence[str] = tuple(POLICIES), samples: int = 200,
            seed: int = 0, spec_for_trials: Callable[[int], ExperimentSpec] | None = None,
-           cloud_for_type: Callable[[str], CloudProfile] | None = None) -> list[Scenario]:
+           cloud_for_type: Callable[[str], CloudProfile] | None = None,
+           trace_file: str | None = None) -> list[Scenario]:
     """Plan the job for every combination of the swept values, with every policy.
 
     Args:
@@ -48,8 +52,12 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             ``spec_for_trials``), ``init_latency_s`` (constant seconds), ``billing``
             (``per_instance`` / ``per_function``), ``data_price_usd_per_gb``, ``dataset_gb``,
             ``instance_type`` (needs ``cloud_for_type``), ``straggler_std`` (std of the
-            iteration latency at every GPU count, seconds).
+            iteration latency at every GPU count, seconds); and the spot market (DESIGN §4.1):
+            ``market`` (``on-demand``, ``spot`` or ``auto``: chosen per stage),
+            ``preemption_rate`` (reclaims per instance-hour), ``zone`` (a zone of
+            ``trace_file``, replayed), ``notice_s`` (the interruption notice).
         policies: policy names to compare.
+        trace_file: the spot availability traces ``zone`` reads (default: the cloud's own).
 
     Returns:
         One ``Scenario`` per combination, in sweep order.
@@ -62,6 +70,25 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             raise SpecError(f"policy: unknown policy {name!r}{did_you_mean(name, POLICIES)}; choose one of {', '.join(POLICIES)}")
     check_samples_seed(samples, seed)
     axes = list(vary)
+    spot_axes = [a for a in axes if a in SPOT_AXES]
+    markets = vary.get("market", [cloud.market.value])
+    for value in markets:
+        if value not in MARKETS:
+            raise SpecError(f"market: unknown market {value!r}{did_you_mean(str(value), MARKETS)}; choose one of {', '.join(MARKETS)}")
+    if spot_axes and set(markets) == {"on-demand"}:
+        raise SpecError(f"{spot_axes[0]}: on-demand instances are never reclaimed; sweep --market spot,auto too "
+                        "(or set cloud.market: spot)")
+    if (spot_axes or set(markets) != {"on-demand"}) and cloud.spot_price_usd_per_hour is None:
+        raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour to weigh spot with; add one")
+    if "zone" in vary:
+        trace_file = trace_file or cloud.spot.trace_file
+        if trace_file is None:
+            raise SpecError("zone: no trace file to replay the zone from; set cloud.overrides.spot.preemption.trace.file")
+        known = trace_zones(trace_file)
+        for zone in vary["zone"]:
+            if zone not in known:
+                raise SpecError(f"zone: {zone!r} is not in {trace_file}{did_you_mean(str(zone), known)}; "
+                                f"choose one of {', '.join(known)}")
     # Refuse a sweep too large before planning its first scenario: its tables (one per
     # combination of the axes other than the deadline) and a plan search per scenario and policy.
     # The largest job of the sweep stands for all of them.
@@ -76,14 +103,15 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     tables: dict[tuple, StageTable] = {}     # the deadline does not change a table: share it
     for combo in itertools.product(*(vary[a] for a in axes)):
         values = dict(zip(axes, combo))
-        s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type)
+        s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
-        if key not in tables:
+        auto = values.get("market") == "auto"
+        if key not in tables and not auto:
             tables[key] = StageTable(s, m, c, samples=samples, seed=seed)
         costs, jcts, allocs = {}, {}, {}
         for name in policies:
             try:
-                plan = plan_on_table(tables[key], d, name)
+                plan = plan_markets(s, m, c, d, name, samples, seed, None) if auto else plan_on_table(tables[key], d, name)
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
             except InfeasibleDeadlineError:
                 costs[name] = jcts[name] = allocs[name] = None
@@ -91,7 +119,7 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     return out
 
 
-def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type):
+def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file=None):
     for axis, value in values.items():
         if axis == "deadline_s":
             deadline_s = float(value)
@@ -115,6 +143,15 @@ def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_ty
             cloud = cloud.replace(data=DataCost(float(value), cloud.data.price_usd_per_gb))
         elif axis == "straggler_std":
             model = model.replace(iter_latency_s={g: d.with_moments(d.mean, float(value)) for g, d in model.iter_latency_s.items()})
+        elif axis == "market" and value != "auto":
+            cloud = cloud.replace(market=Market(value))
+        elif axis == "preemption_rate":
+            cloud = cloud.replace(spot=SpotMarket(notice_s=cloud.spot.notice_s, rate_per_hour=float(value)))
+        elif axis == "zone":
+            cloud = cloud.replace(spot=SpotMarket(notice_s=cloud.spot.notice_s, trace_file=str(trace_file),
+                                                  trace=load_trace(trace_file, str(value))))
+    if "notice_s" in values:      # after the model it applies to
+        cloud = cloud.replace(spot=replace(cloud.spot, notice_s=float(values["notice_s"])))
     return spec, model, cloud, deadline_s
 
 

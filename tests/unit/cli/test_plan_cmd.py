@@ -284,3 +284,14 @@ def test_market_auto_without_a_spot_price_is_one_error_line(capsys, tmp_path):
     code, _, err = run(capsys, "plan", path)
     assert code == 2
     assert_one_line_error(err, "cloud.market: auto weighs spot against on-demand but p3.8xlarge has no spot price")
+
+
+def test_whatif_sweeps_the_spot_market(capsys, tmp_path):
+    code, out, _ = run(capsys, "whatif", spot_experiment(tmp_path), "--market", "on-demand,spot", "--preemption-rate",
+                       "0,2", "--notice", "0,2m", "--policies", "optimal", "--samples", "30")
+    assert code == 0
+    assert re.search(r"market\s+reclaims/instance-h\s+notice\s+optimal cost \(USD\)", out)
+    assert len(re.findall(r"^(on-demand|spot)\s", out, re.MULTILINE)) == 8
+    code, _, err = run(capsys, "whatif", spot_experiment(tmp_path), "--zone", "us-east-1b", "--samples", "20")
+    assert code == 2
+    assert_one_line_error(err, "zone: 'us-east-1b' is not in", "did you mean `us-east-2b`")
