@@ -101,6 +101,16 @@ class SpotTrace:
         nxt = np.where(want[idx], local, doubled[np.minimum(k, len(doubled) - 1)])
         return cycles * self.duration_s + np.maximum(nxt, local)
 
+    def window(self, start_s: float, end_s: float) -> SpotTrace:
+        """The part of the trace from ``start_s`` to ``end_s`` as a trace of its own (e.g. the
+        first half to plan with and the second to check the plan on)."""
+        if not 0 <= start_s < end_s <= self.duration_s:
+            raise SpecError(f"spot trace {self.zone}: window {start_s:g}..{end_s:g} s is not inside 0..{self.duration_s:g} s")
+        inside = (self.times_s > start_s) & (self.times_s < end_s)
+        times = np.concatenate([[0.0], self.times_s[inside] - start_s])
+        values = np.concatenate([[self.available_at(start_s)], self.values[inside]])
+        return SpotTrace(self.zone, self.nodes, times, values, end_s - start_s, source=self.source)
+
     @property
     def available_fraction(self) -> float:
         """Share of the trace's time with at least one instance available."""

@@ -173,3 +173,16 @@ def test_a_spot_override_merges_with_the_profile_s_block():
     assert (cloud.spot.notice_s, cloud.spot.rate_per_hour) == (30, 0.5)
     swapped = catalog.get("p3.2xlarge", "spot", {"spot": {"preemption": {"advisor": "<5%"}}})
     assert (swapped.spot.notice_s, swapped.spot.advisor) == (120, "<5%")
+
+
+def test_a_window_of_a_trace_is_a_trace_of_its_own():
+    trace = load_trace(TRACES, "us-east-1c")
+    half = trace.duration_s / 2
+    first, second = trace.window(0.0, half), trace.window(half, trace.duration_s)
+    assert first.duration_s + second.duration_s == pytest.approx(trace.duration_s)
+    whole = (first.available_fraction * first.duration_s + second.available_fraction * second.duration_s)
+    assert whole / trace.duration_s == pytest.approx(trace.available_fraction)
+    t = np.linspace(0, half - 1, 500)
+    assert np.array_equal(second.available_at(t), trace.available_at(t + half))
+    with pytest.raises(SpecError, match=r"window 0\.\.1e\+07 s is not inside"):
+        trace.window(0.0, 1e7)
