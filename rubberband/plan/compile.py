@@ -21,6 +21,7 @@ from rubberband.plan.policies import (
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
+from rubberband.profiles.spot import SpotMarket
 from rubberband.schema import choice
 from rubberband.simulator.engine import simulate
 from rubberband.spec.experiment import ExperimentSpec
@@ -148,6 +149,9 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
                     f"run on on-demand instances",)
     elif not any(best.spot_counts) and not isinstance(all_spot, Plan):
         warnings = ("market auto: all spot cannot meet the deadline, nor is any mix cheaper; planned on-demand",)
+    if any(best.spot_counts) and cloud.spot == SpotMarket():
+        warnings += (f"market auto: {cloud.instance_type} has no spot preemption model, so spot instances were "
+                     "planned as never reclaimed; set cloud.overrides.spot.preemption (rate_per_hour, trace or advisor)",)
     return replace(best, considered=tuple(rows), warnings=warnings)
 
 

@@ -46,6 +46,9 @@ def test_without_reclaims_auto_is_the_on_demand_plan_at_the_spot_price():
     assert auto.allocation == od.allocation and auto.instances == od.instances
     assert auto.spot_counts == auto.instances and market_label(auto) == "spot"
     assert np.array_equal(auto.predicted.jct_s, od.predicted.jct_s)
+    assert auto.warnings == ()      # a model that says "never reclaimed" was given
+    bare = compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=100, confidence=0.9, market="auto")
+    assert any("has no spot preemption model" in w for w in bare.warnings)
     data = od.cloud.data.usd_per_launch * sum(s.new_instances for s in od.predicted.stages)
     assert auto.predicted.mean_cost_usd - data == pytest.approx(0.3 * (od.predicted.mean_cost_usd - data), rel=1e-9)
 
