@@ -201,7 +201,7 @@ class StageTable:
         schedule = PositionSchedule(self.cloud, self.cloud.spot, self.seed, i, np.zeros(samples), zeros, zeros,
                                     np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples))
         latency, startup = self.draws[i].train_parts(self.model, shape)
-        return run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup)
+        return run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup, rounds=True)
 
     def previous_held(self, i: int, previous):
         """What stage ``i`` keeps of the instances held before it: nothing across a market switch."""

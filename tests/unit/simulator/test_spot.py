@@ -88,3 +88,12 @@ def test_with_notice_the_replacement_is_ready_sooner():
         out[notice], _ = run_stage(schedule, shape, 1, np.zeros(500), np.ones((1, 500)), np.zeros((1, 500)))
     # Same lifetimes (common random numbers); each reclaim costs 120 s less with the notice.
     assert (out[120.0] <= out[0.0]).all() and out[120.0].mean() < out[0.0].mean() - 100
+
+
+def test_round_robin_queueing_is_list_scheduling_when_a_round_s_trials_take_equally_long():
+    shape = _shape(12, 4, iters=10)
+    schedule = _schedule(SpotMarket(rate_per_hour=6.0), positions=1, samples=200, start=0.0, up=0.0)
+    latency = np.broadcast_to(np.repeat(np.random.default_rng(0).uniform(1, 3, (3, 1)), 4, axis=0), (12, 200))
+    exact, _ = run_stage(schedule, shape, 4, np.zeros(200), latency, np.zeros((12, 200)))
+    rounds, _ = run_stage(schedule, shape, 4, np.zeros(200), latency, np.zeros((12, 200)), rounds=True)
+    assert np.allclose(exact, rounds)
