@@ -108,6 +108,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     stage_cost = np.zeros((len(shapes), samples))
     stage_duration = np.zeros((len(shapes), samples))
     reclaims = np.zeros((len(shapes), samples))
+    launched = [0] * len(shapes)           # new instances per stage (both markets)
     for shape, count, s in zip(shapes, held, spot):
         i, d = shape.index, draws[shape.index]
         start = now.copy()
@@ -119,6 +120,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         old_o, old_s = od.count, sp.count
         new_o, new_s = o - old_o, s - old_s
         new = new_o + new_s
+        launched[i] = new
         if s and cloud.spot.at_risk:
             now, busy, bill = _spot_stage(d, model, cloud, shape, now, od, sp, new_o, new_s, offsets, seed)
             stage_cost[i] += new * data_usd + bill.launches * data_usd
@@ -150,8 +152,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     jct = now
     cost = stage_cost.sum(axis=0)
     stats = tuple(
-        StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h,
-                   max(0, h - (held[s.index - 1] if s.index else 0)),
+        StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h, launched[s.index],
                    float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()),
                    spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()))
         for s, h, n_spot in zip(shapes, held, spot)

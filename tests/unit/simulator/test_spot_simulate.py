@@ -97,3 +97,12 @@ def test_spot_needs_a_spot_price():
     cloud = _cloud(market=Market.ON_DEMAND, spot_price_usd_per_hour=None)
     with pytest.raises(SpecError, match=r"spot_instances: p3\.8xlarge has no spot_price_usd_per_hour"):
         simulate(SPEC, ALLOCATION, MODEL, cloud, samples=10, spot_instances=[1, 0, 0, 0, 0])
+
+
+def test_a_stage_that_changes_market_launches_all_its_instances():
+    risky = _cloud(spot=SpotMarket(rate_per_hour=1.0))
+    r = simulate(SPEC, ALLOCATION, MODEL, risky, samples=50, seed=0, spot_instances=[4, 0, 0, 0, 0])
+    held = r.instances
+    assert [s.new_instances for s in r.stages][:2] == [held[0], held[1]]     # spot -> on-demand: all new
+    same = simulate(SPEC, ALLOCATION, MODEL, risky, samples=50, seed=0, spot_instances=[0] * 5)
+    assert same.stages[1].new_instances == max(0, held[1] - held[0])
