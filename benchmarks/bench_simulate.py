@@ -119,7 +119,7 @@ def main() -> None:
     print()
     for rate in (0.3, 2.0):
         spot = cloud.replace(market=Market.SPOT, spot=SpotMarket(notice_s=120, rate_per_hour=rate))
-        spot_time = best_of(args.repeat, lambda: simulate(spec, ALLOCATION, model, spot, samples=samples, seed=0))
+        spot_time = best_of(args.repeat, lambda spot=spot: simulate(spec, ALLOCATION, model, spot, samples=samples, seed=0))
         r = simulate(spec, ALLOCATION, model, spot, samples=samples, seed=0)
         ratio = spot_time / sim_time
         print(f"spot, {rate:g} reclaims/instance-hour: {spot_time:.4f} s = {ratio:.1f}x on-demand "

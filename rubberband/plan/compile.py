@@ -19,9 +19,8 @@ from rubberband.plan.policies import (
     static_candidates,
 )
 from rubberband.plan.table import StageTable
-from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
+from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.profiles.spot import SpotMarket
 from rubberband.schema import choice
 from rubberband.simulator.engine import simulate
 from rubberband.spec.experiment import ExperimentSpec
@@ -126,13 +125,16 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         table = base.for_markets(markets)
         # Stage means with reclaims are a surrogate, not a bound: weigh the cheapest few in full.
         budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
+        if Market.SPOT in markets and not spot_billable(cloud):
+            plans[markets] = InfeasibleDeadlineError(deadline_s, math.inf, (), detail=", spot under per-function billing")
+            continue
         try:
             plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
         except InfeasibleDeadlineError as exc:
             plans[markets] = exc
     feasible = [p for p in plans.values() if isinstance(p, Plan)]
     if not feasible:
-        raise plans[(Market.ON_DEMAND,) * spec.num_stages()]
+        raise plans[(Market.ON_DEMAND,) * spec.num_stages()]   # the on-demand plan's own reason
     best = min(feasible, key=lambda p: p.predicted.mean_cost_usd)
     rows = []
     for markets, label in (((Market.ON_DEMAND,) * spec.num_stages(), "all on-demand"),
@@ -149,10 +151,16 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
                     f"run on on-demand instances",)
     elif not any(best.spot_counts) and not isinstance(all_spot, Plan):
         warnings = ("market auto: all spot cannot meet the deadline, nor is any mix cheaper; planned on-demand",)
-    if any(best.spot_counts) and cloud.spot == SpotMarket():
+    if any(best.spot_counts) and not cloud.spot.modelled:
         warnings += (f"market auto: {cloud.instance_type} has no spot preemption model, so spot instances were "
                      "planned as never reclaimed; set cloud.overrides.spot.preemption (rate_per_hour, trace or advisor)",)
     return replace(best, considered=tuple(rows), warnings=warnings)
+
+
+def spot_billable(cloud: CloudProfile) -> bool:
+    """Whether spot instances can be simulated on ``cloud``: per-function billing has no instances
+    to reclaim (``simulate`` refuses spot with a reclaim model there)."""
+    return cloud.billing.model is BillingModel.PER_INSTANCE or not cloud.spot.at_risk
 
 
 def market_label(plan: Plan) -> str:

@@ -89,10 +89,11 @@ class StageTable:
         samples, seed: Monte-Carlo samples and root seed (common random numbers).
         allocations: optional candidate allocations per stage (default: ``valid_allocations``).
         markets: the market of each stage (default: the cloud's market for every stage). A
-            stage on a spot market that reclaims instances has its mean TRAIN makespan from
-            the spot kernel (``simulator/spot.py``), on instances fresh at the stage's start:
-            a surrogate within a stated tolerance of the full simulation, which ``choose``
-            runs on every plan it keeps. A stage on another market than the one before it
+            stage on a spot market with a reclaim rate has its mean TRAIN makespan from the
+            spot kernel (``simulator/spot.py``), on instances fresh at the stage's start: a
+            surrogate within a stated tolerance of the full simulation (3% JCT, 5% cost),
+            which ``choose`` runs on every plan it keeps; on a traced market the stage means
+            are those without reclaims. A stage on another market than the one before it
             launches all its instances (the old ones are released at the SYNC).
     """
 
@@ -140,7 +141,10 @@ class StageTable:
                   Market.SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
         # Per stage: the price per instance-second, and whether its instances may be reclaimed.
         self.stage_usd_per_s = [cloud.usd_per_second if m is cloud.market else prices[m] for m in markets]
-        self.reclaimed = [m is Market.SPOT and cloud.spot.at_risk for m in markets]
+        # A zone's trace is replayed from the job's start, so one stage alone has no fair
+        # start in it: stages on a traced market take the no-reclaim means (optimistic), and
+        # ``choose`` judges every plan it keeps in full simulation.
+        self.reclaimed = [m is Market.SPOT and cloud.spot.at_risk and cloud.spot.trace is None for m in markets]
         self.entries: list[dict[int, StageEntry]] = [self._entries_by_market[m][i] for i, m in enumerate(markets)]
         self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
         for i, stage in enumerate(self.spec.stages):

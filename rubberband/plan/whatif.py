@@ -10,7 +10,7 @@ from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
-from rubberband.plan.compile import plan_markets, plan_on_table
+from rubberband.plan.compile import plan_markets, plan_on_table, spot_billable
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
@@ -80,6 +80,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
                         "(or set cloud.market: spot)")
     if (spot_axes or set(markets) != {"on-demand"}) and cloud.spot_price_usd_per_hour is None:
         raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour to weigh spot with; add one")
+    if "zone" in vary and "preemption_rate" in vary:
+        raise SpecError("zone: a zone's trace and a reclaim rate are two preemption models; sweep one of them")
     if "zone" in vary:
         trace_file = trace_file or cloud.spot.trace_file
         if trace_file is None:
@@ -106,11 +108,13 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
         s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
         auto = values.get("market") == "auto"
-        if key not in tables and not auto:
+        if key not in tables and not auto and (c.market is not Market.SPOT or spot_billable(c)):
             tables[key] = StageTable(s, m, c, samples=samples, seed=seed)
         costs, jcts, allocs = {}, {}, {}
         for name in policies:
             try:
+                if c.market is Market.SPOT and not spot_billable(c):
+                    raise InfeasibleDeadlineError(d, math.inf, ())    # no spot under per-function billing
                 plan = plan_markets(s, m, c, d, name, samples, seed, None) if auto else plan_on_table(tables[key], d, name)
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
             except InfeasibleDeadlineError:

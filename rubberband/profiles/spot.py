@@ -121,7 +121,7 @@ class SpotTrace:
     def drops_per_available_hour(self) -> float:
         """Transitions from available to none, per hour available."""
         up = self.values > 0
-        drops = int(np.sum(up[:-1] & ~up[1:]))
+        drops = int(np.sum(up & ~np.roll(up, -1)))      # the last run wraps round to the first
         return drops / (self.available_fraction * self.duration_s / 3600.0) if up.any() else 0.0
 
 
@@ -163,8 +163,10 @@ def _read_traces(path: str, where: str) -> tuple[dict[str, Any], ...]:
         t = check_mapping(t, w, required=("zone", "nodes", "duration_s", "changes"), optional=("start", "probe_s"))
         changes = t["changes"]
         if not isinstance(changes, list) or not changes or not all(
-                isinstance(c, list) and len(c) == 2 for c in changes):
-            raise SpecError(f"{w}.changes: expected a non-empty list of [seconds, available] pairs")
+                isinstance(c, list) and len(c) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in c)
+                and float(c[1]).is_integer() and c[1] >= 0 for c in changes):
+            raise SpecError(f"{w}.changes: expected a non-empty list of [seconds, instances available] pairs, "
+                            "the count a whole number >= 0")
         number(t["duration_s"], f"{w}.duration_s", positive=True)
         out.append(t)
     return tuple(out)
@@ -187,12 +189,25 @@ class SpotMarket:
     trace: SpotTrace | None = None
     advisor: str | None = None
     trace_file: str | None = None
+    explicit: bool = False        # a preemption model was given (even "rate_per_hour: 0")
 
     def __post_init__(self) -> None:
         number(self.notice_s, "spot.notice_s", minimum=0)
         number(self.rate_per_hour, "spot.preemption.rate_per_hour", minimum=0)
         if self.trace is not None and self.rate_per_hour:
             raise SpecError("spot.preemption: give exactly one of rate_per_hour, trace or advisor")
+        if self.trace is not None:
+            if self.trace.nodes != 1:
+                raise SpecError(f"spot.preemption.trace.nodes: gang traces ({self.trace.nodes} instances) are not "
+                                "replayed yet; use a single-instance trace (nodes: 1)")
+            if not (self.trace.values > 0).any():
+                raise SpecError(f"spot.preemption.trace.zone: {self.trace.zone} never has spot capacity in this trace; "
+                                "choose another zone")
+
+    @property
+    def modelled(self) -> bool:
+        """Whether a preemption model was given (else spot instances are assumed never reclaimed)."""
+        return self.explicit or self.at_risk or self.advisor is not None
 
     @property
     def at_risk(self) -> bool:
@@ -200,7 +215,12 @@ class SpotMarket:
         return self.rate_per_hour > 0 or self.trace is not None
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SpotMarket) and self.to_dict() == other.to_dict()
+        # Two windows of one trace file name the same file and zone: the trace itself decides.
+        return isinstance(other, SpotMarket) and self.to_dict() == other.to_dict() and (
+            self.trace is other.trace or (self.trace is not None and other.trace is not None
+                                          and self.trace.duration_s == other.trace.duration_s
+                                          and np.array_equal(self.trace.times_s, other.trace.times_s)
+                                          and np.array_equal(self.trace.values, other.trace.values)))
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.to_dict(), sort_keys=True))
@@ -220,15 +240,15 @@ class SpotMarket:
                             f" (got {', '.join(given) or 'none'}), e.g. {{rate_per_hour: 0.2}}")
         kind = given[0]
         if kind == "rate_per_hour":
-            return cls(notice, number(pre[kind], f"{where}.preemption.rate_per_hour", minimum=0))
+            return cls(notice, number(pre[kind], f"{where}.preemption.rate_per_hour", minimum=0), explicit=True)
         if kind == "advisor":
             bucket = str(pre[kind])
-            return cls(notice, advisor_rate_per_hour(bucket), advisor=bucket)
+            return cls(notice, advisor_rate_per_hour(bucket), advisor=bucket, explicit=True)
         spec = check_mapping(pre[kind], f"{where}.preemption.trace", required=("file", "zone"), optional=("nodes",))
         path = Path(str(spec["file"]))
         nodes = int(number(spec.get("nodes", 1), f"{where}.preemption.trace.nodes", positive=True))
         trace = load_trace(path, str(spec["zone"]), nodes, where=f"{where}.preemption.trace")
-        return cls(notice, trace=trace, trace_file=str(path))
+        return cls(notice, trace=trace, trace_file=str(path), explicit=True)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"notice_s": self.notice_s}
@@ -239,7 +259,7 @@ class SpotMarket:
             out["preemption"] = {"trace": trace}
         elif self.advisor is not None:
             out["preemption"] = {"advisor": self.advisor}
-        elif self.rate_per_hour:
+        elif self.rate_per_hour or self.explicit:
             out["preemption"] = {"rate_per_hour": self.rate_per_hour}
         return out
 

@@ -98,7 +98,6 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     if not per_instance and cloud.spot.at_risk and any(spot):
         raise SpecError("billing: per-function billing has no spot market to reclaim from; "
                         "use per_instance billing or spot_instances=0")
-    usd_per_s = cloud.usd_per_second
     data_usd = cloud.data.usd_per_launch
     # Two pools, each released most recently launched first: on-demand and spot instances.
     od, sp = _Pool(cloud.price_usd_per_hour / 3600.0), _Pool((cloud.spot_price_usd_per_hour or 0.0) / 3600.0)
@@ -145,7 +144,9 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                     if old or fresh:
                         stage_cost[i] += pool.usd_per_s * (old * (now - start) + (fresh * (now - scale_end) if fresh else 0.0))
         if not per_instance:
-            stage_cost[i] += busy * shape.gpus_per_trial * usd_per_s / cloud.gpus_per_instance
+            # TRAIN work at the stage's market price (its instances' share of each, when mixed).
+            usd = od.usd_per_s if s == 0 else sp.usd_per_s if s == count else (o * od.usd_per_s + s * sp.usd_per_s) / count
+            stage_cost[i] += busy * shape.gpus_per_trial * usd / cloud.gpus_per_instance
         stage_duration[i] = now - start
     if per_instance:
         stage_cost[-1] += od.release(od.count, now, cloud.billing) + sp.release(sp.count, now, cloud.billing)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rubberband.errors import SpecError
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.spot import SpotMarket
 from rubberband.simulator.model import billed_seconds
@@ -37,6 +38,9 @@ from rubberband.simulator.model import billed_seconds
 # Stream ids of the spot components, apart from the per-stage ones in ``model.py`` (0..4).
 _LIFE, _RESCALE, _REINIT, _OFFSET = 10, 11, 12, 13
 _CHUNK = 2                     # incarnations drawn at a time, per spot position
+# Incarnations of one position in one stage past which no trial is making progress: the
+# instances are reclaimed faster than they can be replaced and do any work.
+MAX_INCARNATIONS = 2000
 
 
 def _rng(seed: int, stage: int, component: int, position: int = 0) -> np.random.Generator:
@@ -123,6 +127,12 @@ class PositionSchedule:
 
     def extend(self) -> None:
         """Draw ``_CHUNK`` more incarnations of every spot position (on-demand ones get ``inf``)."""
+        if self.incarnations > MAX_INCARNATIONS:
+            cause = f"rate_per_hour {self.market.rate_per_hour:g}" if self.market.trace is None else \
+                f"zone {self.market.trace.zone}'s available stretches"
+            raise SpecError(f"spot.preemption: spot instances are reclaimed faster than they can start and train "
+                            f"({cause}; over {MAX_INCARNATIONS} replacements of one instance in stage {self.stage}); "
+                            "lower the rate, choose another zone, or plan on-demand")
         self._chunks += 1
         rows = self._rows
         P, S = self.downs[0].shape
@@ -151,14 +161,14 @@ class PositionSchedule:
         """Per position of ``rows``: SCALE end and ready time of the incarnation alive (or still
         provisioning) at ``t`` — the first one not reclaimed by then. ``(len(rows), samples)``."""
         start, up = self.starts[0][rows].copy(), self.ups[0][rows].copy()
-        found = self.downs[0][rows] > t
+        found = (self.downs[0][rows] >= t) | ~np.isfinite(t)
         k = 1
         while not found.all():
             if k == self.incarnations:
                 self.extend()
             take = ~found
             start[take], up[take] = self.starts[k][rows][take], self.ups[k][rows][take]
-            found |= self.downs[k][rows] > t
+            found |= self.downs[k][rows] >= t
             k += 1
         return start, up
 

@@ -123,4 +123,8 @@ def fewest_moves_to_shrink(before: Placement, nodes: Sequence[tuple[Hashable, in
     """Fewest moves that fit every placed trial on the ``target`` oldest nodes, or ``None``."""
     demands = {t: len(before.slots(t)) for t in before.trials()}
     found = best(list(demands), demands, list(nodes[:target]), before)
-    return None if found is None else found[0]
+    if found is None:
+        return None
+    # ``best`` counts moves among the kept nodes; every trial on a released node moves too.
+    gone = {n for n, _ in nodes[target:]}
+    return found[0] + sum(1 for t in demands if any(n in gone for n, _ in before.slots(t)))

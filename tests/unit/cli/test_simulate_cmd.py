@@ -134,7 +134,8 @@ def test_a_spot_market_shows_spot_instances_and_reclaims_per_stage(tmp_path, cap
     assert main(["simulate", exp, "--allocation", "32,20,12,8", "--samples", "200", "--spot-instances", "8,0,0,0"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"instances\s+new\s+spot\s+reclaims", out)
-    assert re.search(r"^\s+1\s+10\s+3\s+20\s+2\s+5\s+0\s+0\s+0\.00\s", out, re.MULTILINE)
+    # stage 1 moves from spot to on-demand: all 5 instances are new, none spot
+    assert re.search(r"^\s+1\s+10\s+3\s+20\s+2\s+5\s+5\s+0\s+0\.00\s", out, re.MULTILINE)
 
 
 @pytest.mark.parametrize(("extra", "pattern"), [

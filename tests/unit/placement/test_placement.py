@@ -580,3 +580,11 @@ def test_scale_down_rejects_bad_input():
         scale_down_plan(before, nodes, -1)
     with pytest.raises(SpecError, match="does not list"):
         scale_down_plan(before, [("b", 4)], 1)
+
+
+def test_the_oracle_counts_a_trial_on_a_released_node_as_moved():
+    # Found by hypothesis: t2 sits alone on the newest node; shrinking to one node moves it.
+    before = Placement({"t0": (("n0", 0),), "t1": (("n0", 1),), "t2": (("n1", 0),)})
+    nodes = [("n0", 4), ("n1", 4)]
+    assert oracle.fewest_moves_to_shrink(before, nodes, 1) == 1
+    assert scale_down_plan(before, nodes, 1).moved == ("t2",)

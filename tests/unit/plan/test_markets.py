@@ -29,7 +29,7 @@ def experiment():
 def cloud(rate: float, spot_share: float = 0.3, notice: float = 120.0):
     c = experiment().cloud
     return c.replace(spot_price_usd_per_hour=spot_share * c.price_usd_per_hour,
-                     spot=SpotMarket(notice_s=notice, rate_per_hour=rate))
+                     spot=SpotMarket(notice_s=notice, rate_per_hour=rate, explicit=True))
 
 
 def test_market_vectors_weigh_all_of_each_and_every_split():
@@ -101,3 +101,28 @@ def test_a_market_needs_a_spot_price():
         StageTable(exp.spec, exp.model, exp.cloud.replace(spot_price_usd_per_hour=None), samples=10).for_markets((SPOT,) * 4)
     with pytest.raises(SpecError, match=r"market: unknown value 'cheap'; choose one of on-demand, spot, auto"):
         compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=10, market="cheap")
+
+
+def test_a_traced_market_is_planned_on_no_reclaim_means_and_judged_in_full():
+    """Stage means can not start fairly in a zone's trace, so the planner searches with the
+    no-reclaim means and keeps only plans the full simulation (with the trace) says meet the
+    deadline: a plan that meets it is never refused for the surrogate's sake."""
+    from rubberband.profiles.spot import load_trace
+    from rubberband.simulator import simulate
+
+    exp = experiment()
+    traces = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
+    c = exp.cloud.replace(market=SPOT, spot=SpotMarket(notice_s=120, trace=load_trace(traces, "us-west-2b"),
+                                                         trace_file=str(traces)))
+    plan = compile_plan(exp.spec, exp.model, c, 3600.0, samples=100)
+    again = simulate(exp.spec, plan.allocation, exp.model, c, samples=100, seed=0, instances=plan.instances)
+    assert again.mean_jct_s <= 3600.0
+
+
+def test_auto_under_per_function_billing_plans_on_demand():
+    from rubberband.profiles.cloud import Billing, BillingModel
+
+    exp = experiment()
+    c = cloud(0.5).replace(billing=Billing(BillingModel.PER_FUNCTION))
+    plan = compile_plan(exp.spec, exp.model, c, 1200.0, samples=60, market="auto")
+    assert not any(plan.spot_counts)

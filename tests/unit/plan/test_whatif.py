@@ -62,3 +62,8 @@ def test_spot_axes_need_a_spot_price():
     exp = experiment()
     with pytest.raises(SpecError, match=r"market: p3\.8xlarge has no spot_price_usd_per_hour"):
         sweep({"market": ["spot"]}, cloud=exp.cloud.replace(spot_price_usd_per_hour=None))
+
+
+def test_a_zone_and_a_rate_are_not_swept_together():
+    with pytest.raises(SpecError, match=r"zone: a zone's trace and a reclaim rate are two preemption models"):
+        sweep({"market": ["spot"], "zone": ["us-west-2b"], "preemption_rate": [0.3]}, trace_file=TRACES)

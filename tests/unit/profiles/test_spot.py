@@ -186,3 +186,37 @@ def test_a_window_of_a_trace_is_a_trace_of_its_own():
     assert np.array_equal(second.available_at(t), trace.available_at(t + half))
     with pytest.raises(SpecError, match=r"window 0\.\.1e\+07 s is not inside"):
         trace.window(0.0, 1e7)
+
+
+def test_a_zone_that_never_has_capacity_or_a_gang_trace_is_refused_as_a_market():
+    never = SpotTrace("z", 1, np.array([0.0]), np.array([0]), 100.0)
+    with pytest.raises(SpecError, match=r"spot\.preemption\.trace\.zone: z never has spot capacity"):
+        SpotMarket(trace=never)
+    with pytest.raises(SpecError, match=r"spot\.preemption\.trace\.nodes: gang traces \(4 instances\) are not replayed"):
+        SpotMarket.from_dict({"preemption": {"trace": {"file": str(TRACES), "zone": "us-east-1f", "nodes": 4}}})
+
+
+def test_a_drop_at_the_wrap_around_counts():
+    trace = SpotTrace("z", 1, np.array([0.0, 100.0]), np.array([0, 1]), 200.0)
+    assert trace.drops_per_available_hour == pytest.approx(1 / (100 / 3600))
+
+
+@pytest.mark.parametrize("value", ['"a"', "1.7", "true", "-1"])
+def test_trace_counts_must_be_whole_numbers(tmp_path, value):
+    path = tmp_path / "t.json"
+    path.write_text('{"traces": [{"zone": "a", "nodes": 1, "duration_s": 5, "changes": [[0, ' + value + ']]}]}')
+    with pytest.raises(SpecError, match=r"changes: expected a non-empty list of \[seconds, instances available\]"):
+        load_trace(path, "a")
+
+
+def test_two_windows_of_one_trace_are_different_markets():
+    trace = load_trace(TRACES, "us-west-2b")
+    a = SpotMarket(trace=trace.window(0, 1e6), trace_file=str(TRACES))
+    b = SpotMarket(trace=trace.window(1e6, 2e6), trace_file=str(TRACES))
+    assert a != b and a == SpotMarket(trace=trace.window(0, 1e6), trace_file=str(TRACES))
+
+
+def test_an_explicit_rate_of_zero_is_a_model_and_a_notice_alone_is_not():
+    assert SpotMarket.from_dict({"preemption": {"rate_per_hour": 0}}).modelled
+    assert not SpotMarket.from_dict({"notice_s": 120}).modelled
+    assert SpotMarket.from_dict(SpotMarket.from_dict({"preemption": {"rate_per_hour": 0}}).to_dict()).modelled

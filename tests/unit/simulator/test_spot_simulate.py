@@ -18,7 +18,8 @@ MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0
 SPEC = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)
 
 
-def _cloud(market=Market.SPOT, spot=SpotMarket(), **kw):
+def _cloud(market=Market.SPOT, spot=None, **kw):
+    spot = spot if spot is not None else SpotMarket()
     base = dict(instance_type="p3.8xlarge", gpus_per_instance=4, price_usd_per_hour=12.24,
                 spot_price_usd_per_hour=3.67, market=market, spot=spot,
                 provision_latency_s=Normal(30.0, 5.0), init_latency_s=Normal(60.0, 10.0),
@@ -106,3 +107,28 @@ def test_a_stage_that_changes_market_launches_all_its_instances():
     assert [s.new_instances for s in r.stages][:2] == [held[0], held[1]]     # spot -> on-demand: all new
     same = simulate(SPEC, ALLOCATION, MODEL, risky, samples=50, seed=0, spot_instances=[0] * 5)
     assert same.stages[1].new_instances == max(0, held[1] - held[0])
+
+
+# --- edges a review found -------------------------------------------------------------------
+def test_instances_reclaimed_faster_than_they_can_start_is_one_error_not_a_hang():
+    hopeless = _cloud(spot=SpotMarket(rate_per_hour=1e6))
+    with pytest.raises(SpecError, match=r"spot\.preemption: spot instances are reclaimed faster than they can start"):
+        simulate(SPEC, ALLOCATION, MODEL, hopeless, samples=5, seed=0)
+
+
+def test_a_trace_zone_with_only_short_available_stretches_is_one_error_not_a_hang():
+    from rubberband.profiles.spot import SpotTrace
+
+    flicker = SpotTrace("z", 1, np.array([0.0, 10.0]), np.array([1, 0]), 100.0)   # up 10 s in 100
+    with pytest.raises(SpecError, match=r"zone z's available stretches"):
+        simulate(SPEC, ALLOCATION, MODEL, _cloud(spot=SpotMarket(trace=flicker)), samples=5, seed=0)
+
+
+def test_per_function_billing_prices_each_stage_at_its_market():
+    per_function = Billing(BillingModel.PER_FUNCTION)
+    od = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND, billing=per_function), samples=50,
+                  spot_instances=[0] * 5)
+    spot = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND, billing=per_function), samples=50,
+                    spot_instances=list(od.instances))
+    data = 0.15 * 0.09 * sum(s.new_instances for s in od.stages)
+    assert spot.mean_cost_usd - data == pytest.approx((od.mean_cost_usd - data) * 3.67 / 12.24)
