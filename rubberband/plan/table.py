@@ -91,7 +91,8 @@ class StageTable:
         markets: the market of each stage (default: the cloud's market for every stage). A
             stage on a spot market with a reclaim rate has its mean TRAIN makespan from the
             spot kernel (``simulator/spot.py``), on instances fresh at the stage's start: a
-            surrogate within a stated tolerance of the full simulation (3% JCT, 5% cost),
+            surrogate within a stated tolerance of the full simulation (3% JCT, 5% cost at
+            notices up to 120 s; a longer notice overlaps more replacements than it bills),
             which ``choose`` runs on every plan it keeps; on a traced market the stage means
             are those without reclaims. A stage on another market than the one before it
             launches all its instances (the old ones are released at the SYNC).

@@ -21,9 +21,9 @@ def experiment():
     return load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
 
 
-def sweep(vary, cloud=None, **kw):
+def sweep(vary, cloud=None, deadline_s=1200.0, **kw):
     exp = experiment()
-    return whatif(exp.spec, exp.model, cloud or exp.cloud.replace(spot=SpotMarket(notice_s=120)), 1200.0, vary,
+    return whatif(exp.spec, exp.model, cloud or exp.cloud.replace(spot=SpotMarket(notice_s=120)), deadline_s, vary,
                   ["optimal"], samples=60, seed=0, **kw)
 
 
@@ -42,9 +42,12 @@ def test_a_longer_notice_never_costs_more_time():
 
 
 def test_zone_axis_replays_each_zone_s_trace():
-    scenarios = sweep({"market": ["auto"], "zone": ["us-east-1a", "us-west-2b"]}, trace_file=TRACES)
-    assert [s.values["zone"] for s in scenarios] == ["us-east-1a", "us-west-2b"]
-    assert all(s.costs["optimal"] is not None for s in scenarios)
+    scenarios = sweep({"market": ["spot", "auto"], "zone": ["us-east-1a", "us-west-2b"]}, deadline_s=3600.0,
+                      trace_file=TRACES)
+    cost = {(s.values["market"], s.values["zone"]): s.costs["optimal"] for s in scenarios}
+    assert cost[("spot", "us-east-1a")] is None                # 17% available: spot cannot carry the job
+    assert cost[("spot", "us-west-2b")] is not None            # 91%: it can, at a fraction of the price
+    assert cost[("auto", "us-west-2b")] == cost[("spot", "us-west-2b")] < cost[("auto", "us-east-1a")]
 
 
 @pytest.mark.parametrize(("vary", "kw", "pattern"), [
