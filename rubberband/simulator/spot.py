@@ -240,7 +240,7 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     idx = np.flatnonzero(active)
     trial, sample = np.divmod(idx, S)
     pos = positions[trial, :, sample]                                  # (E, c)
-    at, lat, b = (np.ascontiguousarray(a).reshape(-1)[idx] for a in (now, per_iter, boot))
+    at, lat, b = now[trial, sample], per_iter[trial, sample], boot[trial, sample]
     left = np.full(idx.size, float(iters))
     out = finish.reshape(-1)
     k = first
