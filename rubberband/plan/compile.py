@@ -19,10 +19,10 @@ from rubberband.plan.policies import (
     static_candidates,
 )
 from rubberband.plan.table import StageTable
-from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice
-from rubberband.simulator.engine import simulate
+from rubberband.simulator.engine import simulate, spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -155,12 +155,6 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         warnings += (f"market auto: {cloud.instance_type} has no spot preemption model, so spot instances were "
                      "planned as never reclaimed; set cloud.overrides.spot.preemption (rate_per_hour, trace or advisor)",)
     return replace(best, considered=tuple(rows), warnings=warnings)
-
-
-def spot_billable(cloud: CloudProfile) -> bool:
-    """Whether spot instances can be simulated on ``cloud``: per-function billing has no instances
-    to reclaim (``simulate`` refuses spot with a reclaim model there)."""
-    return cloud.billing.model is BillingModel.PER_INSTANCE or not cloud.spot.at_risk
 
 
 def market_label(plan: Plan) -> str:

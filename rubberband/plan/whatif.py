@@ -10,7 +10,7 @@ from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
-from rubberband.plan.compile import plan_markets, plan_on_table, spot_billable
+from rubberband.plan.compile import plan_markets, plan_on_table
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
@@ -18,6 +18,7 @@ from rubberband.profiles.distributions import Constant
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import SpotMarket, load_trace, trace_zones
 from rubberband.schema import did_you_mean
+from rubberband.simulator.engine import spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 AXES = ("deadline_s", "num_trials", "init_latency_s", "billing", "data_price_usd_per_gb", "dataset_gb",

@@ -95,7 +95,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
     spot = spot_layout(held, cloud, spot_instances)
     per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-    if not per_instance and cloud.spot.at_risk and any(spot):
+    if any(spot) and not spot_billable(cloud):
         raise SpecError("billing: per-function billing has no spot market to reclaim from; "
                         "use per_instance billing or spot_instances=0")
     data_usd = cloud.data.usd_per_launch
@@ -125,8 +125,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             stage_cost[i] += new * data_usd + bill.launches * data_usd
             stage_cost[i] += sp.usd_per_s * (bill.instance_seconds + bill.rounding_s)
             if o:
-                od_new = (new_o * (now - od.stack[-1][1]) if new_o else 0.0)
-                stage_cost[i] += od.usd_per_s * (old_o * (now - start) + od_new)
+                stage_cost[i] += od.held_usd(old_o, new_o, start, od.stack[-1][1] if new_o else None, now)
             reclaims[i] = bill.reclaims
         else:
             if new:
@@ -142,7 +141,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                 # Bill instance-seconds of this stage; rounding is added when instances are released.
                 for pool, old, fresh in ((od, old_o, new_o), (sp, old_s, new_s)):
                     if old or fresh:
-                        stage_cost[i] += pool.usd_per_s * (old * (now - start) + (fresh * (now - scale_end) if fresh else 0.0))
+                        stage_cost[i] += pool.held_usd(old, fresh, start, scale_end if fresh else None, now)
         if not per_instance:
             # TRAIN work at the stage's market price (its instances' share of each, when mixed).
             usd = od.usd_per_s if s == 0 else sp.usd_per_s if s == count else (o * od.usd_per_s + s * sp.usd_per_s) / count
@@ -160,6 +159,12 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     )
     return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),
                      spot_instances=tuple(spot))
+
+
+def spot_billable(cloud: CloudProfile) -> bool:
+    """Whether spot instances can be simulated on ``cloud``: per-function billing has no
+    instances to reclaim, so a reclaim model there is refused."""
+    return cloud.billing.model is BillingModel.PER_INSTANCE or not cloud.spot.at_risk
 
 
 def spot_layout(held: Sequence[int], cloud: CloudProfile, spot_instances: Sequence[int] | None) -> list[int]:
@@ -198,6 +203,12 @@ class _Pool:
 
     def push(self, count: int, launched: np.ndarray, ready: np.ndarray | None = None) -> None:
         self.stack.append((count, launched, ready))
+
+    def held_usd(self, old: int, fresh: int, start: np.ndarray, launched: np.ndarray | None,
+                 now: np.ndarray) -> np.ndarray:
+        """Instance-seconds of a stage from ``start`` to ``now``: ``old`` instances held into it
+        and ``fresh`` ones billed from their SCALE end ``launched`` (rounding is added at release)."""
+        return self.usd_per_s * (old * (now - start) + (fresh * (now - launched) if fresh else 0.0))
 
     def positions(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """Per instance, oldest first: SCALE end and ready time, ``(count, samples)`` each."""
