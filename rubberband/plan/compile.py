@@ -75,14 +75,11 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
         catalog = None
-    if auto_market:
-        plan = plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
-        return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
-    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
-    if compare:
+    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market)
+    if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
                                                                         samples, seed, confidence))
-    return replace(plan, warnings=plan_warnings(plan, model, catalog))
+    return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None,
@@ -110,24 +107,26 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 
 
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
-                 samples: int, seed: int, confidence: float | None) -> Plan:
+                 samples: int, seed: int, confidence: float | None, base: StageTable | None = None) -> Plan:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
     plans list all on-demand, all spot and the chosen mix; a job that spot cannot carry falls
-    back to on-demand stages and says so in ``Plan.warnings``."""
+    back to on-demand stages and says so in ``Plan.warnings``. ``base``: an on-demand table of the
+    same job and cloud to derive the markets' tables from (what-if sweeps share one across
+    deadlines)."""
     if cloud.spot_price_usd_per_hour is None:
         plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
-    base = StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
+    base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError] = {}
     for markets in market_vectors(spec.num_stages()):
-        table = base.for_markets(markets)
-        # Stage means with reclaims are a surrogate, not a bound: weigh the cheapest few in full.
-        budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
         if Market.SPOT in markets and not spot_billable(cloud):
             plans[markets] = InfeasibleDeadlineError(deadline_s, math.inf, (), detail=", spot under per-function billing")
             continue
+        table = base.for_markets(markets)
+        # Stage means with reclaims are a surrogate, not a bound: weigh the cheapest few in full.
+        budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
         try:
             plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
         except InfeasibleDeadlineError as exc:

@@ -109,17 +109,21 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
         s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
         auto = values.get("market") == "auto"
-        if key not in tables and not auto and (c.market is not Market.SPOT or spot_billable(c)):
-            tables[key] = StageTable(s, m, c, samples=samples, seed=seed)
-        costs, jcts, allocs = {}, {}, {}
+        costs: dict[str, float | None] = dict.fromkeys(policies)
+        jcts: dict[str, float | None] = dict.fromkeys(policies)
+        allocs: dict[str, tuple[int, ...] | None] = dict.fromkeys(policies)
+        if c.market is Market.SPOT and not spot_billable(c):     # no spot under per-function billing
+            out.append(Scenario(values, costs, jcts, allocs))
+            continue
+        if key not in tables:     # with markets chosen, the on-demand table they derive from
+            tables[key] = StageTable(s, m, c.replace(market=Market.ON_DEMAND) if auto else c, samples=samples, seed=seed)
         for name in policies:
             try:
-                if c.market is Market.SPOT and not spot_billable(c):
-                    raise InfeasibleDeadlineError(d, math.inf, ())    # no spot under per-function billing
-                plan = plan_markets(s, m, c, d, name, samples, seed, None) if auto else plan_on_table(tables[key], d, name)
+                plan = plan_markets(s, m, c, d, name, samples, seed, None, tables[key]) if auto \
+                    else plan_on_table(tables[key], d, name)
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
             except InfeasibleDeadlineError:
-                costs[name] = jcts[name] = allocs[name] = None
+                pass
         out.append(Scenario(values, costs, jcts, allocs))
     return out
 
