@@ -43,9 +43,9 @@ _CHUNK = 2                     # incarnations drawn at a time, per spot position
 MAX_INCARNATIONS = 2000
 
 
-def _rng(seed: int, stage: int, component: int, position: int = 0) -> np.random.Generator:
-    key = (stage, component, position)
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+def _rng(seed: int, stage: int, component: int, chunk: int = 0) -> np.random.Generator:
+    """The stream of one component of one stage's spot draws; each chunk of incarnations has its own."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stage, component, chunk))))
 
 
 def trace_offsets(market: SpotMarket, seed: int, samples: int) -> np.ndarray:
@@ -228,7 +228,6 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     now = np.array(np.broadcast_to(t, (n, S)), dtype=float)
     finish = np.full((n, S), np.inf)
     active = np.ones((n, S), dtype=bool)
-    first = 0
     if c == 1 and (positions[:, 0, :] == positions[:, 0, :1]).all():
         # The usual first look, whole rows at a time: most TRAINs fit in their position's
         # current up period; only the others go on below.
@@ -243,7 +242,7 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     at, lat, b = now[trial, sample], per_iter[trial, sample], boot[trial, sample]
     left = np.full(idx.size, float(iters))
     out = finish.reshape(-1)
-    k = first
+    k = 0
     while idx.size:
         if c == 1:          # one position: its k-th incarnation is the next up period to try
             if k == schedule.incarnations:
