@@ -8,29 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rubberband.cli.main import main
 from rubberband.plan import POLICIES, Plan
 
-from .experiments import spot_experiment
+from .helpers import assert_one_line_error, run, spot_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str, *needles: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 # --- plan ------------------------------------------------------------------------------------------

@@ -15,24 +15,11 @@ from rubberband.profiler import check_request
 from rubberband.profiler.measure import gpu_counts
 from rubberband.profiles import CloudProfile
 
+from .helpers import assert_one_line_error, run
+
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = str(ROOT / "experiments" / "demo.yaml")
 CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(err: str, *needles: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from rubberband import load_experiment
 from rubberband.cli.main import main
 from rubberband.simulator import simulate
 
-from .experiments import spot_experiment
+from .helpers import spot_experiment
 
 ROOT = Path(__file__).resolve().parents[3]
 PAPER_JOB = str(ROOT / "experiments" / "resnet101_cifar10.yaml")

@@ -1,8 +1,10 @@
-"""Experiment files the CLI tests write: the paper's ResNet-101 job on a spot market."""
+"""What the CLI tests share: running a command, the one-line error check, experiment files they write."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from rubberband.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,3 +24,20 @@ deadline: 20m
 samples: 100
 """)
     return str(path)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run ``rubberband ARGV`` in process: exit code, stdout, stderr."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(err: str, *needles: str) -> None:
+    """``err`` is one ``error: ...`` line, no traceback, containing every needle."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
