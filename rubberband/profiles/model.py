@@ -1,4 +1,4 @@
-"""Model profile: per-iteration latency by GPUs per trial, trial start-up and SYNC latency."""
+"""Model profile: per-iteration latency by GPUs per trial (and by trials packed on one GPU), trial start-up and SYNC latency."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ _KEYS_REQUIRED = ["iter_latency_s"]
 _KEYS_OPTIONAL = [
     "name", "description", "notes", "measured_on", "measured_at", "rubberband_version",
     "global_batch_size", "trial_startup_s", "sync_s", "profiling",
+    "packed_iter_latency_s", "gpu_memory_gb_per_trial",
 ]
+# Read into fields of their own, not kept as ``extra``.
+_FIELDS = ("name", "measured_on", "trial_startup_s", "sync_s", "packed_iter_latency_s", "gpu_memory_gb_per_trial")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,13 @@ class ModelProfile:
     iteration at the fixed global batch size. Between profiled counts the mean and std
     interpolate linearly in ``log2(GPUs)``; outside the profiled range there is no
     extrapolation (``latency(m)`` raises ``SpecError``).
+
+    Packing (only 1-GPU trials are packed): ``packed_iter_latency_s`` maps ``k >= 2`` trials
+    sharing one GPU to the seconds per iteration of *one* of them, and
+    ``gpu_memory_gb_per_trial`` is a trial's peak GPU memory, which with an instance type's
+    ``gpu_memory_gb`` caps ``k`` (``max_trials_per_gpu``). ``k = 1`` is ``iter_latency_s[1]``.
+    Packing pays where ``packed_latency(k).mean < k * latency(1).mean`` (more iterations per
+    GPU-second); packed counts are not interpolated.
     """
 
     iter_latency_s: dict[int, Distribution]
@@ -35,6 +45,8 @@ class ModelProfile:
     name: str = "model"
     measured_on: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    packed_iter_latency_s: dict[int, Distribution] = field(default_factory=dict)
+    gpu_memory_gb_per_trial: float | None = None
 
     def __post_init__(self) -> None:
         if not self.iter_latency_s:
@@ -64,6 +76,76 @@ class ModelProfile:
                 "check the profile if the model should speed up with more GPUs",
                 RubberbandWarning, stacklevel=3,
             )
+        self._check_packing()
+
+    def _check_packing(self) -> None:
+        packed = {}
+        for k, dist in self.packed_iter_latency_s.items():
+            where = f"packed_iter_latency_s.{k}"
+            if isinstance(k, bool) or not isinstance(k, (int, float)) or k != int(k) or k < 2:
+                raise SpecError(f"{where}: trials per GPU must be a whole number of at least 2 (k = 1 is "
+                                f"iter_latency_s.1), got {k!r}")
+            if not isinstance(dist, Distribution):
+                raise SpecError(f"{where}: expected a distribution")
+            if not dist.mean > 0:
+                raise SpecError(f"{where}: the mean time per iteration of one of {int(k)} packed trials must be "
+                                f"greater than 0 s, got {dist.mean:g}; re-profile it or remove the entry")
+            packed[int(k)] = dist
+        object.__setattr__(self, "packed_iter_latency_s", dict(sorted(packed.items())))
+        mem = self.gpu_memory_gb_per_trial
+        if mem is not None:
+            if isinstance(mem, bool) or not isinstance(mem, (int, float)) or not mem > 0 or not math.isfinite(mem):
+                raise SpecError(f"gpu_memory_gb_per_trial: expected a peak GPU memory in GB greater than 0, got {mem!r}")
+            object.__setattr__(self, "gpu_memory_gb_per_trial", float(mem))
+        if packed and 1 not in self.iter_latency_s:
+            raise SpecError("packed_iter_latency_s: only 1-GPU trials are packed, but iter_latency_s has no entry "
+                            "for 1 GPU; profile 1 GPU per trial or remove the packed latencies")
+        faster = [k for k, d in packed.items() if d.mean < self.iter_latency_s[1].mean]
+        if faster:
+            solo = self.iter_latency_s[1].mean
+            pairs = ", ".join(f"packed_iter_latency_s.{k} ({packed[k].mean:.3g}s)" for k in faster)
+            warnings.warn(
+                f"model profile {self.name!r}: {pairs} lower than the solo latency iter_latency_s.1 ({solo:.3g}s): "
+                "one trial alone under-used the GPU, or a measurement is off; check the profile",
+                RubberbandWarning, stacklevel=4,
+            )
+
+    @property
+    def packing_counts(self) -> tuple[int, ...]:
+        """Trials per GPU with a latency: 1 (when 1 GPU per trial is profiled) and the packed counts."""
+        return ((1,) if 1 in self.iter_latency_s else ()) + tuple(self.packed_iter_latency_s)
+
+    def packed_latency(self, k: int) -> Distribution:
+        """Seconds per iteration of one trial when ``k`` trials share one GPU (``k = 1``: alone).
+
+        Raises:
+            SpecError: if ``k`` is not an integer or has no profiled latency.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k:
+            raise SpecError(f"trials per GPU: expected an integer, got {k!r}")
+        k = int(k)
+        if k == 1:
+            return self.latency(1)
+        if k not in self.packed_iter_latency_s:
+            have = ", ".join(map(str, self.packing_counts)) or "none"
+            raise SpecError(f"trials per GPU: {k} has no packed latency in model profile {self.name!r} (profiled: "
+                            f"{have}); profile it with `rubberband profile` or choose a profiled count")
+        return self.packed_iter_latency_s[k]
+
+    def max_trials_per_gpu(self, gpu_memory_gb: float | None = None) -> int:
+        """The most trials one GPU may run at once: the largest profiled ``k`` whose trials'
+        peak memory fits ``gpu_memory_gb`` (unknown memory on either side: no memory cap).
+
+        Raises:
+            SpecError: if one trial's peak memory alone is above ``gpu_memory_gb``.
+        """
+        mem = self.gpu_memory_gb_per_trial
+        if mem is not None and gpu_memory_gb is not None and mem > gpu_memory_gb:
+            raise SpecError(f"gpu_memory_gb_per_trial: {mem:g} GB is above the {gpu_memory_gb:g} GB of one GPU of "
+                            "this instance type; pick a type with more GPU memory or check the profile")
+        fits = [k for k in self.packing_counts
+                if mem is None or gpu_memory_gb is None or k * mem <= gpu_memory_gb]
+        return max(fits, default=1)
 
     @property
     def gpu_counts(self) -> tuple[int, ...]:
@@ -124,12 +206,24 @@ class ModelProfile:
         measured_on = data.get("measured_on") or {}
         if not isinstance(measured_on, dict):
             raise SpecError(f"{where}.measured_on: expected a mapping such as {{provider: aws, instance_type: p3.8xlarge}}")
-        extra = {k: data[k] for k in _KEYS_OPTIONAL if k in data and k not in ("name", "measured_on", "trial_startup_s", "sync_s")}
+        extra = {k: data[k] for k in _KEYS_OPTIONAL if k in data and k not in _FIELDS}
+        packed = data.get("packed_iter_latency_s") or {}
+        if not isinstance(packed, dict):
+            raise SpecError(f"{where}.packed_iter_latency_s: expected a mapping of trials per GPU to distribution, "
+                            "e.g. {2: {dist: normal, mean: 6.0, std: 0.5}}")
+        packed_latency = {}
+        for k, dist in packed.items():
+            kk = int(k) if isinstance(k, str) and k.isdigit() else k
+            if kk in packed_latency:
+                raise SpecError(f"{where}.packed_iter_latency_s.{k}: {kk} trials per GPU given twice; keep one entry")
+            packed_latency[kk] = parse_distribution(dist, f"{where}.packed_iter_latency_s.{k}")
+        mem = data.get("gpu_memory_gb_per_trial")
         trial_startup_s = parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s")
         sync_s = parse_distribution(data.get("sync_s", 0), f"{where}.sync_s")
         try:
             return cls(iter_latency_s=iter_latency, trial_startup_s=trial_startup_s, sync_s=sync_s,
-                       name=str(data.get("name", "model")), measured_on=dict(measured_on), extra=extra)
+                       name=str(data.get("name", "model")), measured_on=dict(measured_on), extra=extra,
+                       packed_iter_latency_s=packed_latency, gpu_memory_gb_per_trial=mem)
         except SpecError as exc:  # the checks of __post_init__ name the field; add the file
             raise SpecError(f"{where}.{exc}") from None
 
@@ -146,6 +240,10 @@ class ModelProfile:
         out["iter_latency_s"] = {g: d.to_dict() for g, d in self.iter_latency_s.items()}
         out["trial_startup_s"] = self.trial_startup_s.to_dict()
         out["sync_s"] = self.sync_s.to_dict()
+        if self.packed_iter_latency_s:
+            out["packed_iter_latency_s"] = {k: d.to_dict() for k, d in self.packed_iter_latency_s.items()}
+        if self.gpu_memory_gb_per_trial is not None:
+            out["gpu_memory_gb_per_trial"] = self.gpu_memory_gb_per_trial
         return out
 
     def replace(self, **changes: Any) -> ModelProfile:

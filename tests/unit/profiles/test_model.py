@@ -188,3 +188,87 @@ def test_a_profile_that_speeds_up_or_stays_flat_gives_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RubberbandWarning)
         ModelProfile({1: Constant(4.0), 2: Constant(2.0), 4: Constant(2.0), 8: Normal(1.0, 0.5)})
+
+
+# --- packing: several 1-GPU trials on one GPU ---------------------------------------------
+
+PACKED = {
+    "name": "small-cnn",
+    "iter_latency_s": {1: 1.0, 2: 0.6},
+    "packed_iter_latency_s": {2: 1.3, "4": {"dist": "normal", "mean": 2.2, "std": 0.1}},
+    "gpu_memory_gb_per_trial": 7.5,
+}
+
+
+def test_packed_latencies_round_trip_and_answer_by_trials_per_gpu():
+    profile = ModelProfile.from_dict(PACKED)
+    assert profile.packing_counts == (1, 2, 4)
+    assert profile.packed_latency(1) == profile.latency(1) == Constant(1.0)
+    assert profile.packed_latency(2) == Constant(1.3)
+    assert profile.packed_latency(4.0) == Normal(2.2, 0.1)
+    assert profile.gpu_memory_gb_per_trial == 7.5
+    assert "packed_iter_latency_s" not in profile.extra
+    data = profile.to_dict()
+    assert data["packed_iter_latency_s"] == {2: {"dist": "constant", "value": 1.3},
+                                             4: {"dist": "normal", "mean": 2.2, "std": 0.1}}
+    assert data["gpu_memory_gb_per_trial"] == 7.5
+    assert ModelProfile.from_dict(data) == profile
+    # A profile without packing writes no packing keys, and packs nothing.
+    plain = ModelProfile.from_dict({"iter_latency_s": {1: 2.0}})
+    assert "packed_iter_latency_s" not in plain.to_dict() and plain.packing_counts == (1,)
+    assert plain.max_trials_per_gpu(16) == 1
+
+
+def test_gpu_memory_caps_the_trials_per_gpu():
+    profile = ModelProfile.from_dict(PACKED)
+    assert profile.max_trials_per_gpu(None) == 4            # the type does not say: no memory cap
+    assert profile.max_trials_per_gpu(80) == 4
+    assert profile.max_trials_per_gpu(16) == 2              # 4 x 7.5 GB > 16 GB
+    assert profile.max_trials_per_gpu(7.5) == 1
+    assert profile.replace(gpu_memory_gb_per_trial=None).max_trials_per_gpu(1) == 4
+
+
+def test_a_trial_larger_than_the_gpu_memory_is_one_line_naming_the_field():
+    profile = ModelProfile.from_dict(PACKED)
+    with pytest.raises(SpecError, match=r"^gpu_memory_gb_per_trial: 7\.5 GB is above the 4 GB of one GPU"):
+        profile.max_trials_per_gpu(4)
+
+
+def test_an_unprofiled_packing_count_is_an_error():
+    profile = ModelProfile.from_dict(PACKED)
+    with pytest.raises(SpecError, match=r"trials per GPU: 3 has no packed latency .* \(profiled: 1, 2, 4\)"):
+        profile.packed_latency(3)
+    with pytest.raises(SpecError, match="trials per GPU: expected an integer"):
+        profile.packed_latency(1.5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "pattern"),
+    [
+        ({"packed_iter_latency_s": {0: 1.0}}, r"^model_profile\.packed_iter_latency_s\.0: trials per GPU must be a whole number of at least 2"),
+        ({"packed_iter_latency_s": {-2: 1.0}}, r"^model_profile\.packed_iter_latency_s\.-2: trials per GPU must be a whole number"),
+        ({"packed_iter_latency_s": {1: 1.0}}, r"^model_profile\.packed_iter_latency_s\.1: .*\(k = 1 is iter_latency_s\.1\)"),
+        ({"packed_iter_latency_s": {2.5: 1.0}}, r"^model_profile\.packed_iter_latency_s\.2\.5: trials per GPU must be a whole number"),
+        ({"packed_iter_latency_s": {"two": 1.0}}, r"^model_profile\.packed_iter_latency_s\.two: trials per GPU must be a whole number"),
+        ({"packed_iter_latency_s": {2: 1.3, "2": 1.4}}, r"^model_profile\.packed_iter_latency_s\.2: 2 trials per GPU given twice"),
+        ({"packed_iter_latency_s": [1.3]}, r"^model_profile\.packed_iter_latency_s: expected a mapping of trials per GPU"),
+        ({"packed_iter_latency_s": {2: 0}}, r"^model_profile\.packed_iter_latency_s\.2: the mean time per iteration of one of 2"),
+        ({"gpu_memory_gb_per_trial": 0}, r"^model_profile\.gpu_memory_gb_per_trial: expected a peak GPU memory in GB greater than 0"),
+        ({"gpu_memory_gb_per_trial": "8GB"}, r"^model_profile\.gpu_memory_gb_per_trial: expected a peak GPU memory"),
+        ({"iter_latency_s": {2: 0.6}}, r"^model_profile\.packed_iter_latency_s: only 1-GPU trials are packed"),
+    ],
+)
+def test_bad_packing_input_is_one_line_naming_the_field(changes, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        ModelProfile.from_dict({**PACKED, **changes})
+
+
+def test_a_packed_latency_below_the_solo_one_is_a_warning():
+    with pytest.warns(RubberbandWarning, match=(
+            r"^model profile 'small-cnn': packed_iter_latency_s\.2 \(0\.9s\) lower than the solo latency "
+            r"iter_latency_s\.1 \(1s\): one trial alone under-used the GPU, or a measurement is off")):
+        profile = ModelProfile.from_dict({**PACKED, "packed_iter_latency_s": {2: 0.9, 4: 2.2}})
+    assert profile.packed_latency(2).mean == 0.9     # planned with as measured
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RubberbandWarning)
+        ModelProfile.from_dict(PACKED)               # slower per trial, faster per GPU: no warning
