@@ -11,7 +11,12 @@ Usage::
     python scripts/fetch_aws_prices.py --region us-east-1 --types p3.8xlarge,g5.12xlarge --dry-run
     python scripts/fetch_aws_prices.py --region us-west-2          # refresh every type in the file
 
-Needs AWS credentials that may call ``pricing:GetProducts`` and ``ec2:DescribeSpotPriceHistory``
+The spot price of each type in each AZ is kept too, by AZ ID, with this account's mapping of
+zone names to AZ IDs (``zones:``, from ``ec2.describe_availability_zones``), so a zone name can be
+priced (``CloudCatalog``, and the planner's zone choice).
+
+Needs AWS credentials that may call ``pricing:GetProducts``, ``ec2:DescribeSpotPriceHistory``,
+``ec2:DescribeAvailabilityZones``
 and ``boto3`` (``pip install 'rubberband[aws]'``).
 """
 
@@ -82,7 +87,8 @@ def _describe_aws_error(call: str, exc: BaseException) -> PriceFetchError:
         detail = " ".join(str(exc).split()) or type(exc).__name__
     return PriceFetchError(
         f"{call} failed ({detail}); check AWS credentials (aws configure / AWS_PROFILE), "
-        "that they allow pricing:GetProducts and ec2:DescribeSpotPriceHistory, and the region name"
+        "that they allow pricing:GetProducts, ec2:DescribeSpotPriceHistory and ec2:DescribeAvailabilityZones, "
+        "and the region name"
     )
 
 
@@ -205,14 +211,15 @@ def is_regional_az(zone: str, region: str) -> bool:
     return re.fullmatch(re.escape(region) + r"[a-z]", zone) is not None
 
 
-def fetch_spot(
+def fetch_spot_by_zone(
     ec2_client: Any,
     region: str,
     instance_types: Sequence[str],
     now: dt.datetime | None = None,
     include_local_zones: bool = False,
-) -> dict[str, float]:
-    """The cheapest current ``Linux/UNIX`` spot price of each instance type over the region's AZs.
+) -> dict[str, dict[str, float]]:
+    """The current ``Linux/UNIX`` spot price of each instance type in each of the region's AZs
+    (by zone name): ``{type: {zone: price}}``.
 
     Uses the latest record per (type, AZ) from ``describe_spot_price_history`` with ``StartTime=now``
     and follows ``NextToken`` pages. Types without any spot offer are absent from the result.
@@ -242,11 +249,30 @@ def fetch_spot(
         if not token:
             break
         kwargs["NextToken"] = token
-    cheapest: dict[str, float] = {}
-    for (instance_type, _zone), (_stamp, price) in latest.items():
-        if price > 0 and (instance_type not in cheapest or price < cheapest[instance_type]):
-            cheapest[instance_type] = price
-    return cheapest
+    by_zone: dict[str, dict[str, float]] = {}
+    for (instance_type, zone), (_stamp, price) in sorted(latest.items()):
+        if price > 0:
+            by_zone.setdefault(instance_type, {})[zone] = price
+    return by_zone
+
+
+def fetch_spot(ec2_client: Any, region: str, instance_types: Sequence[str], now: dt.datetime | None = None,
+               include_local_zones: bool = False) -> dict[str, float]:
+    """The cheapest current spot price of each instance type over the region's AZs."""
+    by_zone = fetch_spot_by_zone(ec2_client, region, instance_types, now=now, include_local_zones=include_local_zones)
+    return {name: min(prices.values()) for name, prices in by_zone.items()}
+
+
+def fetch_zone_ids(ec2_client: Any, region: str) -> dict[str, str]:
+    """This account's mapping of the region's Availability Zone names to AZ IDs
+    (``us-east-1a`` -> ``use1-az4``): names are shuffled per account, IDs are not."""
+    try:
+        zones = ec2_client.describe_availability_zones(
+            Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]
+    except _aws_errors() as exc:
+        raise _describe_aws_error("ec2.describe_availability_zones", exc) from None
+    return {z["ZoneName"]: z["ZoneId"] for z in sorted(zones, key=lambda z: z["ZoneName"])
+            if is_regional_az(z["ZoneName"], region) and z.get("ZoneId")}
 
 
 # --- Region file -------------------------------------------------------------------------------
@@ -271,7 +297,8 @@ def _round(value: float) -> float | int:
 
 
 def build_entry(
-    instance_type: str, on_demand: Mapping[str, Any], spot: float | None, old: Mapping[str, Any] | None
+    instance_type: str, on_demand: Mapping[str, Any], spot: float | None, old: Mapping[str, Any] | None,
+    spot_by_az: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """One ``instance_types`` entry: API figures over the old entry, keeping fields the APIs lack."""
     old = dict(old or {})
@@ -295,10 +322,11 @@ def build_entry(
         "memory_gb": _round(m) if (m := on_demand.get("memory_gb") or old.get("memory_gb")) is not None else None,
         "price_usd_per_hour": _round(on_demand["price_usd_per_hour"]),
         "spot_price_usd_per_hour": _round(spot) if spot is not None else None,
+        "spot_price_usd_per_hour_by_az": {az: _round(p) for az, p in sorted(spot_by_az.items())} if spot_by_az else None,
     }
     entry = {k: v for k, v in entry.items() if v is not None}
     for key, value in old.items():  # per-type overrides (billing, latencies, data, ...) survive
-        if key not in entry and key not in ("spot_price_usd_per_hour", "prices_as_of"):
+        if key not in entry and key not in ("spot_price_usd_per_hour", "spot_price_usd_per_hour_by_az", "prices_as_of"):
             entry[key] = value
     return entry
 
@@ -309,8 +337,14 @@ def build_region_file(
     spot: Mapping[str, float],
     existing: Mapping[str, Any] | None = None,
     today: dt.date | None = None,
+    spot_by_zone: Mapping[str, Mapping[str, float]] | None = None,
+    zones: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The region-file mapping (``CloudCatalog.from_dict`` shape) for ``on_demand``'s types, in order."""
+    """The region-file mapping (``CloudCatalog.from_dict`` shape) for ``on_demand``'s types, in order.
+
+    ``spot_by_zone`` (``{type: {zone name: price}}``) is written per AZ ID through ``zones``
+    (this account's zone name -> AZ ID), which the file keeps too (``zones:``).
+    """
     existing = dict(existing or {})
     if existing.get("region") not in (None, region):
         raise PriceFetchError(
@@ -326,13 +360,21 @@ def build_region_file(
         "notes": (
             f"Generated by scripts/fetch_aws_prices.py on {today.isoformat()}. spot_price_usd_per_hour is "
             "the cheapest current Linux/UNIX spot price over the region's Availability Zones (Local Zones "
-            "excluded); it varies by AZ and by hour."
+            "excluded); it varies by AZ and by hour. spot_price_usd_per_hour_by_az is each AZ's, by AZ ID; "
+            "zones maps this account's zone names to AZ IDs."
         ),
+        **({"zones": dict(zones)} if zones else {}),
         "defaults": existing.get("defaults") or DEFAULT_DEFAULTS,
         "instance_types": {
-            name: build_entry(name, on_demand[name], spot.get(name), old_types.get(name)) for name in on_demand
+            name: build_entry(name, on_demand[name], spot.get(name), old_types.get(name),
+                              _by_az((spot_by_zone or {}).get(name), zones or {})) for name in on_demand
         },
     }
+
+
+def _by_az(prices: Mapping[str, float] | None, zones: Mapping[str, str]) -> dict[str, float]:
+    """Per-zone-name prices keyed by AZ ID instead (zones without an ID are left out)."""
+    return {zones[zone]: price for zone, price in (prices or {}).items() if zone in zones}
 
 
 def fetch_region(
@@ -354,8 +396,11 @@ def fetch_region(
     if not instance_types:
         raise PriceFetchError("--types: no instance types given; pass --types p3.8xlarge,... or point --out at an existing region file")
     on_demand = fetch_on_demand(pricing_client, region, instance_types)
-    spot = fetch_spot(ec2_client, region, instance_types, now=now, include_local_zones=include_local_zones)
-    return build_region_file(region, on_demand, spot, existing=existing, today=today)
+    spot_by_zone = fetch_spot_by_zone(ec2_client, region, instance_types, now=now, include_local_zones=include_local_zones)
+    spot = {name: min(prices.values()) for name, prices in spot_by_zone.items()}
+    zones = fetch_zone_ids(ec2_client, region)
+    return build_region_file(region, on_demand, spot, existing=existing, today=today, spot_by_zone=spot_by_zone,
+                             zones=zones)
 
 
 def validate(data: Mapping[str, Any], where: str) -> None:

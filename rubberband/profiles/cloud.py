@@ -3,6 +3,14 @@
 Region files (``cloud_profiles/<provider>/<region>.yaml``) hold shared ``defaults`` and one
 entry per instance type; ``CloudProfile.load`` picks one type out of such a file, and
 ``CloudCatalog`` lists them all (for ``instance_type="auto"``).
+
+Spot prices differ by Availability Zone. A region file may keep them per AZ *ID*
+(``spot_price_usd_per_hour_by_az: {use1-az1: 1.23}``): IDs name the same physical zone in
+every AWS account, while zone *names* (``us-east-1a``) are shuffled per account. A region file
+fetched with your own account also carries its ``zones:`` mapping from names to IDs
+(``scripts/fetch_aws_prices.py`` writes it from ``ec2.describe_availability_zones``); only then
+can a zone name (a trace zone, a subnet) be priced, and ``CloudCatalog.get`` hands the type's
+per-zone prices to its ``CloudProfile`` as ``spot_price_usd_per_hour_by_zone``.
 """
 
 from __future__ import annotations
@@ -91,15 +99,24 @@ _TYPE_REQUIRED = ["gpus_per_instance", "price_usd_per_hour"]
 _TYPE_OPTIONAL = [
     "spot_price_usd_per_hour", "gpu_model", "gpu_memory_gb", "vcpus", "memory_gb",
     "billing", "provision_latency_s", "init_latency_s", "data", "prices_as_of", "family", "spot",
+    "spot_price_usd_per_hour_by_zone",
 ]
+_CATALOG_TYPE_OPTIONAL = [*_TYPE_OPTIONAL, "spot_price_usd_per_hour_by_az"]
 _SINGLE_OPTIONAL = ["provider", "region", "instance_type", "market", *_TYPE_OPTIONAL]
 _DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data", "spot"]
-OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour"]
+OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour", "spot_price_usd_per_hour_by_zone"]
 
 
 def _price(value: Any, where: str) -> float:
     # A free instance is not a cloud anyone plans for, and the planner divides by the price.
     return number(value, where, positive=True)
+
+
+def _prices_by(value: Any, where: str, key: str) -> dict[str, float]:
+    """A ``{zone: price}`` mapping (``key`` says what names the zones, for the error)."""
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{where}: expected a mapping of {key} to spot price, e.g. {{us-east-1a: 1.23}}")
+    return {str(zone): _price(price, f"{where}.{zone}") for zone, price in value.items()}
 
 
 # How each field an experiment may override is read (also when the profile itself gives it).
@@ -111,6 +128,7 @@ _PARSE: dict[str, Any] = {
     "provision_latency_s": parse_distribution,
     "init_latency_s": parse_distribution,
     "spot": lambda value, where: SpotMarket.from_dict(value, where),
+    "spot_price_usd_per_hour_by_zone": lambda value, where: tuple(sorted(_prices_by(value, where, "zone names").items())),
 }
 
 
@@ -135,6 +153,7 @@ class CloudProfile:
     vcpus: int | None = None
     memory_gb: float | None = None
     prices_as_of: str | None = None
+    spot_price_usd_per_hour_by_zone: tuple[tuple[str, float], ...] = ()   # (zone name, price), sorted
 
     def __post_init__(self) -> None:
         integer(self.gpus_per_instance, "gpus_per_instance")
@@ -159,6 +178,25 @@ class CloudProfile:
     @property
     def usd_per_second(self) -> float:
         return self.hourly_usd / 3600.0
+
+    def zone_spot_price(self, zone: str) -> float | None:
+        """The spot price in one zone (by name), where the profile knows it."""
+        return dict(self.spot_price_usd_per_hour_by_zone).get(zone)
+
+    def in_zone(self, zone: str, trace_file: str | None = None) -> CloudProfile:
+        """This type's spot market in another zone of a trace file: the zone's availability
+        trace replaces the preemption model (notice kept), and its spot price the type's
+        where the profile knows it (see the module docstring)."""
+        from rubberband.profiles.spot import load_trace
+
+        trace_file = trace_file or self.spot.trace_file
+        if trace_file is None:
+            raise SpecError("zone: no trace file to replay the zone from; set cloud.overrides.spot.preemption.trace.file")
+        nodes = self.spot.trace.nodes if self.spot.trace is not None else 1
+        spot = SpotMarket(notice_s=self.spot.notice_s, trace=load_trace(trace_file, zone, nodes),
+                          trace_file=str(trace_file), explicit=True)
+        price = self.zone_spot_price(zone)
+        return self.replace(spot=spot, **({"spot_price_usd_per_hour": price} if price is not None else {}))
 
     def replace(self, **changes: Any) -> CloudProfile:
         """A copy with some fields changed (what-if analysis)."""
@@ -216,6 +254,8 @@ class CloudProfile:
         for key in ("gpu_model", "gpu_memory_gb", "vcpus", "memory_gb", "prices_as_of"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.spot_price_usd_per_hour_by_zone:
+            out["spot_price_usd_per_hour_by_zone"] = dict(self.spot_price_usd_per_hour_by_zone)
         return out
 
 
@@ -230,6 +270,7 @@ class CloudCatalog:
     prices_as_of: str | None = None
     path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    zones: dict[str, str] = field(default_factory=dict)    # zone name -> AZ ID, for the account that fetched it
 
     def with_overrides(self, overrides: dict[str, Any]) -> CloudCatalog:
         """A catalog whose every type gets ``overrides`` (an experiment's latencies, data size)."""
@@ -239,16 +280,21 @@ class CloudCatalog:
     def from_dict(cls, data: dict[str, Any], where: str = "cloud_profile") -> CloudCatalog:
         data = check_mapping(
             data, where, required=["provider", "region", "instance_types"],
-            optional=["defaults", "prices_as_of", "source", "notes"],
+            optional=["defaults", "prices_as_of", "source", "notes", "zones"],
         )
         defaults = check_mapping(data.get("defaults") or {}, f"{where}.defaults", optional=_DEFAULT_KEYS)
         types = data["instance_types"]
         if not isinstance(types, dict) or not types:
             raise SpecError(f"{where}.instance_types: expected a mapping of instance type name to its entry")
         for name, entry in types.items():
-            check_mapping(entry, f"{where}.instance_types.{name}", required=_TYPE_REQUIRED, optional=_TYPE_OPTIONAL)
+            check_mapping(entry, f"{where}.instance_types.{name}", required=_TYPE_REQUIRED, optional=_CATALOG_TYPE_OPTIONAL)
+        zones = data.get("zones") or {}
+        if not isinstance(zones, dict) or not all(isinstance(v, str) and v for v in zones.values()):
+            raise SpecError(f"{where}.zones: expected a mapping of zone name to AZ ID, e.g. {{us-east-1a: use1-az4}} "
+                            "(scripts/fetch_aws_prices.py writes your account's)")
         catalog = cls(str(data["provider"]), str(data["region"]), dict(types), defaults,
-                      str(data["prices_as_of"]) if data.get("prices_as_of") else None, where)
+                      str(data["prices_as_of"]) if data.get("prices_as_of") else None, where,
+                      zones={str(k): str(v) for k, v in zones.items()})
         for name in types:  # validate every entry up front, so a bad file fails at load
             catalog.get(name)
         return catalog
@@ -279,6 +325,12 @@ class CloudCatalog:
             market = Market(choice(market, "market", [m.value for m in Market]))
         entry = {**self.defaults, **self.types[instance_type]}
         entry.update(provider=self.provider, region=self.region, instance_type=instance_type)
+        by_az = entry.pop("spot_price_usd_per_hour_by_az", None)
+        if by_az is not None:
+            by_az = _prices_by(by_az, f"{self.path}.instance_types.{instance_type}.spot_price_usd_per_hour_by_az", "AZ IDs")
+            named = {name: by_az[az] for name, az in self.zones.items() if az in by_az}
+            if named:
+                entry["spot_price_usd_per_hour_by_zone"] = {**named, **(entry.get("spot_price_usd_per_hour_by_zone") or {})}
         entry.setdefault("prices_as_of", self.prices_as_of)
         if entry["prices_as_of"] is None:
             entry.pop("prices_as_of")
@@ -295,5 +347,11 @@ class CloudCatalog:
             if key in ("billing", "data", "spot") and isinstance(value, dict):
                 value = {**getattr(profile, key).to_dict(), **value}
             changes[key] = _PARSE[key](value, where)
+        profile = profile.replace(**changes)
+        # A trace zone whose price is known prices the market, unless the experiment set the price.
+        if profile.spot.trace is not None and "spot_price_usd_per_hour" not in changes:
+            price = profile.zone_spot_price(profile.spot.trace.zone)
+            if price is not None:
+                profile = profile.replace(spot_price_usd_per_hour=price)
         # The market last: an override may be what gives the type its spot price.
-        return profile.replace(market=market, **changes)
+        return profile.replace(market=market)

@@ -282,3 +282,72 @@ def test_an_override_may_give_the_spot_price_a_spot_market_needs():
 def test_replace_refuses_a_free_price():
     with pytest.raises(SpecError, match=r"^price_usd_per_hour: must be greater than 0, got 0"):
         CloudProfile.load(AWS, "p3.8xlarge").replace(price_usd_per_hour=0)
+
+
+# --- spot prices per Availability Zone --------------------------------------------------------
+TRACES = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
+
+
+def _zoned_catalog(tmp_path, zones=None, **type_fields):
+    data = yaml.safe_load(AWS.read_text())
+    if zones is not None:
+        data["zones"] = zones
+    data["instance_types"]["p3.2xlarge"].update(type_fields)
+    path = tmp_path / "us-east-1.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return CloudCatalog.load(path)
+
+
+def test_shipped_per_az_prices_price_no_zone_name_without_the_accounts_mapping():
+    # The shipped per-AZ prices are keyed by AZ ID; which ID us-east-1a is depends on the account.
+    profile = CloudCatalog.load(AWS).get("p3.2xlarge")
+    assert yaml.safe_load(AWS.read_text())["instance_types"]["p3.2xlarge"]["spot_price_usd_per_hour_by_az"]["use1-az1"] == 1.2345
+    assert profile.spot_price_usd_per_hour_by_zone == ()
+    assert profile.zone_spot_price("us-east-1a") is None
+
+
+def test_zone_names_are_priced_through_the_catalogs_zone_ids(tmp_path):
+    catalog = _zoned_catalog(tmp_path, zones={"us-east-1a": "use1-az6", "us-east-1c": "use1-az1", "us-east-1z": "use1-az9"})
+    profile = catalog.get("p3.2xlarge")
+    assert dict(profile.spot_price_usd_per_hour_by_zone) == {"us-east-1a": 1.2774, "us-east-1c": 1.2345}
+    assert profile.zone_spot_price("us-east-1c") == 1.2345
+    assert CloudProfile.from_dict(profile.to_dict()) == profile     # round trip, prices by zone name
+
+
+def test_a_trace_zone_with_a_known_price_prices_the_spot_market(tmp_path):
+    catalog = _zoned_catalog(tmp_path, zones={"us-east-1a": "use1-az6", "us-east-1c": "use1-az1"})
+    trace = {"notice_s": 120, "preemption": {"trace": {"file": str(TRACES), "zone": "us-east-1c"}}}
+    assert catalog.get("p3.2xlarge", "spot", {"spot": trace}).hourly_usd == 1.2345
+    # A price the experiment sets wins; a zone with no known price keeps the type's.
+    assert catalog.get("p3.2xlarge", "spot", {"spot": trace, "spot_price_usd_per_hour": 0.5}).hourly_usd == 0.5
+    other = {"preemption": {"trace": {"file": str(TRACES), "zone": "us-east-1d"}}}
+    assert catalog.get("p3.2xlarge", "spot", {"spot": other}).hourly_usd == 0.3707
+
+
+def test_in_zone_swaps_the_trace_and_the_price(tmp_path):
+    catalog = _zoned_catalog(tmp_path, zones={"us-east-1a": "use1-az6"})
+    base = catalog.get("p3.2xlarge", "spot", {"spot": {"notice_s": 120, "preemption": {
+        "trace": {"file": str(TRACES), "zone": "us-east-1c"}}}})
+    moved = base.in_zone("us-east-1a")
+    assert (moved.spot.trace.zone, moved.spot.notice_s, moved.hourly_usd) == ("us-east-1a", 120, 1.2774)
+    assert base.in_zone("us-east-1f").hourly_usd == 0.3707        # no known price there
+    with pytest.raises(SpecError, match=r"zone: 'us-east-1q' has no 1-instance trace .* choose one of"):
+        base.in_zone("us-east-1q")
+    with pytest.raises(SpecError, match=r"^zone: no trace file to replay the zone from; set cloud.overrides.spot"):
+        catalog.get("p3.2xlarge").in_zone("us-east-1a")
+
+
+def test_an_experiment_may_give_prices_by_zone_name(tmp_path):
+    profile = CloudCatalog.load(AWS).get("p3.2xlarge", "spot", {"spot_price_usd_per_hour_by_zone": {"us-east-1f": 0.9}})
+    assert profile.zone_spot_price("us-east-1f") == 0.9
+
+
+@pytest.mark.parametrize("zones, type_fields, match", [
+    ({"us-east-1a": 4}, {}, r"\.zones: expected a mapping of zone name to AZ ID"),
+    (None, {"spot_price_usd_per_hour_by_az": [1.0]}, r"p3\.2xlarge\.spot_price_usd_per_hour_by_az: expected a mapping of AZ IDs"),
+    (None, {"spot_price_usd_per_hour_by_az": {"use1-az1": -1}}, r"spot_price_usd_per_hour_by_az\.use1-az1: "),
+    (None, {"spot_price_usd_per_hour_by_zone": {"us-east-1a": 0}}, r"spot_price_usd_per_hour_by_zone\.us-east-1a: "),
+])
+def test_bad_zone_prices_are_one_line_errors(tmp_path, zones, type_fields, match):
+    with pytest.raises(SpecError, match=match):
+        _zoned_catalog(tmp_path, zones=zones, **type_fields)

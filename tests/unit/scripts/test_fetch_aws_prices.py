@@ -166,6 +166,16 @@ def stub_happy_path(pricing_stub, ec2_stub):
         ]},
         spot_params(types, token="spot-2"),
     )
+    ec2_stub.add_response(
+        "describe_availability_zones",
+        {"AvailabilityZones": [
+            {"ZoneName": "us-east-1b", "ZoneId": "use1-az2"},   # names are this account's: not in order of ID
+            {"ZoneName": "us-east-1a", "ZoneId": "use1-az6"},
+            {"ZoneName": "us-east-1c", "ZoneId": "use1-az1"},
+            {"ZoneName": "us-east-1d", "ZoneId": "use1-az4"},
+        ]},
+        {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]},
+    )
     return types
 
 
@@ -207,7 +217,12 @@ def test_fetch_region_parses_both_apis_and_keeps_existing_fields(clients):
     assert p3["init_latency_s"] == {"dist": "constant", "value": 120}  # per-type override kept
     g5 = data["instance_types"]["g5.12xlarge"]  # new type: hardware fields from the API and the family table
     assert g5 == {"family": "g5", "gpus_per_instance": 4, "gpu_model": "A10G", "gpu_memory_gb": 24,
-                  "vcpus": 48, "memory_gb": 192, "price_usd_per_hour": 5.672, "spot_price_usd_per_hour": 2.0796}
+                  "vcpus": 48, "memory_gb": 192, "price_usd_per_hour": 5.672, "spot_price_usd_per_hour": 2.0796,
+                  "spot_price_usd_per_hour_by_az": {"use1-az4": 2.2, "use1-az6": 2.0796}}
+    # Every AZ's current price is kept by AZ ID (the Local Zone's is not), with the account's names -> IDs.
+    assert p3["spot_price_usd_per_hour_by_az"] == {"use1-az1": 2.5, "use1-az2": 1.9, "use1-az6": 3.672}
+    assert data["zones"] == {"us-east-1a": "use1-az6", "us-east-1b": "use1-az2", "us-east-1c": "use1-az1",
+                             "us-east-1d": "use1-az4"}
 
 
 def test_written_file_loads_with_cloud_catalog(clients, tmp_path):
@@ -226,6 +241,9 @@ def test_written_file_loads_with_cloud_catalog(clients, tmp_path):
     assert profile.data.dataset_gb == 0.15
     assert CloudProfile.load(path, "p3.8xlarge", market="spot").hourly_usd == 1.9
     assert CloudProfile.load(path, "g5.12xlarge").price_usd_per_hour == 5.672
+    # Zone names are priced through the file's own names -> AZ IDs mapping.
+    assert CloudProfile.load(path, "p3.8xlarge").zone_spot_price("us-east-1a") == 3.672
+    assert CloudProfile.load(path, "p3.8xlarge").zone_spot_price("us-east-1d") is None
 
 
 def test_new_region_file_gets_default_defaults(clients):
@@ -240,8 +258,8 @@ def test_main_dry_run_prints_yaml_and_writes_nothing(clients, monkeypatch, tmp_p
     pricing, pricing_stub, ec2, ec2_stub = clients
     types = stub_happy_path(pricing_stub, ec2_stub)
     monkeypatch.setattr(fap, "make_clients", lambda region: (pricing, ec2))
-    real_fetch_spot = fap.fetch_spot
-    monkeypatch.setattr(fap, "fetch_spot", lambda *a, **k: real_fetch_spot(*a, **{**k, "now": NOW}))
+    real_fetch_spot = fap.fetch_spot_by_zone
+    monkeypatch.setattr(fap, "fetch_spot_by_zone", lambda *a, **k: real_fetch_spot(*a, **{**k, "now": NOW}))
     out = tmp_path / "us-east-1.yaml"
 
     assert fap.main(["--region", "us-east-1", "--types", ",".join(types), "--out", str(out), "--dry-run"]) == 0
@@ -285,6 +303,17 @@ def test_spot_client_error_is_one_line(clients):
                               service_message="You are not authorized to perform this operation.",
                               expected_params=spot_params(["p3.8xlarge"]))
     with pytest.raises(fap.PriceFetchError, match=r"^ec2\.describe_spot_price_history failed \(UnauthorizedOperation"):
+        fap.fetch_region("us-east-1", ["p3.8xlarge"], pricing_client=pricing, ec2_client=ec2, now=NOW)
+
+
+def test_zone_ids_client_error_is_one_line(clients):
+    pricing, pricing_stub, ec2, ec2_stub = clients
+    pricing_stub.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [price_item("p3.8xlarge", 12.24, **P3)]},
+                              products_params("p3.8xlarge"))
+    ec2_stub.add_response("describe_spot_price_history", {"SpotPriceHistory": []}, spot_params(["p3.8xlarge"]))
+    ec2_stub.add_client_error("describe_availability_zones", service_error_code="UnauthorizedOperation",
+                              service_message="You are not\nauthorized.")
+    with pytest.raises(fap.PriceFetchError, match=r"^ec2\.describe_availability_zones failed \(UnauthorizedOperation: You are not authorized\.\);"):
         fap.fetch_region("us-east-1", ["p3.8xlarge"], pricing_client=pricing, ec2_client=ec2, now=NOW)
 
 
