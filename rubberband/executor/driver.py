@@ -5,8 +5,14 @@ to instances (keeping each trial's workers together and unchanged trials where t
 start or continue each trial's gang, train the stage's iterations one at a time (the
 checkpoint after each one is what a trial resumes from if its node dies), hand a freed GPU
 to the next queued trial, rank trials at the SYNC and keep the best ``1/eta``, and, when
-the next stage needs fewer instances, pack the survivors onto the oldest instances before
-releasing the newest.
+the next stage needs fewer instances of a node type (an instance type on a market), pack the
+survivors onto the oldest instances of each type before releasing the newest.
+
+Spot (DESIGN §4.1): each stage asks for its spot and on-demand instances as two node types.
+A reclaimed instance is a lost node: its trials resume from their checkpoints on the
+replacement the cluster launches for the standing request. With an interruption notice, the
+replacement is requested at the notice; each trial on the noticed instance finishes its
+iteration (its checkpoint), then moves to the replacement, and the emptied instance is let go.
 """
 
 from __future__ import annotations
@@ -20,14 +26,34 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, RubberbandError, SpecError
-from rubberband.executor.ports import ClusterPort, Node, TrialRunnerPort
+from rubberband.executor.ports import ClusterPort, Node, Request, TrialRunnerPort
 from rubberband.executor.search_space import sample_configs
-from rubberband.placement import Placement, place, scale_down_plan
+from rubberband.placement import InfeasiblePlacementError, Placement, place, scale_down_plan
 from rubberband.plan.plan import Plan
+from rubberband.providers.node_types import ON_DEMAND, SPOT, NodeType, counts
 
 log = logging.getLogger("rubberband.executor")
 
 MAX_TRIAL_RESTARTS = 3
+
+
+def stage_request(plan: Plan, stage: int) -> dict[NodeType, int]:
+    """The instances stage ``stage`` of ``plan`` holds, by node type (its spot and on-demand parts)."""
+    held, spot = plan.instances[stage], plan.spot_counts[stage]
+    request = {NodeType(plan.instance_type, ON_DEMAND): held - spot, NodeType(plan.instance_type, SPOT): spot}
+    return {t: n for t, n in request.items() if n}
+
+
+def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
+    """The instances to keep for ``target``: the oldest of each node type (``nodes`` are
+    oldest first), so the most recently launched of each type go first (DESIGN §4)."""
+    left = dict(target)
+    keep = []
+    for node in nodes:
+        if left.get(node.node_type, 0) > 0:
+            left[node.node_type] -= 1
+            keep.append(node.name)
+    return keep
 
 
 @dataclass
@@ -59,6 +85,7 @@ class StageRecord:
     instances: int
     trials: list[str]
     promoted: list[str]
+    spot_instances: int = 0
 
 
 @dataclass
@@ -77,7 +104,7 @@ class Driver:
                  metric: str, mode: str = "min", seed: int = 0, clock: Callable[[], float] = time.time,
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 keep_warm: bool = False):
+                 keep_warm: bool = False, poll_s: float = 1.0):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self.plan, self.cluster, self.runner = plan, cluster, runner
@@ -87,6 +114,9 @@ class Driver:
         self.node_timeout_s, self.wait_timeout_s = node_timeout_s, wait_timeout_s
         self.on_event = on_event or (lambda kind, data: None)
         self.keep_warm = keep_warm      # leave the runner's warm workers up (back-to-back runs)
+        self.poll_s = poll_s            # how often a waiting driver looks for interruption notices
+        self.request: dict[NodeType, int] = {}      # what the current stage holds
+        self.doomed: set[str] = set()               # instances under an interruption notice
         self.trials: dict[str, TrialState] = {}
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
@@ -170,9 +200,12 @@ class Driver:
             stage_start = self.clock() - started
             count, m = plan.instances[i], plan.gpus_per_trial[i]
             slots = min(plan.allocation[i], stage.num_trials)
-            self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count)
-            self.cluster.scale_to(count, stage=i)
-            nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
+            self.request = stage_request(plan, i)
+            spot = plan.spot_counts[i]
+            self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count,
+                       spot=spot)
+            self.cluster.scale_to(self.request, stage=i)
+            nodes = self.cluster.wait_nodes(self.request, self.node_timeout_s)
             warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
             self._emit("nodes", stage=i, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
             self._run_stage(i, stage.iters, active, slots, m, nodes, started)
@@ -185,10 +218,15 @@ class Driver:
                     trial = self.trials[tid]
                     trial.eliminated_after = i
                     self._stop_gang(trial)
-            next_count = plan.instances[i + 1] if i + 1 < spec.num_stages() else (count if self.keep_warm else 0)
-            if next_count < count:
-                self._pack_and_release(i, keep, next_count)
-            self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep)))
+            if i + 1 < spec.num_stages():
+                target = stage_request(plan, i + 1)
+            else:
+                target = dict(self.request) if self.keep_warm else {}
+            held = counts(n.node_type for n in self.cluster.nodes())
+            if any(n > target.get(t, 0) for t, n in held.items()):
+                self._pack_and_release(i, keep, target)
+            self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep),
+                                           spot_instances=spot))
             self._emit("sync", index=i, promoted=keep)
             active = keep
         for trial in self.trials.values():
@@ -197,14 +235,18 @@ class Driver:
             self.runner.shutdown()
         return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
 
-    def _pack_and_release(self, index: int, survivors: list[str], count: int) -> None:
+    def _pack_and_release(self, index: int, survivors: list[str], target: Request) -> None:
         """Scale down at a SYNC: pack before releasing (DESIGN §6) and release the most
-        recently launched instances (DESIGN §4), keeping the ``count`` oldest.
+        recently launched instances of each node type (DESIGN §4), keeping the oldest
+        ``target[t]`` of each type ``t`` (the right market goes: a stage that holds fewer spot
+        instances releases spot ones).
 
         Survivors that will run next stage at their current size stay where they are if
         their instances are kept, else move (checkpointed every iteration: restarted on the
         kept instances) before the newest are released. A survivor that the next stage
-        resizes or queues restarts then anyway, so it is stopped rather than moved.
+        resizes or queues restarts then anyway, so it is stopped rather than moved; so is one
+        that does not fit on the kept instances (the next stage moves it to a market it
+        launches only then).
         """
         carried: set[str] = set()
         if survivors:   # only when the next stage continues this bracket
@@ -213,7 +255,16 @@ class Driver:
         for tid in survivors:
             if tid not in carried:
                 self._stop_gang(self.trials[tid])
-        packed = scale_down_plan(self.placement, [(n.name, n.gpus) for n in self.cluster.nodes()], count)
+        nodes = self.cluster.nodes()
+        keep = set(keep_oldest(nodes, target))
+        # scale_down_plan keeps the first nodes it is given: the chosen ones, oldest first.
+        ordered = [(n.name, n.gpus) for n in nodes if n.name in keep] + [(n.name, n.gpus) for n in nodes if n.name not in keep]
+        try:
+            packed = scale_down_plan(self.placement, ordered, len(keep))
+        except InfeasiblePlacementError:
+            for tid in carried:
+                self._stop_gang(self.trials[tid])
+            packed = scale_down_plan(self.placement, ordered, len(keep))
         self.placement = packed.placement
         self._launch_all(list(packed.moved))
         for node in packed.release:
@@ -254,19 +305,24 @@ class Driver:
         self._launch_all(first)
         for tid in first:
             start(tid, launched_at)
+        last_report = self.clock()
         while pending:
-            done, _ = self.runner.wait(list(pending), self.wait_timeout_s)
+            done, _ = self.runner.wait(list(pending), min(self.poll_s, self.wait_timeout_s))
+            self._take_notices(index)
             if not done:
-                raise ProviderError(f"stage {index}: no trial reported for {self.wait_timeout_s:.0f}s")
+                if self.clock() - last_report > self.wait_timeout_s:
+                    raise ProviderError(f"stage {index}: no trial reported for {self.wait_timeout_s:.0f}s")
+                continue
+            last_report = self.clock()
             for future in done:
                 tid = pending.pop(future)
                 trial = self.trials[tid]
                 try:
                     res = self.runner.result(future)
                 except Exception as exc:  # the gang died (its node went away): resume from checkpoint
-                    self._recover(trial, exc, m, node_pairs)
+                    self._recover(trial, exc, m)
                     pending[self.runner.train(trial.gang, 1)] = tid
-                    node_pairs = [(n.name, n.gpus) for n in self.cluster.nodes()]
+                    self._release_vacated(index)
                     continue
                 self._save_checkpoint(trial, res.checkpoint)
                 trial.step = res.step
@@ -278,6 +334,10 @@ class Driver:
                         for d in res.digests)
                 remaining[tid] -= 1
                 if remaining[tid] > 0:
+                    if self.doomed.intersection(trial.instances):
+                        # Its instance is about to be reclaimed: move now, from this checkpoint.
+                        self._resume_elsewhere(trial, m)
+                        self._release_vacated(index)
                     pending[self.runner.train(trial.gang, 1)] = tid
                     continue
                 trial.metrics = dict(res.metrics)
@@ -302,29 +362,67 @@ class Driver:
                     nxt.instances = self._instances_of(self.placement, nxt.id)
                     start(nxt.id, handoff_at)
 
-    def _recover(self, trial: TrialState, exc: Exception, m: int, node_pairs) -> None:
+    # --- spot notices and lost nodes ----------------------------------------------------------
+    def _take_notices(self, index: int) -> None:
+        """Request a replacement for every instance that got an interruption notice (so its
+        provisioning overlaps the notice window) and let go of it at once if it runs nothing."""
+        for notice in self.cluster.notices():
+            if notice.instance in self.doomed or notice.instance not in {n.name for n in self.cluster.nodes()}:
+                continue
+            self.doomed.add(notice.instance)
+            self.cluster.replace(notice.instance)
+            log.warning("instance %s will be reclaimed in %.0fs; requested its replacement", notice.instance,
+                        notice.reclaim_at - self.clock())
+            self._emit("notice", instance=notice.instance, reclaim_at=notice.reclaim_at, at=self.clock())
+        self._release_vacated(index)
+
+    def _release_vacated(self, index: int) -> None:
+        """Let go of noticed instances that no trial uses any more (before the cloud takes them)."""
+        busy = {inst for t in self.trials.values() if t.gang is not None for inst in t.instances}
+        vacated = sorted(d for d in self.doomed if d not in busy)
+        if vacated:
+            for name in vacated:
+                self.runner.release_instance(name)
+            self.cluster.release(vacated, stage=index)
+            self.doomed.difference_update(vacated)
+
+    def _recover(self, trial: TrialState, exc: Exception, m: int) -> None:
         trial.restarts += 1
         if trial.restarts > MAX_TRIAL_RESTARTS:
             raise ProviderError(f"trial {trial.id}: failed {trial.restarts} times, last: {exc}") from exc
         reason = " ".join(str(exc).split())      # Ray's errors span lines; a log line does not
         log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", trial.id, reason[:300], trial.step)
         self._emit("recover", trial=trial.id, error=str(exc), step=trial.step)
+        self._resume_elsewhere(trial, m)
+
+    def _resume_elsewhere(self, trial: TrialState, m: int) -> None:
+        """Stop the trial's gang and resume it from its checkpoint on the stage's usable
+        instances (waiting for the replacements of lost or noticed ones)."""
         self._stop_gang(trial)
-        count = len(node_pairs)
-        nodes = self.cluster.wait_nodes(count, self.node_timeout_s)
-        self.runner.forget_dead([n.name for n in nodes])
+        nodes = self.cluster.wait_nodes(self.request, self.node_timeout_s)
+        self.doomed.intersection_update(self.cluster.doomed())     # reclaimed ones are gone
+        self.runner.forget_dead([n.name for n in nodes] + sorted(self.doomed))
         self.runner.warm(nodes)
         pairs = [(n.name, n.gpus) for n in nodes]
         others = [t for t in self.placement.trials() if t != trial.id]
         alive_nodes = {n for n, _ in pairs}
-        stale = [t for t in others if any(node not in alive_nodes for node, _ in self.placement.slots(t))]
+        # Trials still running on a noticed instance keep their slots there until they move.
+        stale = [t for t in others if any(node not in alive_nodes and node not in self.doomed
+                                           for node, _ in self.placement.slots(t))]
         self.placement = _without(self.placement, [trial.id, *stale])
-        reserved = [t for t in self.placement.trials()]
-        self.placement = place({**{t: len(self.placement.slots(t)) for t in reserved}, trial.id: m}, pairs,
-                               previous=self.placement, reserved=reserved)
+        reserved = [t for t in self.placement.trials() if not self.doomed.intersection(self._instances_of(self.placement, t))]
+        current = Placement({t: s for t, s in self.placement.assignments.items() if t in reserved})
+        self.placement = _merge(place({**{t: len(current.slots(t)) for t in reserved}, trial.id: m}, pairs,
+                                      previous=current, reserved=reserved),
+                                _without(self.placement, reserved))
         if trial.id in self.placement.unplaced:
             raise ProviderError(f"trial {trial.id}: no room to resume after its node was lost")
         self._launch(trial, self._instances_of(self.placement, trial.id))
+
+
+def _merge(first: Placement, second: Placement) -> Placement:
+    """Both placements' assignments (they place different trials on different GPUs)."""
+    return Placement({**second.assignments, **first.assignments}, unplaced=first.unplaced)
 
 
 def _without(placement: Placement, trials: Sequence[str]) -> Placement:

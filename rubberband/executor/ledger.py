@@ -1,5 +1,9 @@
 """The run's ledger: every instance launched (request, running, ready, release) and every
-trial run, with the actual cost computed by the simulator's own billing rules."""
+trial run, with the actual cost computed by the simulator's own billing rules.
+
+Each instance carries its market and that market's price: a spot instance is billed at the
+spot price from its launch to its release or reclaim (DESIGN §4.1), an on-demand one at the
+on-demand price."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rubberband.profiles.cloud import BillingModel, CloudProfile
+from rubberband.providers.base import Release
+from rubberband.providers.node_types import MARKETS, SPOT
 from rubberband.simulator.model import billed_seconds
 
 
@@ -24,7 +30,7 @@ class InstanceRecord:
     released_s: float | None = None
     stage_released: int | None = None
     provider_id: str | None = None      # e.g. the EC2 instance id
-    market: str | None = None           # on-demand or spot (aws)
+    market: str | None = None           # on-demand or spot
     release_reason: str | None = None   # a providers.base.Release: released, interrupted (spot reclaim), lost, ...
 
     def lifetime_s(self, now: float) -> float:
@@ -57,10 +63,22 @@ class Ledger:
     stage_windows: list[tuple[float, float]] = field(default_factory=list)
     launch_errors: list[dict[str, Any]] = field(default_factory=list)   # failed launch attempts, as the provider reported them
 
-    def request(self, instance_id: str, at_s: float, stage: int) -> InstanceRecord:
-        rec = InstanceRecord(instance_id, self.cloud.instance_type, self.cloud.hourly_usd, at_s, stage)
+    def request(self, instance_id: str, at_s: float, stage: int, market: str | None = None) -> InstanceRecord:
+        """Record a requested instance on ``market`` (default: the cloud profile's), at its price."""
+        market = market or self.cloud.market.value
+        rec = InstanceRecord(instance_id, self.cloud.instance_type, self.price_usd_per_hour(market), at_s, stage,
+                             market=market)
         self.instances[instance_id] = rec
         return rec
+
+    def price_usd_per_hour(self, market: str) -> float:
+        """The hourly price of ``market`` for the run's instance type (a profile that knows no
+        spot price prices everything at the plan's market price)."""
+        if market == SPOT and self.cloud.spot_price_usd_per_hour is not None:
+            return float(self.cloud.spot_price_usd_per_hour)
+        if market == SPOT:
+            return self.cloud.hourly_usd
+        return float(self.cloud.price_usd_per_hour)
 
     def running(self) -> list[InstanceRecord]:
         return [r for r in self.instances.values() if r.released_s is None]
@@ -87,7 +105,6 @@ class Ledger:
         costs = [0.0] * len(self.stage_windows)
         if not costs:
             return costs
-        per_s = self.cloud.usd_per_second
         # Time before the first window or after the last (an instance the provider terminates
         # a moment after the final SYNC) belongs to the first or last stage.
         windows = list(self.stage_windows)
@@ -97,6 +114,7 @@ class Ledger:
             if rec.launched_s is None:
                 continue
             end = rec.released_s if rec.released_s is not None else now
+            per_s = rec.price_usd_per_hour / 3600.0
             for i, (a, b) in enumerate(windows):
                 if self.cloud.billing.model is BillingModel.PER_INSTANCE:
                     costs[i] += max(0.0, min(b, end) - max(a, rec.launched_s)) * per_s
@@ -107,8 +125,20 @@ class Ledger:
                 costs[min(last, len(costs) - 1)] += rounding
         if self.cloud.billing.model is BillingModel.PER_FUNCTION:
             for t in self.trials:
-                costs[t.stage] += t.gpus * (t.end_s - t.start_s) * per_s / self.cloud.gpus_per_instance
+                costs[t.stage] += t.gpus * (t.end_s - t.start_s) * self.cloud.usd_per_second / self.cloud.gpus_per_instance
         return costs
+
+    def by_market(self, now: float) -> dict[str, dict[str, Any]]:
+        """Per market: instances launched, how many the cloud reclaimed, and their cost."""
+        out: dict[str, dict[str, Any]] = {}
+        for market in MARKETS:
+            recs = [r for r in self.instances.values() if r.market == market and r.launched_s is not None]
+            if recs:
+                out[market] = {"instances": len(recs),
+                               "reclaimed": sum(1 for r in recs if r.release_reason == Release.INTERRUPTED),
+                               "price_usd_per_hour": recs[0].price_usd_per_hour,
+                               "cost_usd": sum(self.instance_cost_usd(r, now) for r in recs)}
+        return out
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -117,6 +147,7 @@ class Ledger:
             "billing": self.cloud.billing.to_dict(),
             "cost_usd": self.cost_usd(now),
             "instances": [{**asdict(r), "cost_usd": self.instance_cost_usd(r, now)} for r in self.instances.values()],
+            "markets": self.by_market(now),
             "trials": [asdict(t) for t in self.trials],
             "stage_windows": [list(w) for w in self.stage_windows],
             "launch_errors": list(self.launch_errors),

@@ -7,17 +7,32 @@ and EC2.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from rubberband.providers.node_types import NodeType
+
+# What the driver asks the cluster for: how many instances of each node type (an instance
+# type on a market). Several instance types per stage fit the same shape.
+Request = Mapping[NodeType, int]
 
 
 @dataclass(frozen=True)
 class Node:
-    """A ready instance: its name (also the Ray resource that pins bundles to it) and GPUs."""
+    """A ready instance: its name (also the Ray resource that pins bundles to it), GPUs and type."""
 
     name: str
     gpus: int
+    node_type: NodeType | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A spot interruption notice: ``instance`` will be reclaimed at ``reclaim_at`` (clock time)."""
+
+    instance: str
+    reclaim_at: float
 
 
 @dataclass
@@ -36,12 +51,26 @@ class Clock(Protocol):
 
 
 class ClusterPort(Protocol):
-    """Grows and shrinks the set of instances; nodes are listed oldest first."""
+    """Grows and shrinks the set of instances, by node type; nodes are listed oldest first.
 
-    def scale_to(self, count: int, stage: int) -> None: ...
-    def wait_nodes(self, count: int, timeout_s: float) -> list[Node]: ...
+    ``scale_to`` asks for instances by node type; ``wait_nodes`` waits until exactly that
+    many usable ones of each type are ready. ``release_to`` keeps the named instances and
+    releases every other one (the request drops to what is kept); ``release`` lets named
+    instances go without changing the request. ``notices`` returns spot interruption notices
+    received since the last call; ``replace`` requests one more instance of a noticed
+    instance's type at once and stops counting the noticed one as usable (``nodes`` no longer
+    lists it; ``doomed`` lists noticed instances still up), so provisioning overlaps the
+    notice window (DESIGN §4.1).
+    """
+
+    def scale_to(self, request: Request, stage: int) -> None: ...
+    def wait_nodes(self, request: Request, timeout_s: float) -> list[Node]: ...
     def release_to(self, keep: Sequence[str], stage: int) -> None: ...
+    def release(self, instances: Sequence[str], stage: int) -> None: ...
     def nodes(self) -> list[Node]: ...
+    def notices(self) -> list[Notice]: ...
+    def doomed(self) -> list[str]: ...
+    def replace(self, instance: str) -> None: ...
     def shutdown(self) -> None: ...
     def events(self) -> list[dict[str, Any]]: ...
 

@@ -151,7 +151,7 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
         t = e["t"] - started
         inst = e.get("instance")
         if e["event"] == ProviderEvent.REQUEST:
-            ledger.request(inst, t, stage_at(t)).provider_id = e.get("node_id")
+            ledger.request(inst, t, stage_at(t), market=e.get("market")).provider_id = e.get("node_id")
         elif e["event"] in LAUNCH_ERRORS:
             ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
                                          ("event", "code", "message", "attempt", "retry_in_s", "error") if k in e}})
@@ -160,7 +160,8 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
             if e["event"] == ProviderEvent.RUNNING:
                 rec.launched_s = t
                 rec.provider_id = e.get("ec2_id") or rec.provider_id
-                rec.market = e.get("market", rec.market)
+                if e.get("market") and e["market"] != rec.market:     # what EC2 says it launched
+                    rec.market, rec.price_usd_per_hour = e["market"], ledger.price_usd_per_hour(e["market"])
             elif e["event"] == ProviderEvent.READY:
                 rec.ready_s = t
             elif e["event"] == ProviderEvent.TERMINATED and rec.released_s is None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.executor.ports import Node, TrainResult
+from rubberband.executor.ports import Node, Notice, TrainResult
+from rubberband.providers.node_types import NodeType, counts, describe
 
 
 class FakeClock:
@@ -37,49 +38,62 @@ class FakeClock:
 
 
 class FakeCluster:
-    """ClusterPort over numbered instances ``rb-instance-<n>`` that take ``provision_s`` to
-    run and ``init_s`` more to be ready; events use the local provider's format."""
+    """ClusterPort over numbered instances ``rb-instance-<n>`` of the requested node types that
+    take ``provision_s`` to run and ``init_s`` more to be ready; events use the local
+    provider's format (with each instance's market)."""
 
     def __init__(self, clock: FakeClock, gpus_per_instance: int, provision_s: float = 0.0, init_s: float = 0.0,
                  calls: list[tuple[Any, ...]] | None = None):
         self.clock, self.G = clock, gpus_per_instance
         self.provision_s, self.init_s = provision_s, init_s
         self.alive: list[str] = []                  # oldest first
+        self.types: dict[str, NodeType] = {}        # instance -> its node type
+        self.doomed_set: set[str] = set()           # under an interruption notice
         self.launched = 0
         # Every port call as ("cluster", method, *args); share the list with a FakeRunner to
         # see the order of both.
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
         self._events: list[dict[str, Any]] = []
+        self._notices: list[tuple[float, Notice]] = []     # (when it is seen, the notice)
+        self._reclaims: dict[str, float] = {}               # noticed instance -> reclaim time
 
-    def _event(self, kind: str, instance: str, t: float) -> None:
-        self._events.append({"event": kind, "instance": instance, "node_id": f"fake-{instance}", "t": t})
+    def _event(self, kind: str, instance: str, t: float, **extra: Any) -> None:
+        self._events.append({"event": kind, "instance": instance, "node_id": f"fake-{instance}", "t": t, **extra})
 
     def _record(self, method: str, *args: Any) -> None:
         self.calls.append(("cluster", method, *args))
 
-    def _terminate(self, instance: str) -> None:
+    def _terminate(self, instance: str, reason: str = "released", at: float | None = None) -> None:
         self.alive.remove(instance)
-        self._event("terminated", instance, self.clock.now())
+        self.doomed_set.discard(instance)
+        self._event("terminated", instance, self.clock.now() if at is None else at, reason=reason)
+
+    def usable(self) -> list[str]:
+        return [n for n in self.alive if n not in self.doomed_set]
 
     # --- the port --------------------------------------------------------------------------
-    def scale_to(self, count: int, stage: int) -> None:
-        self._record("scale_to", count, stage)
+    def scale_to(self, request: Mapping[NodeType, int], stage: int) -> None:
+        self._record("scale_to", _plain(request), stage)
 
-    def wait_nodes(self, count: int, timeout_s: float) -> list[Node]:
-        """Launch the missing instances (all at once) and wait until they are ready."""
-        self._record("wait_nodes", count)
-        if len(self.alive) > count:
-            raise ProviderError(f"cluster: {len(self.alive)} instances alive, waited {timeout_s:.0f}s for {count}")
-        missing = count - len(self.alive)
+    def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float) -> list[Node]:
+        """Launch the missing instances of each type (all at once) and wait until they are ready."""
+        self._record("wait_nodes", _plain(request))
+        have = counts(self.types[n] for n in self.usable())
+        extra = {t: n - request.get(t, 0) for t, n in have.items() if n > request.get(t, 0)}
+        if extra:
+            raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
+        missing = [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))]
         if missing:
             t = self.clock.now()
-            for _ in range(missing):
+            for node_type in missing:
                 self.launched += 1
                 name = f"rb-instance-{self.launched}"
-                self._event("request", name, t)
+                self._event("request", name, t, node_type=node_type.ray_name, market=node_type.market,
+                            instance_type=node_type.instance_type)
                 self._event("running", name, t + self.provision_s)
                 self._event("ready", name, t + self.provision_s + self.init_s)
                 self.alive.append(name)
+                self.types[name] = node_type
             self.clock.advance(self.provision_s + self.init_s)
         return self.nodes()
 
@@ -88,8 +102,27 @@ class FakeCluster:
         for name in [n for n in self.alive if n not in set(keep)]:
             self._terminate(name)
 
+    def release(self, instances: Sequence[str], stage: int) -> None:
+        self._record("release", list(instances), stage)
+        for name in instances:
+            if name in self.alive:
+                self._terminate(name)
+
     def nodes(self) -> list[Node]:
-        return [Node(name, self.G) for name in self.alive]
+        return [Node(name, self.G, self.types[name]) for name in self.usable()]
+
+    def notices(self) -> list[Notice]:
+        due = [n for at, n in self._notices if at <= self.clock.now()]
+        self._notices = [(at, n) for at, n in self._notices if at > self.clock.now()]
+        return due
+
+    def doomed(self) -> list[str]:
+        return [n for n in self.alive if n in self.doomed_set]
+
+    def replace(self, instance: str) -> None:
+        self._record("replace", instance)
+        if instance in self.alive:
+            self.doomed_set.add(instance)
 
     def shutdown(self) -> None:
         self._record("shutdown")
@@ -100,15 +133,37 @@ class FakeCluster:
         return [dict(e) for e in self._events]
 
     # --- test controls ---------------------------------------------------------------------
-    def lose(self, instance: str) -> None:
-        """The instance dies: gangs on it fail their next result (with a ``FakeRunner`` that
-        was given this cluster)."""
+    def lose(self, instance: str, reason: str = "lost", at: float | None = None) -> None:
+        """The instance dies (at clock time ``at``, default now): gangs on it fail their next
+        result (with a ``FakeRunner`` that was given this cluster). ``reason="interrupted"`` is
+        a spot reclaim."""
         self._record("lose", instance)
-        self._terminate(instance)
+        self._terminate(instance, reason, at)
+
+    def notify(self, instance: str, notice_s: float, at: float | None = None) -> None:
+        """``instance`` gets an interruption notice at clock time ``at`` (default now) and is
+        reclaimed ``notice_s`` later (``tick``), unless the driver released it before."""
+        at = self.clock.now() if at is None else at
+        self._notices.append((at, Notice(instance, at + notice_s)))
+        self._reclaims[instance] = at + notice_s
+
+    def tick(self) -> None:
+        """Reclaim every noticed instance whose time has come (a ``FakeRunner`` given this
+        cluster calls it before each result)."""
+        for name, at in list(self._reclaims.items()):
+            if at <= self.clock.now():
+                del self._reclaims[name]
+                if name in self.alive:
+                    self.lose(name, reason="interrupted", at=at)
 
     def called(self, method: str) -> list[tuple[Any, ...]]:
         """The arguments of every call of ``method``."""
         return [c[2:] for c in self.calls if c[:2] == ("cluster", method)]
+
+
+def _plain(request: Mapping[NodeType, int]) -> dict[str, int]:
+    """A request as ``{node type name: count}`` (readable in call logs)."""
+    return {t.name: n for t, n in sorted(request.items()) if n}
 
 
 @dataclass(eq=False)
@@ -272,6 +327,8 @@ class FakeRunner:
     def result(self, future: FakeFuture) -> TrainResult:
         gang = future.gang
         self._in_flight.discard(future.trial)
+        if self.cluster is not None:
+            self.cluster.tick()
         new_step = gang.step + future.iters * self.steps_per_iter
         for f in self._failures:
             if f.trial == future.trial and f.times > 0 and gang.step < f.step <= new_step:

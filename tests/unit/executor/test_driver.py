@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -173,7 +174,7 @@ def test_scale_down_packs_survivors_onto_the_oldest_instance_before_releasing_th
     start = calls.index(("runner", "start", "t002", ("rb-instance-1",)))
     assert start < calls.index(("runner", "release_instance", "rb-instance-2"))
     assert start < calls.index(("cluster", "release_to", ["rb-instance-1"], 0))
-    assert start < calls.index(("cluster", "scale_to", 1, 1))
+    assert start < calls.index(("cluster", "scale_to", {"fake.gpu": 1}, 1))
     assert outcome.trials["t002"].history[-1]["instances"] == ["rb-instance-1"]
     assert outcome.trials["t002"].step == 4
 
@@ -200,7 +201,7 @@ def test_every_trial_trains_its_stages_without_oversubscribing(stages, allocatio
         done += k
         rec = outcome.stages[i]
         assert len(rec.trials) == n
-        assert rec.instances == fakes.cluster.called("wait_nodes")[i][0]
+        assert rec.instances == sum(fakes.cluster.called("wait_nodes")[i][0].values())
         for tid in rec.trials:
             (entry,) = [h for h in outcome.trials[tid].history if h["stage"] == i]
             assert entry["step"] == done
@@ -259,6 +260,78 @@ def test_an_unknown_mode_is_a_spec_error():
     fakes = make_fakes(2, ITER_S)
     with pytest.raises(SpecError, match="mode"):
         Driver(plan_for(spec((2, 1)), (2,), 2), fakes.cluster, fakes.runner, GRID, "loss", "maximise")
+
+
+# --- spot: requests by market, release order, interruption notices ------------------------
+
+def spot_plan(exp: ExperimentSpec, allocation, G: int, spot: tuple[int, ...]):  # noqa: N803
+    cl = cloud(G).replace(spot_price_usd_per_hour=1.08)
+    return dataclasses.replace(plan_allocation(exp, allocation, model(), cl, deadline_s=1e6, samples=2),
+                               spot_instances=spot)
+
+
+def run_spot(exp, allocation, G, spot, before=None, space=GRID):  # noqa: N803
+    fakes = make_fakes(G, ITER_S, provision_s=10, init_s=5)
+    if before:
+        before(fakes)
+    outcome = Driver(spot_plan(exp, allocation, G, spot), fakes.cluster, fakes.runner, space, "loss",
+                     clock=fakes.clock).run()
+    return outcome, fakes
+
+
+def test_each_stage_asks_for_its_spot_and_on_demand_instances_by_node_type():
+    # Instances (2, 2, 1): stage 0 one of each market, stage 1 two spot, stage 2 one on-demand.
+    outcome, fakes = run_spot(spec((4, 1), (2, 1), (1, 1)), (4, 4, 2), G=2, spot=(1, 2, 0))
+    assert [req for req, _ in fakes.cluster.called("scale_to")] == [
+        {"fake.gpu": 1, "fake.gpu.spot": 1}, {"fake.gpu.spot": 2}, {"fake.gpu": 1}]
+    assert [r.spot_instances for r in outcome.stages] == [1, 2, 0]
+    markets = {e["instance"]: e["market"] for e in fakes.cluster.events() if e["event"] == "request"}
+    assert markets == {"rb-instance-1": "on-demand", "rb-instance-2": "spot", "rb-instance-3": "spot",
+                       "rb-instance-4": "on-demand"}
+
+
+def test_a_stage_with_fewer_instances_of_a_market_releases_that_market_newest_first():
+    # Stage 0 holds on-demand rb-instance-1 and spot rb-instance-2 and -3; stage 1 one of each:
+    # the newest spot instance goes, though the on-demand one is the oldest of all.
+    _, fakes = run_spot(spec((6, 1), (2, 1)), (6, 4), G=2, spot=(2, 1))
+    assert fakes.cluster.called("release_to")[0] == (["rb-instance-1", "rb-instance-2"], 0)
+    # Stage 0 to a stage of only on-demand: the spot instance goes, not the older on-demand one.
+    _, fakes = run_spot(spec((4, 1), (2, 1)), (4, 2), G=2, spot=(1, 0))
+    assert fakes.cluster.called("release_to")[0] == (["rb-instance-1"], 0)
+    assert fakes.cluster.called("scale_to")[1] == ({"fake.gpu": 1}, 1)
+
+
+def test_a_notice_requests_the_replacement_at_once_and_the_trial_moves_at_its_next_checkpoint():
+    # Two 1-GPU spot instances, ready at t=1015; rb-instance-1 gets a 60 s notice at t=1022,
+    # while t000 runs its second 4 s iteration there.
+    outcome, fakes = run_spot(spec((2, 10)), (2,), G=1, spot=(2,), space=lr_space(0.1, 0.5),
+                              before=lambda f: f.cluster.notify("rb-instance-1", 60, at=1022))
+    calls = fakes.calls
+    replace = calls.index(("cluster", "replace", "rb-instance-1"))
+    moved = fakes.runner.gangs_of("t000")[1]
+    assert moved.instances == ("rb-instance-3",) and moved.from_step == 2       # the checkpoint at t=1023
+    assert decode_checkpoint(moved.checkpoint) == {"trial": "t000", "step": 2}
+    assert replace < calls.index(("runner", "start", "t000", ("rb-instance-3",)))
+    assert calls.index(("runner", "start", "t000", ("rb-instance-3",))) < calls.index(
+        ("cluster", "release", ["rb-instance-1"], 0))
+    trial = outcome.trials["t000"]
+    assert trial.restarts == 0 and trial.step == 10
+    assert outcome.trials["t001"].restarts == 0 and len(fakes.runner.gangs_of("t001")) == 1
+    ended = {e["instance"]: e["reason"] for e in fakes.cluster.events() if e["event"] == "terminated"}
+    assert ended["rb-instance-1"] == "released"                  # let go before the reclaim
+
+
+def test_a_reclaim_before_the_next_checkpoint_resumes_the_trial_on_a_replacement():
+    # A 0.5 s notice at t=1022 while t000 runs its iteration to t=1023: the reclaim comes first.
+    outcome, fakes = run_spot(spec((2, 10)), (2,), G=1, spot=(2,), space=lr_space(0.1, 0.5),
+                              before=lambda f: f.cluster.notify("rb-instance-1", 0.5, at=1022))
+    trial = outcome.trials["t000"]
+    assert trial.restarts == 1 and trial.step == 10
+    resumed = fakes.runner.gangs_of("t000")[1]
+    assert resumed.instances == ("rb-instance-3",) and resumed.from_step == 1    # the iteration in progress is lost
+    ended = {e["instance"]: e["reason"] for e in fakes.cluster.events() if e["event"] == "terminated"}
+    assert ended["rb-instance-1"] == "interrupted"
+    assert fakes.cluster.launched == 3
 
 
 # --- HyperBand ----------------------------------------------------------------------------

@@ -239,3 +239,33 @@ def test_a_scale_up_stage_pays_its_own_launches(per_function):
     assert ledger.instances["rb-instance-2"].stage_requested == 1
     costs = ledger.stage_costs(now=last_release)
     assert costs == pytest.approx([s.mean_cost_usd for s in sim.stages], **EXACT)
+
+
+def test_a_reclaimed_spot_instance_is_billed_at_the_spot_price_up_to_the_reclaim():
+    # A mixed stage (one on-demand, two spot 1-GPU instances); spot rb-instance-2 gets a
+    # 0.5 s notice at t=1022 and is reclaimed at t=1022.5, before its trial's next checkpoint.
+    import dataclasses
+
+    cl = cloud(G=1, minimum_s=0).replace(spot_price_usd_per_hour=1.08)
+    spec = ExperimentSpec.from_stages([(3, 10)])
+    model = ModelProfile.from_dict({"iter_latency_s": {1: 4.0}})
+    plan = dataclasses.replace(plan_allocation(spec, (3,), model, cl, deadline_s=1e6, samples=2), spot_instances=(2,))
+    fakes = make_fakes(1, {1: 4.0}, provision_s=10, init_s=5)
+    fakes.cluster.notify("rb-instance-2", 0.5, at=1022)
+    outcome = Driver(plan, fakes.cluster, fakes.runner, SPACE, "loss", clock=fakes.clock).run()
+    windows = [(s.start_s, s.end_s) for s in outcome.stages]
+    ledger = ledger_from_events(plan, fakes.cluster.events(), outcome.started_at, fakes.clock(), windows)
+    reclaimed = ledger.instances["rb-instance-2"]
+    assert (reclaimed.market, reclaimed.release_reason) == ("spot", "interrupted")
+    assert reclaimed.price_usd_per_hour == 1.08
+    assert (reclaimed.launched_s, reclaimed.released_s) == (10.0, 22.5)     # SCALE end to the reclaim
+    assert ledger.instance_cost_usd(reclaimed, now=1e9) == pytest.approx(13 * 1.08 / 3600, **EXACT)   # whole seconds
+    on_demand = ledger.instances["rb-instance-1"]
+    assert (on_demand.market, on_demand.price_usd_per_hour) == ("on-demand", PRICE)
+    end = fakes.clock() - outcome.started_at
+    markets = ledger.by_market(now=end)
+    assert markets["spot"]["instances"] == 3 and markets["spot"]["reclaimed"] == 1     # with its replacement
+    assert markets["on-demand"] == {"instances": 1, "reclaimed": 0, "price_usd_per_hour": PRICE,
+                                    "cost_usd": pytest.approx((end - 10.0) * PRICE / 3600, **EXACT)}
+    assert ledger.cost_usd(now=end) == pytest.approx(sum(m["cost_usd"] for m in markets.values()), **EXACT)
+    assert sum(ledger.stage_costs(now=end)) == pytest.approx(ledger.cost_usd(now=end), **EXACT)
