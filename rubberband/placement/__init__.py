@@ -1,4 +1,7 @@
-"""Placement policy: map trials' GPU demands onto nodes, and pack trials before a scale-down."""
+"""Placement policy: map trials' GPU demands onto nodes, and pack trials before a scale-down;
+``packing`` places several 1-GPU trials per GPU."""
+
+from rubberband.placement.packing import GpuNode, PackedDemand, PackedPlacement, check_packed, place_packed
 
 from rubberband.placement.placement import (
     InfeasiblePlacementError,
@@ -9,4 +12,7 @@ from rubberband.placement.placement import (
     scale_down_plan,
 )
 
-__all__ = ["InfeasiblePlacementError", "Placement", "ScaleDownPlan", "Slot", "place", "scale_down_plan"]
+__all__ = [
+    "GpuNode", "InfeasiblePlacementError", "PackedDemand", "PackedPlacement", "Placement", "ScaleDownPlan", "Slot",
+    "check_packed", "place", "place_packed", "scale_down_plan",
+]
