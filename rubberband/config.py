@@ -15,7 +15,7 @@ from rubberband.errors import RubberbandWarning, SpecError
 from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import resolve_trace_file
-from rubberband.schema import check_mapping, choice, integer, load_yaml, number
+from rubberband.schema import check_mapping, choice, did_you_mean, integer, load_yaml, number
 from rubberband.spec.experiment import ExperimentSpec
 from rubberband.units import parse_duration
 
@@ -53,6 +53,12 @@ class Experiment:
     path: str | None = None
     sha: dict[str, int] | None = None
     cluster: str | None = None      # a Ray cluster YAML for `--provider aws`
+    models: dict[str, ModelProfile] = field(default_factory=dict)   # GPU model -> its profile, when several
+
+    @property
+    def model_for_planning(self) -> ModelProfile | dict[str, ModelProfile]:
+        """What the planner weighs types by: one profile, or one per GPU model."""
+        return dict(self.models) if self.models else self.model
 
     def spec_with_trials(self, num_trials: int) -> ExperimentSpec:
         """The same SHA job started with another number of trials (what-if sweeps)."""
@@ -199,6 +205,7 @@ def with_measured(exp: Experiment, model_profile: str | Path | None = None,
     changes: dict[str, Any] = {}
     if model_profile is not None:
         changes["model"] = ModelProfile.from_dict(load_yaml(model_profile, "--model-profile"), where=str(model_profile))
+        changes["models"] = {}      # a measured profile replaces the experiment's, one or several
     if cloud_overrides is not None:
         extra = check_mapping(load_yaml(cloud_overrides, "--cloud-overrides"), str(cloud_overrides), optional=OVERRIDABLE)
         changes["cloud_overrides"] = {**exp.cloud_overrides, **extra}
@@ -220,15 +227,11 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
     data = check_mapping(data, "experiment", required=["model_profile", "cloud"], optional=_TOP_OPTIONAL)
     spec = _parse_spec(data, "experiment")
 
-    model_value = data["model_profile"]
-    if isinstance(model_value, dict):
-        model = ModelProfile.from_dict(model_value, "model_profile")
-    else:
-        model = ModelProfile.load(_resolve(model_value, base, "model_profile"))
-
     cloud = check_mapping(data["cloud"], "cloud", required=["profile", "instance_type"], optional=["market", "overrides"])
     catalog = CloudCatalog.load(_resolve(cloud["profile"], base, "cloud.profile"))
     instance_type = str(cloud["instance_type"])
+    models = _load_models(data["model_profile"], base, catalog)
+    model = _model_for_type(models, catalog, instance_type)
     market_name = choice(cloud.get("market", "on-demand"), "cloud.market", [m.value for m in Market] + ["auto"])
     market = "auto" if market_name == "auto" else Market(market_name)
     if market == "auto" and instance_type in catalog.types and catalog.types[instance_type].get("spot_price_usd_per_hour") is None \
@@ -262,6 +265,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         path=path,
         sha=dict(data["sha"]) if "sha" in data else None,
         cluster=str(_resolve(data["cluster"], base, "cluster")) if data.get("cluster") is not None else None,
+        models={str(k): v for k, v in models.items() if k is not None},
     )
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
@@ -269,6 +273,62 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         for name in catalog.instance_types:
             exp.cloud_for(name)
     return exp
+
+
+def measured_gpu_model(model: ModelProfile, catalog: CloudCatalog) -> str | None:
+    """The GPU model a profile was measured on, where it says (``measured_on.gpu_model``, or
+    the catalog's entry for ``measured_on.instance_type``)."""
+    measured = model.measured_on or {}
+    gpu = measured.get("gpu_model") or catalog.types.get(measured.get("instance_type"), {}).get("gpu_model")
+    return str(gpu) if gpu is not None else None
+
+
+def _load_models(value: Any, base: Path, catalog: CloudCatalog) -> dict[str | None, ModelProfile]:
+    """``model_profile:`` as ``{GPU model: profile}``: one profile (a path or an inline mapping,
+    keyed ``None``), or a mapping of GPU model to a profile's path (or inline mapping), one per
+    GPU model (issue #14: the planner compares types across GPU models by their own curves)."""
+    if not isinstance(value, dict):
+        return {None: ModelProfile.load(_resolve(value, base, "model_profile"))}
+    if "iter_latency_s" in value:       # an inline profile, not a mapping of GPU models
+        return {None: ModelProfile.from_dict(value, "model_profile")}
+    if not value:
+        raise SpecError("model_profile: expected a profile's path, or a mapping of GPU model to profile path "
+                        "such as {V100: profiles/a.yaml, A10G: profiles/b.yaml}")
+    known = sorted({str(e["gpu_model"]) for e in catalog.types.values() if e.get("gpu_model") is not None})
+    models: dict[str | None, ModelProfile] = {}
+    seen: dict[str, str] = {}
+    for gpu, entry in value.items():
+        where = f"model_profile.{gpu}"
+        gpu = str(gpu)
+        if gpu.lower() in seen:
+            raise SpecError(f"{where}: {seen[gpu.lower()]} and {gpu} name one GPU model; keep one profile per GPU model")
+        seen[gpu.lower()] = gpu
+        canonical = {k.lower(): k for k in known}
+        if gpu.lower() not in canonical:
+            raise SpecError(f"{where}: {gpu!r} is no GPU model of {catalog.path or catalog.region}"
+                            f"{did_you_mean(gpu, known)}; its types have {', '.join(known)}")
+        gpu = canonical[gpu.lower()]      # spelled as the catalog does
+        model = (ModelProfile.from_dict(entry, where) if isinstance(entry, dict)
+                 else ModelProfile.load(_resolve(entry, base, where)))
+        measured = measured_gpu_model(model, catalog)
+        if measured is not None and measured != gpu:
+            raise SpecError(f"{where}: profile {model.name!r} was measured on {measured}, not {gpu}; "
+                            f"list it under {measured}")
+        if measured is None:    # the key says which GPUs it was measured on: the planner needs to know
+            model = model.replace(measured_on={**model.measured_on, "gpu_model": gpu})
+        models[gpu] = model
+    return models
+
+
+def _model_for_type(models: dict[str | None, ModelProfile], catalog: CloudCatalog, instance_type: str) -> ModelProfile:
+    """The profile an experiment's own instance type runs by (the first one under ``auto``)."""
+    if None in models or instance_type == "auto" or instance_type not in catalog.types:
+        return next(iter(models.values()))
+    gpu = catalog.types[instance_type].get("gpu_model")
+    if gpu not in models:
+        raise SpecError(f"cloud.instance_type: {instance_type} has {gpu} GPUs but model_profile has profiles for "
+                        f"{', '.join(str(k) for k in models)} only; add a {gpu} profile or choose another type (or auto)")
+    return models[gpu]
 
 
 def _confidence(value: Any) -> float | None:

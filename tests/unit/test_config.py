@@ -254,3 +254,34 @@ def test_a_model_profile_given_instead_silences_the_replaced_ones_warning(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error", RubberbandWarning)
         assert load_experiment(path, model_profile=MODEL).model.name == "resnet101-cifar10-bs1024"
+
+
+# --- one model profile per GPU model (issue #14 item 4) ---------------------------------------
+A10G = {"name": "on-a10g", "iter_latency_s": {1: {"dist": "constant", "value": 100.0}, 4: {"dist": "constant", "value": 30.0}}}
+
+
+def test_model_profile_may_give_one_profile_per_gpu_model():
+    exp = experiment_from_dict(base(model_profile={"V100": str(MODEL), "A10G": A10G}))
+    assert set(exp.models) == {"V100", "A10G"}
+    assert exp.model is exp.models["V100"]                   # p3.8xlarge has V100s
+    assert exp.models["A10G"].measured_on["gpu_model"] == "A10G"  # the key says what it was measured on
+    assert exp.model_for_planning == exp.models
+    g5 = experiment_from_dict(base(model_profile={"V100": str(MODEL), "A10G": A10G},
+                                   cloud={"profile": str(AWS), "instance_type": "g5.12xlarge"}))
+    assert g5.model.name == "on-a10g"
+    single = experiment_from_dict(base())
+    assert single.models == {} and single.model_for_planning is single.model
+    assert set(experiment_from_dict(base(model_profile={"v100": str(MODEL)})).models) == {"V100"}   # the catalog's spelling
+
+
+@pytest.mark.parametrize("profiles, instance_type, match", [
+    ({"V1OO": str(MODEL)}, "p3.8xlarge", r"^model_profile\.V1OO: 'V1OO' is no GPU model of .*us-east-1\.yaml; its types have A100, .*V100"),
+    ({"V100": str(MODEL), "v100": str(MODEL)}, "p3.8xlarge", r"^model_profile\.v100: V100 and v100 name one GPU model; keep one"),
+    ({"A10G": str(MODEL)}, "g5.xlarge", r"^model_profile\.A10G: profile 'resnet101-cifar10-bs1024' was measured on V100, not A10G; list it under V100"),
+    ({"A10G": A10G}, "p3.8xlarge", r"^cloud\.instance_type: p3\.8xlarge has V100 GPUs but model_profile has profiles for A10G only"),
+    ({}, "p3.8xlarge", r"^model_profile: expected a profile's path, or a mapping of GPU model to profile path"),
+    ({"V100": "nope.yaml"}, "p3.8xlarge", r"^model_profile\.V100: no such file 'nope\.yaml'"),
+])
+def test_bad_per_gpu_model_profiles_are_one_line_errors(profiles, instance_type, match):
+    with pytest.raises(SpecError, match=match):
+        experiment_from_dict(base(model_profile=profiles, cloud={"profile": str(AWS), "instance_type": instance_type}))
