@@ -112,6 +112,7 @@ class Provider(Protocol):
 _REGISTRY: dict[str, str | Callable[[], Provider]] = {
     "local": "rubberband.providers.local:LocalProvider",
     "aws": "rubberband.providers.aws_cluster:AwsProvider",
+    "sim": "rubberband.providers.sim:SimProvider",      # rehearsal in virtual time (no Ray cluster)
 }
 _LOADED: dict[str, Provider] = {}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE = ["spec", "profiles", "simulator", "plan", "placement"]
+PURE = ["spec", "profiles", "simulator", "plan", "placement", "scheduler"]
 HEAVY = ("ray", "torch", "boto3", "botocore")
 
 
@@ -33,7 +33,7 @@ def test_importing_the_core_and_the_cli_loads_no_sdk():
 # before it. Everything above the core (config, providers, executor, profiler, testing) may
 # import the core, and nothing but the CLI itself imports the CLI.
 NEUTRAL = {"errors", "units", "schema", "render", "limits"}
-CORE_ORDER = ["spec", "profiles", "simulator", "plan", "placement"]
+CORE_ORDER = ["spec", "profiles", "simulator", "plan", "placement", "scheduler"]
 
 
 def _package_imports() -> dict[str, set[str]]:

@@ -10,12 +10,12 @@ from rubberband.providers.base import Provider
 
 
 def test_an_unknown_provider_is_one_line_naming_the_valid_ones():
-    with pytest.raises(SpecError, match=r"^--provider: unknown provider 'gcp'; choose one of local, aws$"):
+    with pytest.raises(SpecError, match=r"^--provider: unknown provider 'gcp'; choose one of local, aws, sim$"):
         base.get("gcp", "--provider")
 
 
 def test_a_misspelt_provider_suggests_the_closest():
-    with pytest.raises(SpecError, match=r"unknown provider 'lcoal' \(did you mean `local`\?\); choose one of local, aws"):
+    with pytest.raises(SpecError, match=r"unknown provider 'lcoal' \(did you mean `local`\?\); choose one of local, aws, sim"):
         base.get("lcoal")
 
 

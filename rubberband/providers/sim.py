@@ -1,0 +1,357 @@
+"""The ``sim`` provider: a virtual-clock cluster that rehearses a plan with the real scheduler.
+
+``SimCluster`` plays the cloud and the trainers in virtual time and feeds what happens to
+the same ``rubberband.scheduler.Scheduler`` that decides a real run. Every latency is drawn
+from a *truth* model exactly as DESIGN §4 and §4.1 define it (by default the planning
+profiles; rehearse a wrong profile by passing another):
+
+* a scale-up (the non-replacement ``RequestInstances`` of one answer) draws one SCALE from
+  ``provision_latency_s``; each new instance is billed from the SCALE's end and ready after
+  its own ``init_latency_s`` draw;
+* a TRAIN node lasts ``trial_startup_s + k * L``, with ``L`` and the start-up drawn once per
+  trial and stage from the truth's ``iter_latency_s(m)`` (a slow trial stays slow, also
+  after a reclaim);
+* a SYNC lasts one ``sync_s`` draw;
+* a spot instance lives an exponential lifetime with the market's ``rate_per_hour`` from its
+  SCALE's end, the notice ``notice_s`` before (not before its launch); with a ``trace`` the
+  zone's availability is replayed from a random offset: a request waits for capacity, and
+  every spot instance goes when the zone does (no notice helps). A trial interrupted at ``r``
+  keeps its completed iterations and loses the one in progress. Multi-node trace counts
+  (how many may be held at once) are not modelled: a trace is all-or-none here.
+
+Metrics come from a seeded synthetic learning curve per trial, so promotion is exercised:
+a trial draws a quality ``q ~ Beta(2, 2)``, an asymptote ``A = 0.55 + 0.4 q`` and a time
+constant ``tau = 2 + 40 (1 - q) u`` iterations (``u ~ U(0, 1)``: good trials mostly learn
+fast, but some good ones start slowly, so curves cross); at step ``s`` it reports
+``A (1 - exp(-s / tau)) + N(0, 0.01)`` (an accuracy), or one minus that when the job
+minimises.
+
+The provider is registered beside ``local`` and ``aws`` so that ``--provider sim`` is
+known everywhere; it starts no Ray cluster (``start`` says so): ``rubberband run EXP
+--provider sim`` rehearses through ``rubberband.cli.rehearse``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rubberband.errors import SpecError
+from rubberband.plan.plan import Plan
+from rubberband.profiles.cloud import CloudProfile, Market
+from rubberband.profiles.model import ModelProfile
+from rubberband.scheduler import (
+    InstanceLost,
+    InstanceReady,
+    JobDone,
+    ReclaimNotice,
+    ReleaseInstances,
+    RequestInstances,
+    ResizeTrial,
+    RunSync,
+    Scheduler,
+    StartTrial,
+    StopTrial,
+    SyncDone,
+    TrainFinished,
+)
+
+# Stream ids of the rehearsal's random components (one generator each, from the seed).
+_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET, _CURVE = range(8)
+
+
+class LearningCurves:
+    """The seeded synthetic learning curves of the module docstring, one per trial id."""
+
+    def __init__(self, seed: int, mode: str = "max"):
+        self.seed, self.mode = int(seed), mode
+        self._params: dict[str, tuple[float, float, np.random.Generator]] = {}
+
+    def _trial(self, trial: str) -> tuple[float, float, np.random.Generator]:
+        if trial not in self._params:
+            rng = np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(_CURVE, zlib.crc32(trial.encode()))))
+            q, u = rng.beta(2.0, 2.0), rng.uniform()
+            self._params[trial] = (0.55 + 0.4 * q, 2.0 + 40.0 * (1.0 - q) * u, rng)
+        return self._params[trial]
+
+    def metric(self, trial: str, step: int) -> float:
+        asymptote, tau, rng = self._trial(trial)
+        acc = asymptote * (1.0 - math.exp(-step / tau)) + rng.normal(0.0, 0.01)
+        return acc if self.mode == "max" else 1.0 - acc
+
+
+@dataclass
+class SimInstance:
+    """One instance of the rehearsal, times in virtual seconds (``None`` until they happen)."""
+
+    name: str
+    market: Market
+    stage_requested: int
+    requested_s: float
+    launched_s: float             # end of SCALE: billed from here
+    ready_s: float
+    down_s: float                 # reclaimed at (inf: never)
+    released_s: float | None = None
+    release_reason: str | None = None
+    price_usd_per_hour: float = 0.0
+
+    @property
+    def billed(self) -> bool:
+        """Whether it was ever launched (a request cancelled while provisioning never is)."""
+        return self.release_reason != "cancelled"
+
+
+@dataclass
+class SimRun:
+    """What one rehearsal did: the raw records a ``RunResult`` is built from."""
+
+    jct_s: float
+    instances: list[SimInstance]
+    train_runs: list[dict[str, Any]]
+    stage_windows: list[tuple[float, float]]
+    scheduler: Scheduler
+    reclaims: int = 0
+    promoted: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class _Train:
+    token: int
+    stage: int
+    start_s: float
+    iters: int
+    step0: int
+    latency: float
+    startup: float
+    nodes: frozenset[str]
+    gpus: int
+
+
+class SimCluster:
+    """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
+
+    def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
+                 mode: str = "min"):
+        """
+        Args:
+            plan: the plan to run (its cloud's prices are what instances are billed at).
+            model: the truth model: TRAIN, start-up and SYNC latencies are drawn from it.
+            cloud: the truth cloud (SCALE, INIT latencies, the spot market); default ``plan.cloud``.
+            seed: one seed for every draw of the rehearsal and the learning curves.
+            mode: ``min`` or ``max``: what the scheduler ranks by.
+        """
+        self.plan, self.model, self.cloud = plan, model, cloud or plan.cloud
+        self.seed = int(seed)
+        self.scheduler = Scheduler(plan, mode)
+        self.curves = LearningCurves(seed, mode)
+        self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
+                     for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
+        market = self.cloud.spot
+        self._offset = float(self._rng[_OFFSET].uniform(0.0, market.trace.duration_s)) if market.trace else 0.0
+        self._heap: list[tuple[float, int, str, Any]] = []
+        self._seq = itertools.count()
+        self.now = 0.0
+        self.instances: dict[str, SimInstance] = {}
+        self._trains: dict[str, _Train] = {}
+        self._draws: dict[tuple[str, int], tuple[float, float]] = {}
+        self._tokens = itertools.count()
+        self.train_runs: list[dict[str, Any]] = []
+        self.windows: list[tuple[float, float]] = []
+        self._stage_start = 0.0
+        self.reclaims = 0
+        self.done = False
+
+    # --- the loop --------------------------------------------------------------------------------
+    def run(self, max_events: int = 10_000_000) -> SimRun:
+        """Run the plan to its end; return what happened."""
+        self._apply(self.scheduler.start(0.0))
+        for _ in range(max_events):
+            if self.done:
+                break
+            if not self._heap:
+                raise SpecError("sim: the rehearsal stalled: the scheduler waits for an event that never comes "
+                                "(spot capacity never returns?)")
+            t, _, kind, data = heapq.heappop(self._heap)
+            event = self._event(kind, data, t)
+            if event is None:
+                continue
+            self.now = t
+            self._apply(self.scheduler.on(event, t))
+        else:
+            raise SpecError(f"sim: more than {max_events} events; the rehearsal does not end")
+        return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler,
+                      self.reclaims)
+
+    def _push(self, t: float, kind: str, data: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, data))
+
+    def _event(self, kind: str, data: Any, t: float):
+        """The scheduler event a queued happening turns into, or ``None`` if it no longer applies."""
+        if kind in ("ready", "notice", "lost"):
+            inst = self.instances[data]
+            if inst.released_s is not None:
+                return None
+            if kind == "ready":
+                return InstanceReady(data, self.cloud.gpus_per_instance, inst.launched_s)
+            if kind == "notice":
+                return ReclaimNotice(data)
+            inst.released_s, inst.release_reason = t, "interrupted"
+            self.reclaims += 1
+            progress = {}
+            for trial, run in list(self._trains.items()):
+                if data in run.nodes:
+                    done = math.floor(max(t - run.start_s - run.startup, 0.0) / run.latency) if run.latency > 0 else run.iters
+                    progress[trial] = run.step0 + min(done, run.iters)
+                    self._record(trial, run, t, min(done, run.iters))
+                    del self._trains[trial]
+            return InstanceLost(data, progress)
+        if kind == "train":
+            trial, token = data
+            run = self._trains.get(trial)
+            if run is None or run.token != token:
+                return None
+            del self._trains[trial]
+            self._record(trial, run, t, run.iters)
+            step = run.step0 + run.iters
+            return TrainFinished(trial, step, self.curves.metric(trial, step))
+        if kind == "sync":
+            self.windows.append((self._stage_start, t))
+            self._stage_start = t
+            return SyncDone(data)
+        raise SpecError(f"sim: unknown happening {kind!r}")
+
+    def _record(self, trial: str, run: _Train, end: float, iters: int) -> None:
+        self.train_runs.append({"trial": trial, "stage": run.stage, "gpus": run.gpus, "start_s": run.start_s,
+                                "end_s": end, "iters": iters, "iter_s": [run.latency] * iters})
+
+    # --- decisions --------------------------------------------------------------------------------
+    def _apply(self, decisions: list) -> None:
+        scale = None      # one SCALE per scale-up: the answer's first non-replacement request draws it
+        for d in decisions:
+            if isinstance(d, RequestInstances):
+                if d.replaces is None:
+                    if scale is None:
+                        scale = float(self.cloud.provision_latency_s.sample(self._rng[_SCALE], 1)[0])
+                    self._launch(d, scale)
+                else:
+                    self._launch(d, float(self.cloud.provision_latency_s.sample(self._rng[_SCALE], 1)[0]))
+            elif isinstance(d, ReleaseInstances):
+                for name in d.names:
+                    self._release(name)
+            elif isinstance(d, StartTrial):
+                self._train(d)
+            elif isinstance(d, StopTrial):
+                self._trains.pop(d.trial, None)
+            elif isinstance(d, ResizeTrial):
+                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4)
+            elif isinstance(d, RunSync):
+                self._push(self.now + float(self.model.sync_s.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
+            elif isinstance(d, JobDone):
+                self.done = True
+            else:
+                raise SpecError(f"sim: unknown decision {d!r}")
+
+    def _zone_next(self, t: float, up: bool) -> float:
+        trace = self.cloud.spot.trace
+        return float(trace.next_change(t + self._offset, up=up)) - self._offset
+
+    def _launch(self, d: RequestInstances, scale: float) -> None:
+        spot = d.market is Market.SPOT
+        market = self.cloud.spot
+        granted = self._zone_next(self.now, up=True) if spot and market.trace else self.now
+        price = (self.plan.cloud.spot_price_usd_per_hour if spot else self.plan.cloud.price_usd_per_hour) or 0.0
+        for name in d.names:
+            launched = granted + scale
+            ready = launched + float(self.cloud.init_latency_s.sample(self._rng[_INIT], 1)[0])
+            down = math.inf
+            if spot and market.trace is not None:
+                down = self._zone_next(launched, up=False)
+            elif spot and market.rate_per_hour > 0:
+                down = launched + float(self._rng[_LIFE].standard_exponential()) * 3600.0 / market.rate_per_hour
+            self.instances[name] = SimInstance(name, d.market, d.stage, self.now, launched, ready, down,
+                                               price_usd_per_hour=float(price))
+            if ready < down:
+                self._push(ready, "ready", name)
+            if math.isfinite(down):
+                notice = down if market.trace is not None else max(down - market.notice_s, launched)
+                self._push(notice, "notice", name)
+                self._push(down, "lost", name)
+
+    def _release(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.released_s is not None:
+            return
+        if inst.launched_s > self.now:      # still provisioning: cancelled, never billed
+            inst.released_s, inst.release_reason = self.now, "cancelled"
+        else:
+            inst.released_s, inst.release_reason = self.now, "released"
+
+    def _train(self, d: StartTrial) -> None:
+        nodes = frozenset(n for n, _ in d.slots)
+        for n in nodes:
+            inst = self.instances[n]
+            if inst.released_s is not None or inst.ready_s > self.now:
+                raise SpecError(f"sim: trial {d.trial} was placed on instance {n}, which is not up")
+        m = len(d.slots)
+        key = (d.trial, d.stage)
+        if key not in self._draws:      # once per trial and stage: a slow trial stays slow after a reclaim
+            self._draws[key] = (float(self.model.latency(m).sample(self._rng[_TRAIN], 1)[0]),
+                                float(self.model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
+        latency, startup = self._draws[key]
+        step0 = self.scheduler.trials[d.trial].step
+        run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m)
+        self._trains[d.trial] = run
+        self._push(self.now + startup + d.iters * latency, "train", (d.trial, run.token))
+
+
+def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
+                  mode: str = "min") -> SimRun:
+    """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's)."""
+    return SimCluster(plan, model, cloud, seed, mode).run()
+
+
+def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
+    """A truth model must describe the planned model and cover every GPU count the plan uses.
+
+    Raises:
+        SpecError: naming ``where``, for another model or a missing GPU count.
+    """
+    if model.name != planned.name:
+        raise SpecError(f"{where}: profile {model.name!r} is of another model than the plan's {planned.name!r}; "
+                        "give a profile of the same model (its `name:`)")
+    missing = sorted({m for m in plan.gpus_per_trial if not model.covers(m)})
+    if missing:
+        raise SpecError(f"{where}: profile {model.name!r} covers {model.min_gpus}..{model.max_gpus} GPUs per trial, "
+                        f"but the plan runs trials on {', '.join(map(str, missing))} GPUs; add those counts to it")
+    return model
+
+
+class SimProvider:
+    """``--provider sim`` in the registry: rehearsal in virtual time, no Ray cluster."""
+
+    name = "sim"
+    cluster_yaml = False
+
+    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> Any:
+        return None
+
+    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
+              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float):
+        raise SpecError("provider: sim rehearses in virtual time and starts no Ray cluster; "
+                        "run `rubberband run EXP --provider sim` instead")
+
+    def sweep(self, cluster: Any, config: Any) -> None:
+        return None
+
+    def down(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return {"heads": []}        # a rehearsal leaves nothing running
+
+    def status(self, run_id: str | None, regions: list[str], cluster_yamls: list[str]) -> dict[str, Any]:
+        return {"heads": []}

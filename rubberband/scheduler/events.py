@@ -1,0 +1,137 @@
+"""What the scheduler hears (events) and what it answers (decisions): plain frozen values.
+
+A backend — the real driver over Ray, or the virtual-clock ``sim`` cluster — turns what
+happens on its cluster into events, hands each to ``Scheduler.on`` with the time it happened,
+and applies the decisions returned, in order. Instances and trials are named by the
+scheduler; a backend maps its own node ids to those names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rubberband.placement import Slot
+from rubberband.profiles.cloud import Market
+
+
+# --- events ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class InstanceReady:
+    """A requested instance is running and initialised (end of INIT_INSTANCE); it was
+    launched — billed from — ``launched_s`` (the end of its SCALE)."""
+
+    name: str
+    gpus: int
+    launched_s: float
+
+
+@dataclass(frozen=True)
+class ReclaimNotice:
+    """The provider will reclaim this spot instance soon (AWS: two minutes); it still runs."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class InstanceLost:
+    """The instance is gone (reclaimed, or its node died). ``progress``: the trials that were
+    training on it and the step each had checkpointed (they resume from there)."""
+
+    name: str
+    progress: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialFailed:
+    """A trial's gang died while its instances live on; it resumes from checkpoint ``step``."""
+
+    trial: str
+    step: int
+
+
+@dataclass(frozen=True)
+class TrainFinished:
+    """A trial trained the iterations its ``StartTrial`` asked for: now at ``step``, scoring ``metric``."""
+
+    trial: str
+    step: int
+    metric: float
+
+
+@dataclass(frozen=True)
+class SyncDone:
+    """The SYNC barrier the scheduler asked for (``RunSync``) is over: rank and move on."""
+
+    stage: int
+
+
+Event = InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone
+
+
+# --- decisions -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RequestInstances:
+    """Launch one instance per name on ``market`` (node type = instance type x market).
+
+    The requests of one answer that are not replacements form one scale-up: one SCALE for
+    all of them (DESIGN §4). ``replaces`` names the reclaimed instance a replacement stands in for.
+    """
+
+    names: tuple[str, ...]
+    instance_type: str
+    market: Market
+    stage: int
+    replaces: str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseInstances:
+    """Terminate these instances, or cancel them if they are still being provisioned."""
+
+    names: tuple[str, ...]
+    stage: int
+
+
+@dataclass(frozen=True)
+class StartTrial:
+    """Train ``trial`` for ``iters`` more iterations on ``slots`` (its gang: started, resumed
+    from its checkpoint, or kept if it already runs there). A TRAIN node: start-up included."""
+
+    trial: str
+    stage: int
+    slots: tuple[Slot, ...]
+    iters: int
+
+
+@dataclass(frozen=True)
+class ResizeTrial:
+    """Move an idle trial's gang to ``slots`` (checkpoint, restart there): packing at a SYNC."""
+
+    trial: str
+    slots: tuple[Slot, ...]
+
+
+@dataclass(frozen=True)
+class StopTrial:
+    """Stop the trial's gang; ``eliminated``: it lost at a SYNC, else it waits for its next turn."""
+
+    trial: str
+    eliminated: bool
+
+
+@dataclass(frozen=True)
+class RunSync:
+    """Every TRAIN of ``stage`` finished: run the SYNC barrier, then report ``SyncDone``."""
+
+    stage: int
+
+
+@dataclass(frozen=True)
+class JobDone:
+    """The last SYNC is over and every instance released; ``best`` is the winning trial."""
+
+    best: str | None
+
+
+Decision = RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone

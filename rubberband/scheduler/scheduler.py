@@ -1,0 +1,386 @@
+"""The scheduler: every decision of a SHA or HyperBand job, as a pure function of the events seen.
+
+It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
+
+* **Instances.** A stage holds ``plan.instances[i]`` instances, ``plan.spot_counts[i]`` of
+  them spot. The scheduler thinks in *positions* (as the simulator does): a position is one
+  instance the plan holds, filled by successive instances when spot ones are reclaimed. A
+  stage that needs more positions requests them all at once (one SCALE) and starts its
+  trials once every new one is ready. On a ``ReclaimNotice`` it requests a replacement for
+  the position at once (provisioning overlaps the notice); trials keep training on the
+  doomed instance until it is lost, then resume from their checkpoints on the replacement
+  (or on any free GPUs first). Nothing new is placed on a doomed instance.
+* **What runs next.** Trials run in rank order (the previous SYNC's); a stage runs
+  ``min(a_i, n_i)`` of them at a time with ``gpus_per_trial[i]`` GPUs each, placed by
+  ``rubberband.placement.place`` (unchanged trials stay where they are). When trials queue,
+  a finished trial hands its GPUs to the next queued one; a trial whose instance was lost
+  goes to the front of the queue.
+* **Promotion.** At each SYNC the stage's trials are ranked by metric (``mode`` min or max;
+  a stable sort, so ties keep the order they ran in; a missing or NaN metric ranks last)
+  and the best ``n_{i+1}`` go on, unless the next stage starts a new HyperBand bracket —
+  then all stop and the bracket's trials are created (``b{k}-t{j:03d}``; ``t{j:03d}`` for
+  a single bracket).
+* **Release at a SYNC.** When the next stage holds fewer positions of a market, the newest
+  go: survivors that run next at the same size stay, those on released instances are packed
+  onto the kept ones first (``scale_down_plan``: ``ResizeTrial``), the others are paused.
+
+How the driver uses it (``executor/driver.py`` moves onto it in a later change): it calls
+``start(now)`` and applies each returned decision through its ports — ``RequestInstances``
+→ ``ClusterPort.scale_to`` (mapping the nodes that come up to the requested names, in
+order), ``StartTrial`` → ``TrialRunnerPort.start``/``reassign`` + ``train`` (kept when the
+gang already runs on those slots), ``ResizeTrial`` → stop and start from the checkpoint,
+``StopTrial`` → ``stop``, ``ReleaseInstances`` → ``release_instance`` + ``release_to``,
+``RunSync`` → the evaluation barrier, ``JobDone`` → report. What its ports observe it turns
+into events for ``on(event, now)``: a ready node (``InstanceReady``), a spot notice or a
+vanished node (``ReclaimNotice``, ``InstanceLost`` with each interrupted trial's
+checkpointed step), a dead gang (``TrialFailed``), a finished chunk of iterations
+(``TrainFinished``) and the end of the barrier (``SyncDone``). The ``sim`` backend
+(``rubberband.providers.sim``) drives the same object in virtual time. Every decision
+follows an event, so no clock tick is needed: ``now`` is passed with each event.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from rubberband.errors import SpecError
+from rubberband.placement import InfeasiblePlacementError, Placement, Slot, place, scale_down_plan
+from rubberband.plan.plan import Plan
+from rubberband.profiles.cloud import Market
+from rubberband.scheduler.events import (
+    Decision,
+    Event,
+    InstanceLost,
+    InstanceReady,
+    JobDone,
+    ReclaimNotice,
+    ReleaseInstances,
+    RequestInstances,
+    ResizeTrial,
+    RunSync,
+    StartTrial,
+    StopTrial,
+    SyncDone,
+    TrainFinished,
+    TrialFailed,
+)
+
+
+@dataclass
+class TrialInfo:
+    """One trial as the scheduler tracks it."""
+
+    id: str
+    bracket: int
+    step: int = 0
+    metric: float | None = None
+    target: int = 0                  # the step this stage's TRAIN ends at
+    running: bool = False
+    eliminated_after: int | None = None
+    history: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class _Instance:
+    name: str
+    market: Market
+    position: int
+    gpus: int = 0
+    ready: bool = False
+    doomed: bool = False             # reclaim notice received
+    launched_s: float = math.inf
+
+
+@dataclass
+class _Position:
+    seq: int
+    market: Market
+    current: str                     # the instance filling it (ready or still provisioning)
+    old: list[str] = field(default_factory=list)   # noticed instances still alive
+
+
+class Scheduler:
+    """Decisions for one plan (see the module docstring); ``mode`` is ``min`` or ``max``."""
+
+    def __init__(self, plan: Plan, mode: str = "min"):
+        if mode not in ("min", "max"):
+            raise SpecError(f"mode: expected min or max, got {mode!r}")
+        self.plan, self.spec, self.mode = plan, plan.spec, mode
+        self.trials: dict[str, TrialInfo] = {}
+        self.instances: dict[str, _Instance] = {}
+        self.positions: dict[int, _Position] = {}
+        self.placement: dict[str, tuple[Slot, ...]] = {}
+        self.stage = -1
+        self.phase = "idle"          # scaling -> training -> sync -> (next stage) ... -> done
+        self.active: list[str] = []
+        self.queue: list[str] = []
+        self.finished: set[str] = set()
+        self.waiting: set[str] = set()       # new instances the stage waits for
+        self.replacements = 0
+        self._seq = itertools.count()
+        self._now = 0.0
+
+    # --- entry points ------------------------------------------------------------------------
+    def start(self, now: float = 0.0) -> list[Decision]:
+        """The job's first decisions: stage 0's instances (and trials, if none are needed)."""
+        if self.phase != "idle":
+            raise SpecError("scheduler: start() was already called")
+        self._now = now
+        return self._begin_stage(0)
+
+    def on(self, event: Event, now: float) -> list[Decision]:
+        """The decisions ``event`` (happening at ``now``) calls for, in the order to apply them."""
+        self._now = now
+        handler = {InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
+                   TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync}.get(type(event))
+        if handler is None:
+            raise SpecError(f"scheduler: unknown event {event!r}")
+        return handler(event)
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def best(self) -> str | None:
+        """The trial with the best final metric among those that trained longest."""
+        finished = [t for t in self.trials.values() if t.metric is not None and math.isfinite(t.metric)]
+        if not finished:
+            return None
+        most = max(t.step for t in finished)
+        top = [t for t in finished if t.step == most]
+        return min(top, key=lambda t: t.metric if self.mode == "min" else -t.metric).id
+
+    # --- stages --------------------------------------------------------------------------------
+    def _want(self, i: int) -> dict[Market, int]:
+        spot = self.plan.spot_counts[i]
+        return {Market.ON_DEMAND: self.plan.instances[i] - spot, Market.SPOT: spot}
+
+    def _begin_stage(self, i: int) -> list[Decision]:
+        spec = self.spec
+        self.stage, self.phase = i, "scaling"
+        if i in spec.bracket_starts:
+            bracket = spec.bracket_starts.index(i)
+            multi = len(spec.bracket_starts) > 1
+            self.active = [f"b{bracket}-t{j:03d}" if multi else f"t{j:03d}" for j in range(spec.stages[i].num_trials)]
+            for tid in self.active:
+                self.trials[tid] = TrialInfo(tid, bracket)
+        for tid in self.active:
+            trial = self.trials[tid]
+            trial.target = trial.step + spec.stages[i].iters
+        self.finished, self.queue = set(), list(self.active)
+        out: list[Decision] = []
+        for market, count in self._want(i).items():
+            fresh = count - sum(1 for p in self.positions.values() if p.market is market)
+            if fresh > 0:
+                names = tuple(self._new_position(market) for _ in range(fresh))
+                self.waiting.update(names)
+                out.append(RequestInstances(names, self.plan.instance_type, market, i))
+        if not self.waiting:
+            out += self._start_training()
+        return out
+
+    def _new_position(self, market: Market) -> str:
+        seq = next(self._seq)
+        name = f"i{seq:03d}"
+        self.positions[seq] = _Position(seq, market, name)
+        self.instances[name] = _Instance(name, market, seq)
+        return name
+
+    def _start_training(self) -> list[Decision]:
+        i = self.stage
+        self.phase = "training"
+        m, first = self.plan.gpus_per_trial[i], set(self.queue[: self._concurrency()])
+        out: list[Decision] = []
+        # Trials that do not run first, or run at another size, give their slots up.
+        for tid in list(self.placement):
+            if tid not in first or len(self.placement[tid]) != m:
+                del self.placement[tid]
+                if tid not in first:
+                    out.append(StopTrial(tid, eliminated=False))
+        return out + self._fill()
+
+    def _concurrency(self) -> int:
+        i = self.stage
+        return min(self.plan.allocation[i], self.spec.stages[i].num_trials)
+
+    def _fill(self) -> list[Decision]:
+        """Start queued trials while the stage has room for them."""
+        room = self._concurrency() - sum(1 for t in self.active if self.trials[t].running)
+        if room <= 0 or not self.queue:
+            return []
+        batch = self.queue[:room]
+        assigned = self._place(batch)
+        out: list[Decision] = []
+        for tid in batch:
+            if tid in assigned:
+                self.queue.remove(tid)
+                out.append(self._start(tid, assigned[tid]))
+        return out
+
+    def _good_nodes(self) -> list[tuple[str, int]]:
+        """Ready instances that are not about to be reclaimed, oldest first."""
+        ready = [x for x in self.instances.values() if x.ready and not x.doomed]
+        ready.sort(key=lambda x: (x.launched_s, x.position))
+        return [(x.name, x.gpus) for x in ready]
+
+    def _place(self, trials: list[str]) -> dict[str, tuple[Slot, ...]]:
+        m = self.plan.gpus_per_trial[self.stage]
+        nodes = self._good_nodes()
+        good = {n for n, _ in nodes}
+        previous = {t: s for t, s in self.placement.items() if all(n in good for n, _ in s)}
+        others = [t for t in previous if t not in trials]
+        placed = place({**{t: len(previous[t]) for t in others}, **{t: m for t in trials}}, nodes,
+                       previous=Placement(previous), reserved=others)
+        return {t: placed.assignments[t] for t in trials if t in placed.assignments}
+
+    def _start(self, tid: str, slots: tuple[Slot, ...]) -> StartTrial:
+        trial = self.trials[tid]
+        trial.running = True
+        self.placement[tid] = slots
+        return StartTrial(tid, self.stage, slots, trial.target - trial.step)
+
+    # --- events --------------------------------------------------------------------------------
+    def _ready(self, ev: InstanceReady) -> list[Decision]:
+        inst = self.instances.get(ev.name)
+        if inst is None:          # released or cancelled meanwhile
+            return []
+        inst.ready, inst.gpus, inst.launched_s = True, ev.gpus, ev.launched_s
+        self.waiting.discard(ev.name)
+        if self.phase == "scaling" and not self.waiting:
+            return self._start_training()
+        return self._fill() if self.phase == "training" else []
+
+    def _notice(self, ev: ReclaimNotice) -> list[Decision]:
+        inst = self.instances.get(ev.name)
+        if inst is None or inst.doomed:
+            return []
+        inst.doomed = True
+        pos = self.positions[inst.position]
+        if pos.current != ev.name:
+            return []
+        pos.old.append(ev.name)
+        fresh = f"i{pos.seq:03d}.{self.replacements + 1}"
+        self.replacements += 1
+        pos.current = fresh
+        self.instances[fresh] = _Instance(fresh, pos.market, pos.seq)
+        if ev.name in self.waiting:
+            self.waiting.discard(ev.name)
+            self.waiting.add(fresh)
+        return [RequestInstances((fresh,), self.plan.instance_type, pos.market, self.stage, replaces=ev.name)]
+
+    def _lost(self, ev: InstanceLost) -> list[Decision]:
+        inst = self.instances.get(ev.name)
+        if inst is None:
+            return []
+        out = self._notice(ReclaimNotice(ev.name)) if not inst.doomed else []
+        del self.instances[ev.name]
+        self.positions[inst.position].old.remove(ev.name)
+        interrupted = [t for t, s in self.placement.items() if any(n == ev.name for n, _ in s)]
+        resume = []
+        for tid in interrupted:
+            del self.placement[tid]
+            trial = self.trials[tid]
+            if trial.running:
+                trial.running = False
+                trial.step = ev.progress.get(tid, trial.step)
+                resume.append(tid)
+        self.queue[:0] = [t for t in resume if t not in self.queue]
+        return out + (self._fill() if self.phase == "training" else [])
+
+    def _failed(self, ev: TrialFailed) -> list[Decision]:
+        trial = self.trials[ev.trial]
+        trial.running, trial.step = False, ev.step
+        self.placement.pop(ev.trial, None)
+        if ev.trial not in self.queue:
+            self.queue.insert(0, ev.trial)
+        return self._fill() if self.phase == "training" else []
+
+    def _finished(self, ev: TrainFinished) -> list[Decision]:
+        trial = self.trials[ev.trial]
+        trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
+        trial.history.append({"stage": self.stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
+        self.finished.add(ev.trial)
+        out: list[Decision] = []
+        if self.queue:
+            slots = self.placement.pop(ev.trial, ())
+            if slots and not any(self.instances[n].doomed for n, _ in slots):
+                out.append(self._start(self.queue.pop(0), slots))     # this GPU takes the next queued trial
+            else:
+                out += self._fill()
+        if len(self.finished) == self.spec.stages[self.stage].num_trials:
+            self.phase = "sync"
+            out.append(RunSync(self.stage))
+        return out
+
+    def _rank_key(self, tid: str) -> float:
+        metric = self.trials[tid].metric
+        if metric is None or math.isnan(metric):
+            return math.inf
+        return metric if self.mode == "min" else -metric
+
+    def _sync(self, ev: SyncDone) -> list[Decision]:
+        i, spec = ev.stage, self.spec
+        if i != self.stage or self.phase != "sync":
+            raise SpecError(f"scheduler: SyncDone for stage {i}, but stage {self.stage} is {self.phase}")
+        last = i + 1 == spec.num_stages()
+        next_same = not last and (i + 1) not in spec.bracket_starts
+        ranked = sorted(self.active, key=self._rank_key)
+        keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
+        out: list[Decision] = []
+        for tid in self.active:
+            if tid not in keep:
+                self.trials[tid].eliminated_after = i
+                self.placement.pop(tid, None)
+                out.append(StopTrial(tid, eliminated=True))
+        target = {Market.ON_DEMAND: 0, Market.SPOT: 0} if last else self._want(i + 1)
+        out += self._shrink(keep, target)
+        self.active = keep
+        if last:
+            self.phase = "done"
+            return out + [JobDone(self.best())]
+        return out + self._begin_stage(i + 1)
+
+    def _shrink(self, survivors: list[str], target: dict[Market, int]) -> list[Decision]:
+        """Release the newest positions beyond ``target``, packing the survivors first."""
+        out: list[Decision] = []
+        carried: set[str] = set()
+        if survivors:
+            i = self.stage + 1
+            m, slots = self.plan.gpus_per_trial[i], min(self.plan.allocation[i], self.spec.stages[i].num_trials)
+            carried = {t for t in survivors[:slots] if len(self.placement.get(t, ())) == m}
+        for tid in list(self.placement):
+            on_doomed = any(n not in self.instances or self.instances[n].doomed for n, _ in self.placement[tid])
+            if tid not in carried or on_doomed:
+                del self.placement[tid]
+                out.append(StopTrial(tid, eliminated=False))
+        gone: list[_Position] = []
+        for market, count in target.items():
+            mine = sorted((p for p in self.positions.values() if p.market is market), key=lambda p: p.seq)
+            gone += mine[count:]
+        if not gone:
+            return out
+        gone_seqs = {p.seq for p in gone}
+        nodes = self._good_nodes()
+        kept = [nd for nd in nodes if self.instances[nd[0]].position not in gone_seqs]
+        leaving = [nd for nd in nodes if self.instances[nd[0]].position in gone_seqs]
+        if any(self.placement.get(t) for t in self.placement):
+            try:
+                packed = scale_down_plan(Placement(self.placement), kept + leaving, len(kept))
+                self.placement = dict(packed.placement.assignments)
+                out += [ResizeTrial(t, self.placement[t]) for t in packed.moved]
+            except InfeasiblePlacementError:     # the kept instances are not all up: pause who cannot stay
+                leaving_names = {n for n, _ in leaving}
+                for tid in [t for t, s in self.placement.items() if any(n in leaving_names for n, _ in s)]:
+                    del self.placement[tid]
+                    out.append(StopTrial(tid, eliminated=False))
+        names: list[str] = []
+        for pos in sorted(gone, key=lambda p: -p.seq):       # newest first
+            for name in [pos.current, *pos.old]:
+                self.instances.pop(name, None)
+                self.waiting.discard(name)
+                names.append(name)
+            del self.positions[pos.seq]
+        out.append(ReleaseInstances(tuple(names), self.stage))
+        return out
