@@ -22,13 +22,23 @@ A TRAIN on positions ``P`` (several when a trial spans instances) runs while all
 up. Interrupted at ``r`` it keeps its completed iterations, loses the one in progress, and
 resumes on the replacements once they are up, paying ``trial_startup_s`` again. On-demand
 positions are never interrupted (``down = inf``).
+
+Random numbers. Incarnation ``k`` of the ``j``-th spot position in Monte-Carlo sample ``s``
+draws its lifetime, SCALE and INIT from a counter-based generator: a SplitMix64 hash of
+``(seed, stage, component, k)`` and ``(j, s)``, turned into the distribution by its inverse
+CDF. Each number depends only on those indices, so incarnations are drawn lazily and only
+for the (position, sample) pairs that reach them — a replacement exists in a few per cent of
+pairs — and plans that hold more instances, or a replay of one sample, read the very same
+numbers for the positions they have in common.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+from scipy.special import ndtri
 
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import CloudProfile
@@ -37,15 +47,73 @@ from rubberband.simulator.model import billed_seconds
 
 # Stream ids of the spot components, apart from the per-stage ones in ``model.py`` (0..4).
 _LIFE, _RESCALE, _REINIT, _OFFSET = 10, 11, 12, 13
-_CHUNK = 2                     # incarnations drawn at a time, per spot position
 # Incarnations of one position in one stage past which no trial is making progress: the
 # instances are reclaimed faster than they can be replaced and do any work.
 MAX_INCARNATIONS = 2000
+# SplitMix64's increment and output multipliers.
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
-def _rng(seed: int, stage: int, component: int, chunk: int = 0) -> np.random.Generator:
-    """The stream of one component of one stage's spot draws; each chunk of incarnations has its own."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stage, component, chunk))))
+def _rng(seed: int, stage: int, component: int) -> np.random.Generator:
+    """The numpy stream of one component of one stage's spot draws (the trace offsets)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stage, component))))
+
+
+@lru_cache(maxsize=4096)
+def _key(seed: int, stage: int, component: int, k: int) -> np.uint64:
+    """The hash key of one component of incarnation ``k`` in one stage (cached: a SeedSequence
+    costs more than drawing the few replacements most keys are used for)."""
+    return np.random.SeedSequence(seed, spawn_key=(stage, component, k)).generate_state(1, np.uint64)[0]
+
+
+def counter(rows: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """The SplitMix64 counter of each ``(row, sample)`` pair, before its key is added."""
+    z = np.left_shift(np.asarray(rows).astype(np.uint64), np.uint64(32))
+    z |= np.asarray(samples).astype(np.uint64)
+    z *= _GOLDEN
+    return z
+
+
+def counter_uniform(key: np.uint64, count: np.ndarray) -> np.ndarray:
+    """Uniforms in (0, 1), one per pair: SplitMix64 of its ``counter`` under ``key``."""
+    # In place: these arrays can be as large as a stage's positions times samples.
+    z = count + key
+    for shift, mix in ((30, _MIX1), (27, _MIX2)):
+        z ^= z >> np.uint64(shift)
+        z *= mix
+    z ^= z >> np.uint64(31)
+    z >>= np.uint64(11)
+    u = z.astype(float)
+    u += 0.5
+    u *= 2.0 ** -53
+    return u
+
+
+class _Counter:
+    """The few ``numpy.random.Generator`` methods the latency distributions call, answered by
+    inverse CDF from one given uniform per element: ``Distribution.sample`` reads counter-based
+    numbers without knowing it (and a family it does not cover fails loudly)."""
+
+    def __init__(self, uniforms: np.ndarray):
+        self.u = uniforms
+
+    def _fit(self, size) -> np.ndarray:
+        if int(np.prod(size)) != self.u.size:
+            raise ValueError(f"counter-based draw of {size} values from {self.u.size} uniforms")
+        return self.u.reshape(size)
+
+    def standard_exponential(self, size):
+        return -np.log(self._fit(size))
+
+    def normal(self, loc, scale, size):
+        return loc + scale * ndtri(self._fit(size))
+
+    def lognormal(self, mean, sigma, size):
+        return np.exp(mean + sigma * ndtri(self._fit(size)))
+
+    def choice(self, a, size, replace=True):
+        a = np.asarray(a)
+        return a[np.minimum((self._fit(size) * len(a)).astype(np.intp), len(a) - 1)]
 
 
 def trace_offsets(market: SpotMarket, seed: int, samples: int) -> np.ndarray:
@@ -58,13 +126,16 @@ def trace_offsets(market: SpotMarket, seed: int, samples: int) -> np.ndarray:
 class PositionSchedule:
     """The incarnations of a stage's instance positions, per sample, drawn on demand.
 
-    ``starts[k]``, ``ups[k]`` and ``downs[k]`` are ``(positions, samples)`` arrays for the
-    k-th incarnation of every position (``up``, ``down``, ``start`` stack them on a last axis).
+    Incarnation 0 of every position is held as dense ``(positions, samples)`` arrays
+    (``start0``, ``up0``, ``down0``). Later ones are drawn only for the (position, sample)
+    pairs asked for, by ``incarnation(k, flat)`` with flat indices ``position * samples +
+    sample``; callers walk ``k`` upwards from 0, so the one before is always there.
     On-demand positions have a single incarnation that is never reclaimed.
     """
 
     def __init__(self, cloud: CloudProfile, market: SpotMarket, seed: int, stage: int, t0: np.ndarray,
-                 start: np.ndarray, up: np.ndarray, spot: np.ndarray, offset: np.ndarray):
+                 start: np.ndarray, up: np.ndarray, spot: np.ndarray, offset: np.ndarray,
+                 sample_ids: np.ndarray | None = None):
         """
         Args:
             t0: the stage's start per sample, ``(samples,)``.
@@ -72,123 +143,126 @@ class PositionSchedule:
                 ``(positions, samples)`` (``-inf`` start for instances from long ago is fine).
             spot: per position, whether it is a spot instance ``(positions,)``.
             offset: each sample's offset into the zone's trace (trace market only).
+            sample_ids: which Monte-Carlo samples the columns are (default ``0..samples-1``):
+                a replay of one sample passes its number and reads that sample's draws.
         """
         self.cloud, self.market, self.seed, self.stage = cloud, market, int(seed), int(stage)
         self.spot = np.asarray(spot, dtype=bool)
-        self.offset = offset
+        self.offset = np.asarray(offset, dtype=float)
         self.t0 = t0
-        # Spot positions, oldest first. The j-th spot position reads row j of each stream, and
-        # each chunk of incarnations has streams of its own: plans that hold more instances
-        # share the draws of the ones they have in common.
+        positions, self.samples = np.shape(start)
+        self.ids = np.arange(self.samples) if sample_ids is None else np.asarray(sample_ids)
+        # The j-th spot position, oldest first, reads the numbers of row j: plans that hold more
+        # instances share the draws of the ones they have in common.
         self._rows = np.flatnonzero(self.spot)
-        self._chunks = 0
+        self._row = np.zeros(positions, dtype=np.int64)
+        self._row[self._rows] = np.arange(len(self._rows))
         self._mean_life = 3600.0 / market.rate_per_hour if market.rate_per_hour > 0 else np.inf
-        first_down = np.full(start.shape, np.inf)
+        first_down = np.full((positions, self.samples), np.inf)
         rows = self._rows
         if market.trace is not None and len(rows):
-            first_down[rows] = self._zone_next(np.maximum(start[rows], t0), up=False)
+            first_down[rows] = self._zone_next(np.maximum(start[rows], t0), self.offset, up=False)
         elif market.rate_per_hour > 0 and len(rows):
-            life = _rng(seed, stage, _LIFE, 0).standard_exponential((len(rows), start.shape[1]))
-            first_down[rows] = np.maximum(start[rows], t0) + life * self._mean_life
-        self.starts = [np.asarray(start, dtype=float)]
-        self.ups = [np.minimum(up, first_down)]          # reclaimed before it was ever ready: never up
-        self.downs = [first_down]
-        self._stacked: dict[str, np.ndarray] = {}
+            grid = np.broadcast_to(rows[:, None], (len(rows), self.samples))
+            life = self._draw(_LIFE, 0, self._counter(grid, np.broadcast_to(np.arange(self.samples), grid.shape)))
+            first_down[rows] = np.maximum(start[rows], t0) + life.standard_exponential(grid.shape) * self._mean_life
+        self.start0 = np.asarray(start, dtype=float)
+        self.up0 = np.minimum(up, first_down)          # reclaimed before it was ever ready: never up
+        self.down0 = first_down
+        self._later: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []    # flat (start, up, down), NaN: not drawn
 
-    @property
-    def start(self) -> np.ndarray:
-        return self._stack("start", self.starts)
+    def _draw(self, component: int, k: int, count: np.ndarray) -> _Counter:
+        """Incarnation ``k``'s numbers of one component for pairs of ``counter``s."""
+        return _Counter(counter_uniform(_key(self.seed, self.stage, component, k), count))
 
-    @property
-    def up(self) -> np.ndarray:
-        return self._stack("up", self.ups)
+    def _counter(self, positions: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        return counter(self._row[positions], self.ids[columns])
 
-    @property
-    def down(self) -> np.ndarray:
-        return self._stack("down", self.downs)
-
-    def _stack(self, name: str, arrays: list[np.ndarray]) -> np.ndarray:
-        cached = self._stacked.get(name)
-        if cached is None or cached.shape[-1] != len(arrays):
-            cached = self._stacked[name] = np.stack(arrays, axis=-1)
-        return cached
-
-    @property
-    def incarnations(self) -> int:
-        return len(self.downs)
-
-    def _zone_next(self, t: np.ndarray, up: bool) -> np.ndarray:
+    def _zone_next(self, t: np.ndarray, offset: np.ndarray, up: bool) -> np.ndarray:
         """The first time ``>= t`` the zone is up (or down), in the stage's clock; ``inf`` stays."""
         out = np.full(np.shape(t), np.inf)
         finite = np.isfinite(t)
-        offset = np.broadcast_to(self.offset, np.shape(t))[finite]
-        out[finite] = self.market.trace.next_change(t[finite] + offset, up=up) - offset
+        shift = np.broadcast_to(offset, np.shape(t))[finite]
+        out[finite] = self.market.trace.next_change(t[finite] + shift, up=up) - shift
         return out
 
-    def extend(self) -> None:
-        """Draw ``_CHUNK`` more incarnations of every spot position (on-demand ones get ``inf``)."""
-        if self.incarnations > MAX_INCARNATIONS:
-            cause = f"rate_per_hour {self.market.rate_per_hour:g}" if self.market.trace is None else \
-                f"zone {self.market.trace.zone}'s available stretches"
-            raise SpecError(f"spot.preemption: spot instances are reclaimed faster than they can start and train "
-                            f"({cause}; over {MAX_INCARNATIONS} replacements of one instance in stage {self.stage}); "
-                            "lower the rate, choose another zone, or plan on-demand")
-        self._chunks += 1
-        rows = self._rows
-        P, S = self.downs[0].shape
-        shape = (len(rows), _CHUNK, S)
-        seed, stage, j, cloud = self.seed, self.stage, self._chunks, self.cloud
-        scale = cloud.provision_latency_s.sample(_rng(seed, stage, _RESCALE, j), shape)
-        init = cloud.init_latency_s.sample(_rng(seed, stage, _REINIT, j), shape)
-        life = _rng(seed, stage, _LIFE, j).standard_exponential(shape) * self._mean_life \
-            if self.market.trace is None else None
-        prev_start, prev_down = self.starts[-1][rows], self.downs[-1][rows]
-        for c in range(_CHUNK):
-            if life is None:      # the zone is gone: wait for capacity, then provision
-                start = self._zone_next(prev_down, up=True) + scale[:, c]
-                down = self._zone_next(start, up=False)
-            else:                 # requested at the notice, not before the instance started
-                start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale[:, c]
-                down = start + life[:, c]
-            for arrays, value in ((self.starts, start), (self.downs, down),
-                                  (self.ups, np.minimum(np.maximum(start + init[:, c], prev_down), down))):
-                full = np.full((P, S), np.inf)
-                full[rows] = value
-                arrays.append(full)
-            prev_start, prev_down = start, down
+    def incarnation(self, k: int, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """SCALE end, ready time and reclaim of incarnation ``k`` of the (position, sample) pairs
+        ``flat`` (``position * samples + sample``); ``inf`` for one that never comes."""
+        if k == 0:
+            return self.start0.ravel()[flat], self.up0.ravel()[flat], self.down0.ravel()[flat]
+        while len(self._later) < k:
+            if len(self._later) >= MAX_INCARNATIONS:
+                m = self.market
+                cause = f"rate_per_hour {m.rate_per_hour:g}" if m.trace is None else f"zone {m.trace.zone}'s available stretches"
+                raise SpecError(f"spot.preemption: spot instances are reclaimed faster than they can start and train "
+                                f"({cause}; over {MAX_INCARNATIONS} replacements of one instance in stage {self.stage}); "
+                                "lower the rate, choose another zone, or plan on-demand")
+            self._later.append(tuple(np.full(self.start0.size, np.nan) for _ in range(3)))
+        starts, ups, downs = self._later[k - 1]
+        missing = flat[np.isnan(starts[flat])]
+        if missing.size:
+            self._fill(k, missing, *self.incarnation(k - 1, missing))
+        return starts[flat], ups[flat], downs[flat]
+
+    def _fill(self, k: int, flat: np.ndarray, prev_start: np.ndarray, prev_up: np.ndarray, prev_down: np.ndarray) -> None:
+        """Draw incarnation ``k`` of pairs ``flat``, which replaces the one reclaimed at ``prev_down``."""
+        position, column = np.divmod(flat, self.samples)
+        size = flat.size
+        count = self._counter(position, column)
+        scale = self.cloud.provision_latency_s.sample(self._draw(_RESCALE, k, count), size)
+        init = self.cloud.init_latency_s.sample(self._draw(_REINIT, k, count), size)
+        if self.market.trace is None:      # requested at the notice, not before the instance started
+            start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale
+            down = start + self._draw(_LIFE, k, count).standard_exponential(size) * self._mean_life
+        else:                              # the zone is gone: wait for capacity, then provision
+            offset = self.offset[column]
+            start = self._zone_next(prev_down, offset, up=True) + scale
+            down = self._zone_next(start, offset, up=False)
+        starts, ups, downs = self._later[k - 1]
+        starts[flat], downs[flat] = start, down
+        ups[flat] = np.minimum(np.maximum(start + init, prev_down), down)
+
+    def chain(self, position: int, sample: int, until: float) -> list[tuple[float, float, float]]:
+        """``(start, up, down)`` of a position's incarnations in one sample, up to the one alive
+        (or provisioning) at ``until``: what a timeline draws."""
+        flat, out = np.array([position * self.samples + sample]), []
+        for k in range(MAX_INCARNATIONS + 1):
+            start, up, down = (float(x[0]) for x in self.incarnation(k, flat))
+            out.append((start, up, down))
+            if not down < until:
+                return out
+        return out
 
     def current(self, rows: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per position of ``rows``: SCALE end and ready time of the incarnation alive (or still
         provisioning) at ``t`` — the first one not reclaimed by then. ``(len(rows), samples)``."""
-        start, up = self.starts[0][rows].copy(), self.ups[0][rows].copy()
-        found = (self.downs[0][rows] >= t) | ~np.isfinite(t)
+        start, up = self.start0[rows].copy(), self.up0[rows].copy()
+        out = np.flatnonzero(~((self.down0[rows] >= t) | ~np.isfinite(t)))    # into the (rows, samples) output
+        flat = rows[out // self.samples] * self.samples + out % self.samples
         k = 1
-        while not found.all():
-            if k == self.incarnations:
-                self.extend()
-            take = ~found
-            start[take], up[take] = self.starts[k][rows][take], self.ups[k][rows][take]
-            found |= self.downs[k][rows] >= t
-            k += 1
+        while out.size:
+            s, u, d = self.incarnation(k, flat)
+            start.ravel()[out], up.ravel()[out] = s, u
+            later = ~(d >= t[out % self.samples])
+            out, flat, k = out[later], flat[later], k + 1
         return start, up
 
     def window(self, pos: np.ndarray, sample: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For position ``pos`` in Monte-Carlo sample ``sample`` at time ``t`` (arrays of one
         shape): the earliest time ``>= t`` it is up, and when that up period ends."""
-        while True:
-            up, down = self.up[pos, sample], self.down[pos, sample]          # (..., K)
-            tt = t[..., None]
-            inside = (up <= tt) & (tt < down)
-            later = np.where((up > tt) & (up < down), up, np.inf)
-            k_in, k_next = inside.argmax(axis=-1)[..., None], later.argmin(axis=-1)[..., None]
-            has_in = inside.any(axis=-1)
-            start = np.where(has_in, t, np.take_along_axis(later, k_next, -1)[..., 0])
-            end = np.take_along_axis(down, np.where(has_in[..., None], k_in, k_next), -1)[..., 0]
-            # Not among the incarnations drawn so far, yet the last one is reclaimed: the answer
-            # lies in incarnations not drawn yet.
-            if not (~np.isfinite(start) & np.isfinite(down[..., -1])).any():
-                return start, end
-            self.extend()
+        shape = np.shape(t)
+        flat, tt = (np.asarray(pos) * self.samples + np.asarray(sample)).ravel(), np.asarray(t, dtype=float).ravel()
+        start, end = np.full(tt.size, np.inf), np.full(tt.size, np.inf)
+        todo, k = np.arange(tt.size), 0
+        while todo.size:
+            _, u, d = self.incarnation(k, flat[todo])
+            at = tt[todo]
+            # The first up period not over by ``t`` (one reclaimed before it was ready has none).
+            settled = (d > at) & ((u < d) | np.isinf(d))
+            start[todo[settled]], end[todo[settled]] = np.maximum(u, at)[settled], d[settled]
+            todo, k = todo[~settled], k + 1
+        return start.reshape(shape), end.reshape(shape)
 
     def joint_window(self, positions: np.ndarray, sample: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Like ``window`` for trials on ``c`` positions each (``positions`` of shape ``(E, c)``,
@@ -206,8 +280,10 @@ class PositionSchedule:
             u = np.where(settled, u, latest)
 
 
+
+
 def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray, iters: int,
-               latency: np.ndarray, startup) -> np.ndarray:
+               latency: np.ndarray, startup, log: list | None = None) -> np.ndarray:
     """Finish times of TRAIN nodes that checkpoint every iteration and resume after reclaims.
 
     Args:
@@ -216,6 +292,9 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
         iters: iterations each trial trains.
         latency, startup: ``(n, samples)`` — seconds per iteration and start-up of each TRAIN
             (a constant start-up may be one number).
+        log: if given, each attempt is appended as arrays ``(trial, sample, start, stop,
+            checkpoint, finished)``: it ran from ``start`` to ``stop``, and unless it finished,
+            the work after its last checkpoint was lost at ``stop`` (a reclaim).
 
     Each (trial, sample) runs through its up periods in order: it finishes in one if its work
     fits, else it keeps the iterations completed before the period ends and loses the one in
@@ -225,16 +304,24 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     n, c, S = positions.shape
     per_iter = np.broadcast_to(latency, (n, S))
     boot = np.broadcast_to(startup, (n, S))
-    now = np.array(np.broadcast_to(t, (n, S)), dtype=float)
-    finish = np.full((n, S), np.inf)
-    active = np.ones((n, S), dtype=bool)
-    if c == 1 and (positions[:, 0, :] == positions[:, 0, :1]).all():
+    now = np.broadcast_to(t, (n, S))
+    if c == 1 and (positions.strides[2] == 0 or (positions[:, 0, :] == positions[:, 0, :1]).all()):
         # The usual first look, whole rows at a time: most TRAINs fit in their position's
-        # current up period; only the others go on below.
+        # current up period; only the others go on below. In place: these are large arrays.
         rows = positions[:, 0, 0]
-        done = np.maximum(schedule.ups[0][rows], now) + (boot + iters * per_iter)
-        active = ~(done <= schedule.downs[0][rows])
-        np.copyto(finish, done, where=~active)
+        begin = np.maximum(schedule.up0[rows], now)
+        finish = np.multiply(per_iter, float(iters))
+        finish += boot
+        finish += begin
+        active = finish > schedule.down0[rows]
+        if log is not None:
+            trial, sample = np.nonzero(~active)
+            log.append((trial, sample, begin[trial, sample], finish[trial, sample], finish[trial, sample],
+                        np.ones(trial.size, dtype=bool)))
+        finish[active] = np.inf
+    else:
+        finish = np.full((n, S), np.inf)
+        active = np.ones((n, S), dtype=bool)
     # Then element by element, only the (trial, sample) pairs a reclaim interrupted.
     idx = np.flatnonzero(active)
     trial, sample = np.divmod(idx, S)
@@ -245,13 +332,18 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     k = 0
     while idx.size:
         if c == 1:          # one position: its k-th incarnation is the next up period to try
-            if k == schedule.incarnations:
-                schedule.extend()
-            up, end = schedule.ups[k][pos[:, 0], sample], schedule.downs[k][pos[:, 0], sample]
+            _, up, end = schedule.incarnation(k, pos[:, 0] * S + sample)
             u, k = np.maximum(up, at), k + 1
         else:
             u, end = schedule.joint_window(pos, sample, at)
+        before = left.copy() if log is not None else None
         done, keep = _attempt(u, end, at, left, lat, b)
+        if log is not None:
+            ran = u < end
+            finished = np.isfinite(done)
+            checkpoint = np.where(finished, done, u + b + (before - left) * lat)
+            log.append((idx[ran] // S, sample[ran], u[ran], np.where(finished, done, end)[ran], checkpoint[ran],
+                        finished[ran]))
         out[idx] = np.where(keep, out[idx], done)
         idx, pos, sample, at, left, lat, b = (x[keep] for x in (idx, pos, sample, at, left, lat, b))
     return finish
@@ -296,28 +388,31 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     billed up to ``t0`` by the stages before; a replacement whose notice reached back before
     ``t0`` is billed here from its SCALE end.
     """
-    samples = t0.shape[0]
-    alive, rounding = np.zeros(samples), np.zeros(samples)
-    launches, reclaims = np.zeros(samples), np.zeros(samples)
-    exists = np.ones((len(rows), samples), dtype=bool)
-    lo = t0
-    for k in range(schedule.incarnations):
-        start, down = schedule.starts[k][rows], schedule.downs[k][rows]
-        alive += np.where(exists, np.clip(np.minimum(down, t_end) - np.maximum(start, lo), 0.0, None), 0.0).sum(axis=0)
-        gone = exists & (down < t_end)                 # reclaimed within the window
-        reclaimed = gone & (start < down)              # ... after it had started (billed)
-        if reclaimed.any():
-            life = np.where(reclaimed, down - start, 0.0)
-            rounding += np.where(reclaimed, billed_seconds(life, billing) - life, 0.0).sum(axis=0)
-            reclaims += reclaimed.sum(axis=0)
-        launched = exists & (start >= lo) & (start < t_end)
-        if k == 0:
-            launched &= np.asarray(carried, dtype=bool)[rows][:, None]
-        launches += launched.sum(axis=0)
-        exists = gone
-        lo = np.full(samples, -np.inf)
-        if not exists.any():
-            break
+    S = schedule.samples
+    start, down = schedule.start0[rows], schedule.down0[rows]
+    alive = np.clip(np.minimum(down, t_end) - np.maximum(start, t0), 0.0, None).sum(axis=0)
+    gone = down < t_end                                # reclaimed within the window
+    reclaimed = gone & (start < down)                  # ... after it had started (billed)
+    life = np.where(reclaimed, down - start, 0.0)
+    rounding = np.where(reclaimed, billed_seconds(life, billing) - life, 0.0).sum(axis=0)
+    reclaims = reclaimed.sum(axis=0).astype(float)
+    first = (start >= t0) & (start < t_end) & np.asarray(carried, dtype=bool)[rows][:, None]
+    launches = first.sum(axis=0).astype(float)
+    # Replacements exist only behind a reclaim inside the window: a few pairs, walked sparsely.
+    pair = np.flatnonzero(gone)
+    flat, column = rows[pair // S] * S + pair % S, pair % S
+    k = 1
+    while flat.size:
+        start, _, down = schedule.incarnation(k, flat)
+        end = t_end[column]
+        alive += np.bincount(column, np.clip(np.minimum(down, end) - start, 0.0, None), minlength=S)
+        gone = down < end
+        reclaimed = gone & (start < down)
+        life = down[reclaimed] - start[reclaimed]
+        rounding += np.bincount(column[reclaimed], billed_seconds(life, billing) - life, minlength=S)
+        reclaims += np.bincount(column[reclaimed], minlength=S)
+        launches += np.bincount(column[start < end], minlength=S)
+        flat, column, k = flat[gone], column[gone], k + 1
     return SpotBill(alive, rounding, launches, reclaims)
 
 
@@ -333,14 +428,19 @@ def trial_positions(shape, gpus_per_instance: int) -> np.ndarray:
 
 
 def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: np.ndarray, latency: np.ndarray,
-              startup: np.ndarray, rounds: bool = False) -> tuple[np.ndarray, np.ndarray]:
+              startup: np.ndarray, rounds: bool = False, log: list | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Finish time of a stage's last TRAIN and the summed TRAIN time, per sample, on positions
     that may be reclaimed. Trials start at ``ready``; when trials queue (``a < n``) each GPU
     takes the next queued trial as soon as it frees up, as on on-demand instances.
 
     ``rounds=True`` (the planner's stage means) queues trials round-robin instead — trial ``j``
     on GPU ``j mod a``, one vectorised call per round — which is list scheduling exactly when
-    the trials of a round take equally long, and a close, much faster surrogate otherwise."""
+    the trials of a round take equally long, and a close, much faster surrogate otherwise.
+
+    ``log`` (not with ``rounds``): if given, every attempt of every TRAIN is appended as arrays
+    ``(trial, slot, sample, start, stop, checkpoint, finished)`` (``run_trials``), ``slot``
+    being the running-trial slot (GPU slot when trials queue) whose positions it ran on.
+    """
     samples = ready.shape[0]
     positions = trial_positions(shape, gpus_per_instance)
     if rounds and shape.running < shape.num_trials:
@@ -355,10 +455,13 @@ def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: 
             busy += (finish - free[g]).sum(axis=0)
             free[g] = finish
         return free.max(axis=0), busy
+    attempts = [] if log is not None else None
     if shape.running >= shape.num_trials:
         pos = np.broadcast_to(positions[:, :, None], (*positions.shape, samples))
         t = np.broadcast_to(ready, (shape.num_trials, samples))
-        finish = run_trials(schedule, pos, t, shape.iters, latency, startup)
+        finish = run_trials(schedule, pos, t, shape.iters, latency, startup, attempts)
+        if log is not None:
+            log.extend((trial, trial, *rest) for trial, *rest in attempts)
         return finish.max(axis=0), (finish - t).sum(axis=0)
     free = np.broadcast_to(ready[:, None], (samples, shape.running)).copy()
     slot_position = positions[:, 0]
@@ -369,7 +472,10 @@ def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: 
         start = free[rows, gpu]
         boot = startup if np.ndim(startup) == 0 else startup[j][None, :]
         finish = run_trials(schedule, slot_position[gpu][None, None, :], start[None, :], shape.iters,
-                            latency[j][None, :], boot)[0]
+                            latency[j][None, :], boot, attempts)[0]
+        if log is not None:
+            log.extend((np.full(s.size, j), gpu[s], s, *rest) for _, s, *rest in attempts)
+            attempts.clear()
         free[rows, gpu] = finish
         busy += finish - start
     return free.max(axis=1), busy

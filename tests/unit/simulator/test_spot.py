@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from rubberband.profiles.cloud import CloudProfile
-from rubberband.profiles.distributions import Constant
+from rubberband.profiles.distributions import Constant, LogNormal, Normal
 from rubberband.profiles.spot import SpotMarket, SpotTrace
 from rubberband.simulator.model import StageShape, list_schedule
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trial_positions
@@ -97,3 +97,51 @@ def test_round_robin_queueing_is_list_scheduling_when_a_round_s_trials_take_equa
     exact, _ = run_stage(schedule, shape, 4, np.zeros(200), latency, np.zeros((12, 200)))
     rounds, _ = run_stage(schedule, shape, 4, np.zeros(200), latency, np.zeros((12, 200)), rounds=True)
     assert np.allclose(exact, rounds)
+
+
+# --- counter-based draws: lazily drawn, and the same for one sample as for the whole run ----
+NOISY = CloudProfile(instance_type="t", gpus_per_instance=4, price_usd_per_hour=3.0, spot_price_usd_per_hour=1.0,
+                     provision_latency_s=Normal(30.0, 8.0), init_latency_s=LogNormal(60.0, 15.0))
+
+
+@pytest.mark.parametrize("market", [SpotMarket(notice_s=120, rate_per_hour=20.0), SpotMarket(trace=TRACE)])
+def test_one_sample_on_its_own_reads_the_numbers_it_reads_in_the_whole_run(market):
+    rng = np.random.default_rng(4)
+    start = rng.uniform(0, 50, (3, 40))
+    up = start + rng.uniform(0, 60, (3, 40))
+    offset = rng.uniform(0, 1000, 40)
+    spot = np.array([False, True, True])
+    whole = PositionSchedule(NOISY, market, 5, 2, np.zeros(40), start, up, spot, offset)
+    for k in (17, 33):
+        one = PositionSchedule(NOISY, market, 5, 2, np.zeros(1), start[:, k:k + 1], up[:, k:k + 1], spot,
+                               offset[k:k + 1], sample_ids=[k])
+        for position in range(3):
+            assert one.chain(position, 0, 5000.0) == whole.chain(position, k, 5000.0)
+    assert len(whole.chain(2, 17, 5000.0)) > 3           # replacements were compared, not just first lives
+
+
+def test_replacements_are_drawn_only_for_the_pairs_that_reach_them():
+    schedule = _schedule(SpotMarket(rate_per_hour=2.0), positions=4, samples=1000, start=0.0, up=0.0)
+    reclaimed = np.flatnonzero(schedule.down0.ravel() < 600.0)
+    start, _, down = schedule.incarnation(1, reclaimed)
+    drawn = ~np.isnan(schedule._later[0][0])
+    assert drawn.sum() == reclaimed.size < 0.5 * drawn.size
+    assert (start >= schedule.down0.ravel()[reclaimed]).all() and (down > start).all()
+
+
+def test_counter_draws_follow_their_distributions_and_differ_by_key():
+    from scipy import stats
+
+    from rubberband.simulator.spot import _Counter, _key, counter, counter_uniform
+
+    rows, samples = np.divmod(np.arange(200_000), 1000)
+    count = counter(rows, samples)
+    u = counter_uniform(_key(0, 0, 10, 1), count)
+    assert 0.0 < u.min() and u.max() < 1.0
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+    assert abs(np.corrcoef(u, counter_uniform(_key(0, 0, 11, 1), count))[0, 1]) < 0.01
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01                 # neighbouring samples
+    x = Normal(30.0, 8.0).sample(_Counter(u), u.size)
+    assert x.mean() == pytest.approx(30.0, abs=0.1) and x.std() == pytest.approx(8.0, abs=0.1)
+    life = _Counter(u).standard_exponential(u.size)
+    assert stats.kstest(life, "expon").pvalue > 1e-3
