@@ -15,6 +15,7 @@ from rubberband.cli.common import (
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
+from rubberband.cli.rehearse import rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.units import parse_duration
@@ -37,6 +38,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="scale the emulated provisioning latency (local; aws against an emulator)")
     p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
     p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
+    rehearse_args(p)
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -49,7 +51,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
     exp = load_experiment_args(args)
-    if not exp.trainer:
+    if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
     provider = providers.get(args.provider, "--provider")
     cluster = providers.cluster_yaml_for(provider, args.cluster, exp.cluster)
@@ -82,6 +84,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         print(plan_table(plan))
         print(summary_line(plan.predicted, plan.deadline_s))
         print()
+    if wants_rehearsal(args):
+        return rehearse_cmd(args, exp, plan)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
                      latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),

@@ -1,0 +1,180 @@
+"""`rubberband run EXP --provider sim`: rehearse a plan in virtual time with the real scheduler.
+
+The ``sim`` provider (``rubberband.providers.sim``) plays the cluster; this module turns a
+rehearsal into the same ``RunResult`` a real run reports (the ledger priced by the executor's
+own ``Ledger``), repeats it over seeds, and prints or emits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from rubberband.errors import SpecError
+
+
+def rehearse_args(p: argparse.ArgumentParser) -> None:
+    """The options only a rehearsal takes (``run --provider sim``)."""
+    p.add_argument("--truth-model", metavar="YAML",
+                   help="sim: draw latencies from this model profile instead of the planning one (rehearse a wrong profile)")
+    p.add_argument("--truth-cloud", metavar="YAML",
+                   help="sim: cloud-profile overrides that are the truth (latencies, spot market) instead of the planning ones")
+    p.add_argument("--repeat", type=int, help="sim: rehearse N times (seeds SEED..SEED+N-1) and summarise")
+
+
+SIM_ONLY = ("truth_model", "truth_cloud", "repeat")
+
+
+def wants_rehearsal(args: argparse.Namespace) -> bool:
+    """Whether ``run`` rehearses (``--provider sim``); the rehearsal's options go with no other provider.
+
+    Raises:
+        SpecError: a sim-only option given to another provider, or ``--repeat`` below 1.
+    """
+    if args.provider == "sim":
+        if args.repeat is not None and args.repeat < 1:
+            raise SpecError(f"--repeat: expected a whole number of rehearsals >= 1, got {args.repeat}")
+        return True
+    for dest in SIM_ONLY:
+        if getattr(args, dest, None) is not None:
+            raise SpecError(f"--{dest.replace('_', '-')}: only a rehearsal takes it; add --provider sim or drop it")
+    return False
+
+
+def truth_of(args: argparse.Namespace, exp, plan):
+    """The truth model and cloud a rehearsal draws from: the planning ones unless overridden.
+
+    Raises:
+        SpecError: naming ``--truth-model`` or ``--truth-cloud`` for a file that cannot be the truth.
+    """
+    from rubberband.profiles.cloud import OVERRIDABLE
+    from rubberband.profiles.model import ModelProfile
+    from rubberband.providers.sim import check_truth
+    from rubberband.schema import check_mapping, load_yaml
+
+    model = exp.model
+    if args.truth_model is not None:
+        model = check_truth(plan, ModelProfile.from_dict(load_yaml(args.truth_model, "--truth-model"),
+                                                         where=f"--truth-model {args.truth_model}"), exp.model)
+    cloud = plan.cloud
+    if args.truth_cloud is not None:
+        extra = check_mapping(load_yaml(args.truth_cloud, "--truth-cloud"), f"--truth-cloud {args.truth_cloud}",
+                              optional=OVERRIDABLE)
+        try:
+            cloud = exp.catalog.get(plan.cloud.instance_type, plan.cloud.market, {**exp.cloud_overrides, **extra})
+        except SpecError as exc:
+            raise SpecError(f"--truth-cloud {args.truth_cloud}: {exc}") from None
+    return model, cloud
+
+
+def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric"):
+    """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run.
+
+    Returns:
+        A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
+    """
+    from rubberband.providers.sim import rehearse_once
+
+    return result_of(plan, rehearse_once(plan, model, cloud, seed=seed, mode=mode), seed, metric)
+
+
+def result_of(plan, run, seed: int, metric: str):
+    """The ``RunResult`` of one rehearsal: ledger, stages predicted vs actual, trials, best."""
+    from rubberband.executor.ledger import InstanceRecord, Ledger, TrialRun
+    from rubberband.executor.report import RunResult
+
+    windows = run.stage_windows
+
+    def stage_at(t: float) -> int:
+        return next((i for i, (_, b) in enumerate(windows) if t <= b), len(windows) - 1)
+
+    ledger = Ledger(plan.cloud, stage_windows=list(windows))
+    for inst in run.instances:
+        launched = inst.launched_s if inst.billed else None
+        ready = inst.ready_s if inst.billed and inst.ready_s <= min(inst.down_s, inst.released_s) else None
+        ledger.instances[inst.name] = InstanceRecord(
+            inst.name, plan.cloud.instance_type, inst.price_usd_per_hour, inst.requested_s, inst.stage_requested,
+            launched_s=launched, ready_s=ready, released_s=inst.released_s, stage_released=stage_at(inst.released_s),
+            market=inst.market.value, release_reason=inst.release_reason)
+    ledger.trials = [TrialRun(**r) for r in run.train_runs]
+    costs = ledger.stage_costs(now=run.jct_s)
+    sched = run.scheduler
+    ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)] for i in range(len(windows))}
+    stages = []
+    for i, ((a, b), pred) in enumerate(zip(windows, plan.predicted.stages)):
+        nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
+        stages.append({
+            "index": i, "trials": len(ran[i]), "gpus_per_trial": plan.gpus_per_trial[i],
+            "promoted": [t for t in ran[i] if t in nxt],
+            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
+            "actual": {"duration_s": b - a, "instances": plan.instances[i], "cost_usd": costs[i]},
+        })
+    attempts: dict[str, int] = {}      # TRAIN attempts: each finished stage, and each one a reclaim cut short
+    for r in run.train_runs:
+        attempts[r["trial"]] = attempts.get(r["trial"], 0) + 1
+    best = sched.best()
+    best_info = sched.trials[best] if best else None
+    return RunResult(
+        run_id=f"sim-seed{seed}", run_dir="",
+        best={"trial": best, "config": {}, "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
+        if best_info else {},
+        predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
+        actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
+        stages=stages,
+        trials={t.id: {"config": {}, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
+                       "history": t.history, "restarts": attempts.get(t.id, 0) - len(t.history),
+                       "ranks_in_sync": True} for t in sched.trials.values()},
+        ledger=ledger.to_dict(now=run.jct_s),
+        plan=plan.summary(),
+    )
+
+
+def run_dict(result, plan, seed: int, reclaims: int) -> dict[str, Any]:
+    """A rehearsal's ``RunResult`` fields plus what the closed loop reports of a run."""
+    out = result.to_dict()
+    out.update(deadline_s=plan.deadline_s, met_deadline=result.actual["jct_s"] <= plan.deadline_s + 1e-9,
+               replans=[], seed=seed, reclaims=reclaims, provider="sim")
+    return out
+
+
+def summary(runs: list[dict[str, Any]], deadline_s: float) -> dict[str, float]:
+    """P(meet), JCT and cost (mean, p90) over repeated rehearsals."""
+    jct = np.array([r["actual"]["jct_s"] for r in runs])
+    cost = np.array([r["actual"]["cost_usd"] for r in runs])
+    return {"runs": len(runs), "deadline_s": deadline_s, "p_meet": float(np.mean(jct <= deadline_s + 1e-9)),
+            "jct_s_mean": float(jct.mean()), "jct_s_p90": float(np.percentile(jct, 90)),
+            "cost_usd_mean": float(cost.mean()), "cost_usd_p90": float(np.percentile(cost, 90)),
+            "replans_mean": float(np.mean([len(r["replans"]) for r in runs]))}
+
+
+def rehearse_cmd(args: argparse.Namespace, exp, plan) -> int:
+    """``run --provider sim``: one rehearsal (or ``--repeat N``), printed like a run or as JSON."""
+    from rubberband.cli.common import emit
+    from rubberband.providers.sim import rehearse_once
+    from rubberband.units import format_duration, format_usd
+
+    repeat = 1 if args.repeat is None else args.repeat
+    model, cloud = truth_of(args, exp, plan)
+    seed = args.seed if args.seed is not None else exp.seed
+    runs, results = [], []
+    for k in range(repeat):
+        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode)
+        result = result_of(plan, run, seed + k, exp.metric)
+        results.append(result)
+        runs.append(run_dict(result, plan, seed + k, run.reclaims))
+    if args.repeat is None:
+        one, result = runs[0], results[0]
+        verdict = "met" if one["met_deadline"] else "missed"
+        emit(args, one, result.table() + f"\nrehearsal (sim, seed {seed}): {verdict} the deadline "
+             f"{format_duration(plan.deadline_s)}; {one['reclaims']} spot reclaim(s)")
+        return 0
+    s = summary(runs, plan.deadline_s)
+    emit(args, {"summary": s, "runs": runs},
+         f"{repeat} rehearsals (sim, seeds {seed}..{seed + repeat - 1}):\n"
+         f"P(JCT <= {format_duration(plan.deadline_s)}) = {s['p_meet']:.1%}\n"
+         f"JCT  mean {format_duration(s['jct_s_mean'])}  p90 {format_duration(s['jct_s_p90'])}\n"
+         f"cost mean {format_usd(s['cost_usd_mean'])}  p90 {format_usd(s['cost_usd_p90'])}\n"
+         f"re-planned {s['replans_mean']:.2f} times per rehearsal on average")
+    return 0

@@ -1,0 +1,107 @@
+"""`rubberband run EXP --provider sim`: a rehearsal prints or emits a run's result; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.unit.cli.helpers import ROOT, assert_one_line_error, run, spot_experiment
+
+EXP = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
+RUN_FIELDS = {"predicted", "actual", "deadline_s", "met_deadline", "replans", "ledger", "stages", "trials", "best"}
+
+
+def test_one_rehearsal_as_json_has_the_fields_of_a_run(capsys):
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--json", "--samples", "50", "--seed", "3")
+    assert code == 0, err
+    result = json.loads(out)
+    assert RUN_FIELDS <= set(result)
+    assert result["deadline_s"] == 1200.0 and result["seed"] == 3 and result["replans"] == []
+    assert result["met_deadline"] == (result["actual"]["jct_s"] <= 1200.0)
+    assert result["ledger"]["cost_usd"] == pytest.approx(result["actual"]["cost_usd"])
+    assert len(result["ledger"]["instances"]) == 8
+
+
+def test_one_rehearsal_prints_predicted_vs_actual(capsys):
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50")
+    assert code == 0, err
+    assert "predicted vs actual" in out
+    assert "rehearsal (sim, seed 0): " in out and " the deadline 20m00s; 0 spot reclaim(s)" in out
+
+
+def test_repeated_rehearsals_summarise_p_meet_jct_and_cost(capsys):
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--repeat", "4", "--json", "--samples", "50")
+    assert code == 0, err
+    result = json.loads(out)
+    assert [r["seed"] for r in result["runs"]] == [0, 1, 2, 3]
+    assert all(RUN_FIELDS <= set(r) for r in result["runs"])
+    summary = result["summary"]
+    assert summary["p_meet"] == sum(r["met_deadline"] for r in result["runs"]) / 4
+    assert summary["jct_s_mean"] == pytest.approx(sum(r["actual"]["jct_s"] for r in result["runs"]) / 4)
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--repeat", "3", "--samples", "50")
+    assert code == 0, err
+    assert "3 rehearsals (sim, seeds 0..2):\nP(JCT <= 20m00s) = " in out and "cost mean $" in out
+
+
+def test_a_spot_rehearsal_reclaims_instances(capsys, tmp_path):
+    code, out, err = run(capsys, "run", spot_experiment(tmp_path, rate_per_hour=8.0), "--provider", "sim", "--json",
+                         "--allocation", "32,20,12,8")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["reclaims"] > 0
+    assert any(i["release_reason"] == "interrupted" for i in result["ledger"]["instances"])
+
+
+def test_a_wrong_truth_model_is_rehearsed(capsys, tmp_path):
+    slow = tmp_path / "slow.yaml"
+    profile = (ROOT / "profiles" / "resnet101_cifar10_p3.yaml").read_text()
+    slow.write_text(profile.replace("trial_startup_s: {dist: normal, mean: 8", "trial_startup_s: {dist: normal, mean: 300"))
+    assert slow.read_text() != profile
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--json", "--samples", "50", "--truth-model", str(slow))
+    assert code == 0, err
+    assert json.loads(out)["actual"]["jct_s"] > 1200 + 4 * 250      # four stages, each ~290 s later
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--repeat", "0"], ["--repeat: expected a whole number of rehearsals >= 1, got 0"]),
+    (["--cluster", "c.yaml"], ["--cluster: the sim provider takes no Ray cluster YAML"]),
+    (["--truth-model", str(ROOT / "profiles" / "resnet50_bs2048_p3.yaml")],
+     ["--truth-model: profile 'resnet50-bs2048' is of another model than the plan's 'resnet101-cifar10-bs1024'"]),
+])
+def test_bad_rehearsal_input_is_one_line_naming_the_flag(capsys, argv, needles):
+    code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", *argv)
+    assert code != 0
+    assert_one_line_error(err, *needles)
+
+
+def test_a_truth_model_without_the_plans_gpu_counts_is_refused(capsys, tmp_path):
+    narrow = tmp_path / "narrow.yaml"
+    narrow.write_text("""
+name: resnet101-cifar10-bs1024
+iter_latency_s: {1: {dist: constant, value: 90}, 2: {dist: constant, value: 50}}
+""")
+    code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--allocation", "32,20,12,8", "--truth-model", str(narrow))
+    assert code != 0
+    assert_one_line_error(err, "--truth-model", "covers 1..2 GPUs per trial, but the plan runs trials on 4, 8 GPUs")
+
+
+def test_a_truth_cloud_is_checked_like_overrides(capsys, tmp_path):
+    bad = tmp_path / "cloud.yaml"
+    bad.write_text("provison_latency_s: {dist: constant, value: 60}\n")
+    code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--truth-cloud", str(bad))
+    assert code != 0
+    assert_one_line_error(err, "--truth-cloud", "provison_latency_s")
+    good = tmp_path / "slow_cloud.yaml"
+    good.write_text("provision_latency_s: {dist: constant, value: 400}\n")
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--allocation", "32,20,12,8", "--json",
+                         "--truth-cloud", str(good))
+    assert code == 0, err
+    result = json.loads(out)     # stage 0 alone scales up: its SCALE is 385 s longer than planned
+    assert result["actual"]["jct_s"] - result["predicted"]["jct_s"] > 385 - 60
+
+
+def test_rehearsal_options_need_the_sim_provider(capsys):
+    code, _, err = run(capsys, "run", EXP, "--provider", "local", "--repeat", "2")
+    assert code != 0
+    assert_one_line_error(err, "--repeat: only a rehearsal takes it; add --provider sim or drop it")
