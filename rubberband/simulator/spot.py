@@ -34,6 +34,7 @@ numbers for the positions they have in common.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -98,7 +99,7 @@ class _Counter:
         self.u = uniforms
 
     def _fit(self, size) -> np.ndarray:
-        if int(np.prod(size)) != self.u.size:
+        if (size if isinstance(size, int) else math.prod(size)) != self.u.size:
             raise ValueError(f"counter-based draw of {size} values from {self.u.size} uniforms")
         return self.u.reshape(size)
 
@@ -169,7 +170,7 @@ class PositionSchedule:
         self.start0 = np.asarray(start, dtype=float)
         self.up0 = np.minimum(up, first_down)          # reclaimed before it was ever ready: never up
         self.down0 = first_down
-        self._later: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []    # flat (start, up, down), NaN: not drawn
+        self._later: list[tuple[np.ndarray, ...]] = []     # per k >= 1, flat: (drawn, start, up, down)
 
     def _draw(self, component: int, k: int, count: np.ndarray) -> _Counter:
         """Incarnation ``k``'s numbers of one component for pairs of ``counter``s."""
@@ -198,9 +199,11 @@ class PositionSchedule:
                 raise SpecError(f"spot.preemption: spot instances are reclaimed faster than they can start and train "
                                 f"({cause}; over {MAX_INCARNATIONS} replacements of one instance in stage {self.stage}); "
                                 "lower the rate, choose another zone, or plan on-demand")
-            self._later.append(tuple(np.full(self.start0.size, np.nan) for _ in range(3)))
-        starts, ups, downs = self._later[k - 1]
-        missing = flat[np.isnan(starts[flat])]
+            # Only the pairs drawn are ever written or read: untouched pages cost nothing.
+            size = self.start0.size
+            self._later.append((np.zeros(size, dtype=bool), np.empty(size), np.empty(size), np.empty(size)))
+        drawn, starts, ups, downs = self._later[k - 1]
+        missing = flat[~drawn[flat]]
         if missing.size:
             self._fill(k, missing, *self.incarnation(k - 1, missing))
         return starts[flat], ups[flat], downs[flat]
@@ -219,8 +222,8 @@ class PositionSchedule:
             offset = self.offset[column]
             start = self._zone_next(prev_down, offset, up=True) + scale
             down = self._zone_next(start, offset, up=False)
-        starts, ups, downs = self._later[k - 1]
-        starts[flat], downs[flat] = start, down
+        drawn, starts, ups, downs = self._later[k - 1]
+        drawn[flat], starts[flat], downs[flat] = True, start, down
         ups[flat] = np.minimum(np.maximum(start + init, prev_down), down)
 
     def chain(self, position: int, sample: int, until: float) -> list[tuple[float, float, float]]:
