@@ -15,9 +15,9 @@ from rubberband.plan.policies import (
     Candidate,
     choose,
     get_policy,
-    pareto_front,
     static_candidates,
 )
+from rubberband.plan.search import StageGraph
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
@@ -176,7 +176,7 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
                   max_simulations: int = MAX_FULL_SIMULATIONS) -> Plan:
     """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
     spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
-    candidates = get_policy(policy)(table, deadline_s)
+    candidates = get_policy(policy)(table, deadline_s, confidence)
     chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
     if chosen is None:
         fastest = fastest_plan(table)
@@ -184,9 +184,7 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
         if confidence is not None:
             # Meeting the deadline with probability p takes the p-quantile of the JCT, drawn
             # from the same samples the search used: the mean is not enough.
-            jct = np.sort(simulate(spec, fastest.allocation, table.model, cloud, samples=samples, seed=seed,
-                                   instances=fastest.instances, draws=table.draws,
-                                   spot_instances=table.spot_instances(fastest.instances)).jct_s)
+            jct = np.sort(table.simulate(fastest.allocation, fastest.instances).jct_s)
             needed = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
         raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
                                       detail=f" on {cloud.instance_type}, policy {policy}",
@@ -204,7 +202,8 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
 def fastest_plan(table: StageTable) -> Candidate:
     """The plan with the shortest mean JCT: the end of the optimal Pareto front, or a static
     cluster (which holds instances across stages and so skips later scale-ups)."""
-    cands = [Candidate(a, h, *table.evaluate(a, h)) for a, h in pareto_front(table)]
+    fastest = StageGraph(table).fastest()
+    cands = [Candidate(fastest.allocation, fastest.instances, *table.evaluate(fastest.allocation, fastest.instances))]
     cands += static_candidates(table)
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
+from rubberband.plan.search import StageGraph, pareto_front
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
-from rubberband.simulator.engine import simulate
 
 MAX_FULL_SIMULATIONS = 200
 
@@ -33,7 +33,8 @@ class Candidate:
     note: str = ""
 
 
-PolicyFn = Callable[[StageTable, float], list[Candidate]]
+# A policy maps a table, a deadline and the confidence asked for to its candidate plans.
+PolicyFn = Callable[..., list[Candidate]]
 POLICIES: dict[str, PolicyFn] = {}
 
 
@@ -70,28 +71,63 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     The surrogate cost is a lower bound on the billed cost (rounding only adds), so once the
     next candidate's surrogate is at least the best billed cost found, no later one can win:
     the search stops there, exact, after a handful of simulations under per-second billing
-    and more under coarse billing (at most ``MAX_FULL_SIMULATIONS``). With
-    ``confidence=None`` the constraint is mean JCT <= deadline (exact from the table, since
-    mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
+    and more under coarse billing (at most ``MAX_FULL_SIMULATIONS`` new ones; candidates the
+    table simulated already, e.g. the optimal policy's incumbent, count as found from the
+    start). With ``confidence=None`` the constraint is mean JCT <= deadline (exact from the
+    table, since mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
     """
     eps = 1e-9 * deadline_s
     pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
     if confidence is None:
         pool = [c for c in pool if c.jct_s <= deadline_s + eps]
+
+    def meets(result) -> bool:
+        return result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
+
     best = None
-    for sims, cand in enumerate(pool):
+    for cand in pool:
+        result = table.simulated(cand.allocation, cand.instances)
+        if result is not None and meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
+            best = (cand, result)
+    sims = 0
+    for cand in pool:
         if sims >= max_simulations or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
             break
-        result = simulate(table.spec, cand.allocation, table.model, table.cloud, samples=table.samples,
-                          seed=table.seed, instances=cand.instances, draws=table.draws,
-                          spot_instances=table.spot_instances(cand.instances))
-        ok = result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
-        if ok and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
+        if table.simulated(cand.allocation, cand.instances) is not None:
+            continue
+        result = table.simulate(cand.allocation, cand.instances)
+        sims += 1
+        if meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
     return best
 
 
 # --- static ---------------------------------------------------------------------------------
+def static_allocations(table: StageTable, ks: np.ndarray) -> np.ndarray:
+    """``static_allocation`` for many cluster sizes at once: one row per ``k`` in ``ks``, 0
+    in every column of a row whose cluster cannot run some stage.
+
+    A stage needs no more instances as a trial gets fewer GPUs (``need`` is non-decreasing in
+    ``m``), so lowering ``m`` until ``k`` instances hold the trials lands on the largest ``m``
+    whose need is at most ``k``: a binary search, for every ``k`` together.
+    """
+    ks = np.asarray(ks, dtype=np.int64)
+    G = table.cloud.gpus_per_instance
+    lo, hi = table.model.min_gpus, table.model.max_gpus
+    out = np.zeros((len(ks), table.num_stages), dtype=np.int64)
+    ok = np.ones(len(ks), dtype=bool)
+    gpus = ks * G
+    for i, stage in enumerate(table.spec.stages):
+        n = stage.num_trials
+        need = np.array([table.need(i, n * m) for m in range(lo, hi + 1)])
+        m = np.minimum(np.minimum(gpus // n, hi), lo + np.searchsorted(need, ks, side="right") - 1)
+        queue = gpus < n
+        ok &= np.where(queue, lo == 1, m >= lo)
+        out[:, i] = np.where(queue, gpus, n * m)
+    out[~ok] = 0
+    return out
+
+
 def static_allocation(table: StageTable, k: int) -> tuple[int, ...] | None:
     """Each stage shares all ``k`` instances' GPUs fairly (paper §3.2).
 
@@ -100,46 +136,42 @@ def static_allocation(table: StageTable, k: int) -> tuple[int, ...] | None:
     lowered until ``k`` instances hold the trials with each trial's workers together.
     ``None`` when some stage cannot run on ``k`` instances.
     """
-    gpus = k * table.cloud.gpus_per_instance
-    lo, hi = table.model.min_gpus, table.model.max_gpus
-    out = []
-    for i, stage in enumerate(table.spec.stages):
-        n = stage.num_trials
-        if gpus < n:
-            if lo > 1:
-                return None
-            out.append(gpus)
-            continue
-        m = min(gpus // n, hi)
-        while m >= lo and table.need(i, n * m) > k:
-            m -= 1
-        if m < lo:
-            return None
-        out.append(n * m)
-    return tuple(out)
+    row = static_allocations(table, np.array([k]))[0]
+    return tuple(int(a) for a in row) if row.all() else None
 
 
-def static_candidates(table: StageTable, deadline_s: float = math.inf) -> list[Candidate]:
+def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[Candidate]:
+    """Static clusters of every size ``k`` whose plan may meet ``deadline_s``, at a surrogate
+    cost of at most ``cost_cap``.
+
+    Of the sizes that give the same allocation vector only the smallest is kept: more
+    instances doing the same work cost more (each is billed for the whole job) and start no
+    sooner (stage 0 waits for the slowest of more INITs), in every sample."""
     G = table.cloud.gpus_per_instance
     k_max = max(table.need(i, max(table.candidates(i))) for i in range(table.num_stages))
-    out = []
-    for k in range(1, k_max + 1):
-        alloc = static_allocation(table, k)
-        if alloc is None or table.queue_bound_s(alloc) > deadline_s:
-            continue
-        out.append(_candidate(table, alloc, (k,) * table.num_stages, note=f"static {k}x{table.cloud.instance_type} ({k * G} GPUs)"))
-    return out
+    ks = np.arange(1, k_max + 1)
+    allocs = static_allocations(table, ks)
+    valid = np.flatnonzero(allocs.all(axis=1))
+    _, first = np.unique(allocs[valid], axis=0, return_index=True)
+    rows = [j for j in valid[np.sort(first)] if table.queue_bound_s(allocs[j]) <= deadline_s]
+    if not rows:
+        return []
+    held = np.repeat(ks[rows][:, None], table.num_stages, axis=1)
+    jct, cost = table.evaluate_many(allocs[rows], held)
+    return [Candidate(tuple(int(a) for a in allocs[j]), (int(ks[j]),) * table.num_stages, float(t), float(c),
+                      note=f"static {ks[j]}x{table.cloud.instance_type} ({ks[j] * G} GPUs)")
+            for j, t, c in zip(rows, jct, cost) if c <= cost_cap * (1 + 1e-9)]
 
 
 @policy("static")
-def static_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
+def static_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
     """The cheapest fixed cluster of K instances that meets the deadline (paper §3.2 baseline)."""
     return static_candidates(table, deadline_s)
 
 
 # --- naive elastic --------------------------------------------------------------------------
 @policy("naive-elastic")
-def naive_elastic_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
+def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
     """A fixed ``m`` GPUs per trial in every stage, cluster sized ``n_i * m`` (paper §6.3)."""
     out = []
     for m in range(table.model.min_gpus, table.model.max_gpus + 1):
@@ -192,7 +224,7 @@ def next_smaller(table: StageTable, stage: int, allocation: int) -> int | None:
 
 
 @policy("greedy")
-def greedy_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
+def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
     """The paper's Algorithm 2, warm-started from the best static plan and 2x, 3x its size.
 
     Guarantee (the paper's): never worse than the warm start; the best static plan itself is
@@ -219,9 +251,9 @@ def greedy_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
 
 # --- optimal ----------------------------------------------------------------------------------
 @policy("optimal")
-def optimal_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
+def optimal_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
     """Exact search over every valid allocation vector and every useful instance count to
-    hold (dynamic programming over stages).
+    hold (dynamic programming over stages, ``rubberband.plan.search``).
 
     Guarantee: returns the Pareto front of (mean JCT, surrogate mean cost) over *all* valid
     allocation vectors (``valid_allocations``: each stage's factors and multiples of its trial
@@ -229,87 +261,51 @@ def optimal_policy(table: StageTable, deadline_s: float) -> list[Candidate]:
     each stage holds either the fewest instances its allocation needs or as many as some
     later stage's allocation needs (holding them across the SYNC instead of releasing and
     relaunching: static clusters, and keeping a HyperBand bracket's instances for the next
-    bracket, are special cases), whose mean JCT meets ``deadline_s``. Mean JCT is exactly
+    bracket, are special cases), whose mean JCT meets ``deadline_s`` — up to the surrogate
+    cost of an incumbent: a plan known, from its full simulation, to meet the constraint
+    (mean JCT, or P(JCT <= deadline) >= ``confidence``) at a billed cost ``B``. No plan of
+    surrogate cost above ``B`` can beat it (the surrogate is a lower bound on the billed cost),
+    so cutting the front there changes nothing ``choose`` returns. Mean JCT is exactly
     additive over stages, so feasibility is exact for the given samples and seed. The
     surrogate cost bills instance-seconds without rounding; the true cost adds at most
     ``max(granularity_s, minimum_s)`` of billing per instance launch, which ``choose``
     resolves by simulating the cheapest candidates in full.
 
-    The state between stages is the instance count held (it decides how many instances
-    the next stage must launch and wait for); per state the DP keeps every non-dominated
-    (time, cost) pair, pruned by lower bounds on the remaining stages' time and cost.
+    On a market whose stage means come from the spot kernel the surrogate is an estimate, not
+    a bound (``StageTable``); the cut at ``B`` is then within that surrogate's tolerance.
     """
-    front = pareto_front(table, deadline_s)
+    graph = StageGraph(table, deadline_s)
+    incumbent = _incumbent(table, graph, deadline_s, confidence)
+    cap, lam = (math.inf, None) if incumbent is None else incumbent
+    front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam)
     # Static clusters are in the search space already; they stay as named candidates so a
     # plan that is one says so.
-    return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s)
+    return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s, cap)
 
 
-def pareto_front(table: StageTable, deadline_s: float = math.inf,
-                 cost_cap: float = math.inf) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """``(allocation, instances held)`` vectors on the (mean JCT, surrogate cost) Pareto front
-    meeting ``deadline_s``, fastest first (see ``optimal_policy`` for the search space)."""
-    t_suf, c_suf = table.suffix_bounds()
-    eps = 1e-9 * max(1.0, deadline_s if math.isfinite(deadline_s) else 1.0)
-    stages = range(table.num_stages)
-    cands = [np.array(table.candidates(i, deadline_s), dtype=np.int64) for i in stages]
-    needs = [np.array([table.need(i, a) for a in cands[i]], dtype=np.int64) for i in stages]
-    # Per stage: the counts some later stage needs (worth holding through this one's SYNC).
-    later: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * table.num_stages
-    for i in range(table.num_stages - 2, -1, -1):
-        later[i] = np.union1d(later[i + 1], needs[i + 1])
-    # Points of the previous stage: time, cost, state (instances held).
-    T = np.zeros(1)
-    C = np.zeros(1)
-    H = np.zeros(1, dtype=np.int64)
-    history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # per stage: parent, allocation, held
-    for i in stages:
-        # Options of this stage: (candidate index, instances held).
-        opt_k = [np.arange(len(cands[i]))]
-        opt_h = [needs[i]]
-        for v in later[i]:
-            more = np.flatnonzero(needs[i] < v)
-            opt_k.append(more)
-            opt_h.append(np.full(len(more), v, dtype=np.int64))
-        ok, oh = np.concatenate(opt_k), np.concatenate(opt_h)
-        prev_states, inverse = np.unique(H, return_inverse=True)
-        dur, cost = table.stage_grid(i, cands[i][ok], oh, prev_states)
-        Tn = (T[:, None] + dur[inverse]).ravel()
-        Cn = (C[:, None] + cost[inverse]).ravel()
-        parent = np.repeat(np.arange(len(T)), len(ok))
-        oidx = np.tile(np.arange(len(ok)), len(T))
-        keep = (Tn + t_suf[i + 1] <= deadline_s + eps) & (Cn + c_suf[i + 1] <= cost_cap)
-        Tn, Cn, parent, oidx = Tn[keep], Cn[keep], parent[keep], oidx[keep]
-        if len(Tn) == 0:
-            return []
-        Hn = oh[oidx]
-        order = np.lexsort((Cn, Tn, Hn))
-        Tn, Cn, Hn, parent, oidx = Tn[order], Cn[order], Hn[order], parent[order], oidx[order]
-        mask = np.zeros(len(Tn), dtype=bool)
-        starts = np.flatnonzero(np.r_[True, Hn[1:] != Hn[:-1]])
-        ends = np.r_[starts[1:], len(Tn)]
-        for s, e in zip(starts, ends):
-            seg = Cn[s:e]
-            running = np.minimum.accumulate(seg)
-            mask[s] = True
-            mask[s + 1:e] = seg[1:] < running[:-1] - 1e-12
-        T, C, H = Tn[mask], Cn[mask], Hn[mask]
-        history.append((parent[mask], cands[i][ok[oidx[mask]]], Hn[mask]))
-    # Final front over all states.
-    order = np.lexsort((C, T))
-    best_c, plans = math.inf, []
-    for j in order:
-        if C[j] < best_c - 1e-12:
-            best_c = C[j]
-            plans.append(_backtrack(history, int(j)))
-    return plans
+# Retargets of the incumbent when the hull plan meets the mean but not the confidence.
+_INCUMBENT_TRIES = 4
 
 
-def _backtrack(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-               index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    alloc, held = [], []
-    for parent, allocs, helds in reversed(history):
-        alloc.append(int(allocs[index]))
-        held.append(int(helds[index]))
-        index = int(parent[index])
-    return tuple(reversed(alloc)), tuple(reversed(held))
+def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float,
+               confidence: float | None) -> tuple[float, float] | None:
+    """The billed cost of a plan that meets the constraint in full simulation, and the
+    Lagrangian weight that found it: the cheapest plan of the front's lower convex hull that
+    meets the deadline, or with ``confidence``, that meets a deadline tightened by how much
+    its JCT's quantile overshoots the mean (a few tries). ``None`` when none is found (the
+    search then runs uncapped)."""
+    target = deadline_s
+    for _ in range(_INCUMBENT_TRIES):
+        hull = graph.hull_plan(target)
+        if hull is None:
+            return None
+        plan, lam = hull
+        result = table.simulate(plan.allocation, plan.instances)
+        if confidence is None:
+            return (result.mean_cost_usd, lam) if result.mean_jct_s <= deadline_s * (1 + 1e-9) else None
+        if result.p_meet(deadline_s) >= confidence:
+            return result.mean_cost_usd, lam
+        jct = np.sort(result.jct_s)
+        quantile = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+        target = min(target, plan.jct_s) - (quantile - deadline_s) - 1e-6 * deadline_s
+    return None

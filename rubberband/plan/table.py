@@ -31,6 +31,8 @@ from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_table
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
+from rubberband.simulator.result import SimResult
+from rubberband.simulator.engine import simulate
 from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
 from rubberband.simulator.spot import PositionSchedule, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
@@ -138,6 +140,7 @@ class StageTable:
         if Market.SPOT in markets and cloud.spot_price_usd_per_hour is None:
             raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour; plan on-demand only")
         self.markets = markets
+        self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
         prices = {Market.ON_DEMAND: cloud.price_usd_per_hour / 3600.0,
                   Market.SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
         # Per stage: the price per instance-second, and whether its instances may be reclaimed.
@@ -151,6 +154,19 @@ class StageTable:
         for i, stage in enumerate(self.spec.stages):
             parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
             self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
+
+    def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
+        """The full simulation of a plan on this table's random numbers and markets (once)."""
+        key = (tuple(int(a) for a in allocation), tuple(int(h) for h in held))
+        if key not in self._simulations:
+            self._simulations[key] = simulate(self.spec, key[0], self.model, self.cloud, samples=self.samples,
+                                              seed=self.seed, instances=key[1], draws=self.draws,
+                                              spot_instances=self.spot_instances(key[1]))
+        return self._simulations[key]
+
+    def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
+        """The full simulation of a plan if ``simulate`` ran it already, else ``None``."""
+        return self._simulations.get((tuple(int(a) for a in allocation), tuple(int(h) for h in held)))
 
     def for_markets(self, markets: Sequence[Market]) -> StageTable:
         """This table with other markets per stage, sharing its random numbers and stage means."""
@@ -247,21 +263,39 @@ class StageTable:
     def stage_grid(self, i: int, allocations: np.ndarray, held: np.ndarray,
                    previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``stage`` for many plans at once: rows are the ``previous`` held counts, columns
-        the options (``allocations[j]`` holding ``held[j]`` instances); the same formulas,
-        in the same order, so every value equals ``stage``'s."""
-        distinct, column = np.unique(allocations, return_inverse=True)
+        the options (``allocations[j]`` holding ``held[j]`` instances)."""
+        return self.stage_many(i, allocations[None, :], held[None, :], previous[:, None])
+
+    def stage_many(self, i: int, allocations: np.ndarray, held: np.ndarray,
+                   previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``stage`` for arrays of plans, broadcast together: the same formulas, in the same
+        order, so every value equals ``stage``'s."""
+        distinct, column = np.unique(np.ravel(allocations), return_inverse=True)
+        column = column.reshape(np.shape(allocations))
         entries = [self.entry(i, int(a)) for a in distinct]
-        new = np.maximum(0, held[None, :] - self.previous_held(i, previous)[:, None])
+        new = np.maximum(0, held - self.previous_held(i, previous))
         init = np.zeros(int(new.max()) + 1)
         for n in np.unique(new):
             init[n] = self.init_s(i, int(n))
-        duration = np.array([e.train_s for e in entries])[column][None, :] + self.sync_s[i]
+        duration = np.array([e.train_s for e in entries])[column] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
         if self.per_instance:
-            cost = self.stage_usd_per_s[i] * (held[None, :] * duration - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held * duration - new * self.scale_s[i])
         else:
-            cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column][None, :], duration.shape)
+            cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column], duration.shape)
         return duration, cost + new * self.data_usd
+
+    def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``evaluate`` for many plans, one per row of ``allocations`` and ``held`` (same values)."""
+        jct = np.zeros(len(allocations))
+        cost = np.zeros(len(allocations))
+        previous = np.zeros(len(allocations), dtype=np.int64)
+        for i in range(self.num_stages):
+            d, c = self.stage_many(i, allocations[:, i], held[:, i], previous)
+            jct = jct + d
+            cost = cost + c
+            previous = held[:, i]
+        return jct, cost
 
     def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:
         """Mean JCT and surrogate mean cost of a whole plan, by adding up its stages."""

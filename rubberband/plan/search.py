@@ -1,0 +1,250 @@
+"""The optimal policy's exact search: stage options, bounds from below, and the Pareto-front DP.
+
+A plan picks, per stage, an allocation and how many instances to hold; the state between
+stages is the count held (it decides how many instances the next stage launches and waits
+for). ``StageGraph`` lays a ``StageTable`` out as that graph: per stage, the options that
+can be on a Pareto front (``stage_options``), the states they lead to, and every option's
+mean duration and surrogate cost from every state, as matrices.
+
+On that graph, a backward pass gives exact bounds on what the remaining stages take from
+each state: the least time, the least cost, and for a weight ``λ`` the least ``cost + λ·time``
+(``to_go``). Minimising ``cost + λ·time`` over whole plans is a shortest path; searching ``λ``
+finds the cheapest plan on the lower convex hull of (mean JCT, cost) that meets the deadline
+(``hull_plan``). Its billed cost ``B`` (full simulation) caps the search: a plan whose surrogate
+cost (a lower bound on its billed cost) exceeds ``B`` cannot beat it. The forward DP
+(``pareto_front``) keeps, per state, the (time, cost) points no other point of that state
+dominates, and drops a point as soon as the bounds prove that no completion of it meets the
+deadline within the cap — by time, by cost, or by Lagrangian duality: every completion has
+``C + λT + V_λ ≤ C_total + λ·T_total``, so ``C + λT + V_λ > B + λ·D`` rules the point out.
+Every rule only removes plans that cannot win, so the search stays exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from rubberband.plan.table import StageTable
+
+# Relative slack on float comparisons between sums taken in different orders.
+_REL = 1e-9
+
+
+def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarray,
+                  later: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stage ``i``'s options that can be on a Pareto front: ``(allocations, held)``.
+
+    The search space lets an allocation hold the fewest instances it needs, or any count in
+    ``later`` above that. Once the held count ``h`` is fixed, the stage's duration and cost
+    depend on the allocation only through its mean TRAIN makespan ``train_s`` (duration) and,
+    under per-instance billing, ``price * h * train_s`` (cost), or its ``busy_usd`` under
+    per-function billing; everything else (SCALE, INIT, data) depends on ``h`` and the
+    previous stage's count alone (``StageTable``'s formulas). So among the allocations that may
+    hold ``h``, one that is no slower and no costlier in those terms is as good for every
+    previous state and every continuation: only the non-dominated ones are kept (under
+    per-instance billing, the single fastest). A stage of SHA(512) with up to 64 GPUs per
+    trial keeps some 40 options of several thousand.
+    """
+    entries = [table.entry(i, int(a)) for a in cands]
+    train = np.array([e.train_s for e in entries])
+    busy = np.array([e.busy_usd for e in entries])
+    later_set = set(later.tolist())
+    out_a, out_h = [], []
+    for h in np.union1d(needs, later):
+        allowed = np.flatnonzero((needs == h) | ((needs < h) if int(h) in later_set else False))
+        if len(allowed) == 0:
+            continue
+        # Fastest first (ties: the smaller allocation), then whatever is strictly cheaper.
+        order = allowed[np.lexsort((cands[allowed], train[allowed]))]
+        if table.per_instance:
+            keep = order[:1]
+        else:
+            running = np.minimum.accumulate(busy[order])
+            keep = order[np.r_[True, busy[order][1:] < running[:-1]]]
+        out_a.append(cands[keep])
+        out_h.append(np.full(len(keep), h, dtype=np.int64))
+    return np.concatenate(out_a), np.concatenate(out_h)
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """One plan through the graph, with its mean JCT and surrogate cost."""
+
+    allocation: tuple[int, ...]
+    instances: tuple[int, ...]
+    jct_s: float
+    cost_usd: float
+
+
+class StageGraph:
+    """The optimal policy's search space on a ``StageTable`` (see the module docstring).
+
+    Args:
+        table: the per-stage means.
+        deadline_s: drops queued allocations that cannot meet it (``StageTable.candidates``).
+    """
+
+    def __init__(self, table: StageTable, deadline_s: float = math.inf):
+        self.table = table
+        n = table.num_stages
+        cands = [np.array(table.candidates(i, deadline_s), dtype=np.int64) for i in range(n)]
+        needs = [np.array([table.need(i, a) for a in cands[i]], dtype=np.int64) for i in range(n)]
+        # Per stage: the counts some later stage needs (worth holding through this one's SYNC).
+        later = [np.zeros(0, dtype=np.int64)] * n
+        for i in range(n - 2, -1, -1):
+            later[i] = np.union1d(later[i + 1], needs[i + 1])
+        self.alloc: list[np.ndarray] = []     # per stage, per option: allocation
+        self.held: list[np.ndarray] = []      # per stage, per option: instances held
+        self.states: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]   # per stage: held counts before it
+        for i in range(n):
+            a, h = stage_options(table, i, cands[i], needs[i], later[i])
+            self.alloc.append(a)
+            self.held.append(h)
+            self.states.append(np.unique(h))
+        self.states[n] = np.zeros(1, dtype=np.int64)    # the end: one state
+        # Per stage: the state index each option leads to, and (states x options) matrices.
+        self.next = [np.searchsorted(self.states[i + 1], self.held[i]) if i < n - 1
+                     else np.zeros(len(self.held[i]), dtype=np.int64) for i in range(n)]
+        self.dur, self.cost = [], []
+        for i in range(n):
+            d, c = table.stage_grid(i, self.alloc[i], self.held[i], self.states[i])
+            self.dur.append(d)
+            self.cost.append(np.ascontiguousarray(c))
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.alloc)
+
+    def to_go(self, time_weight: float, cost_weight: float) -> list[np.ndarray]:
+        """Per stage ``i`` and state: the least ``cost_weight·cost + time_weight·time`` of stages
+        ``i..end`` (a list of ``num_stages + 1`` arrays, the last ``[0]``)."""
+        out = [np.zeros(1)] * (self.num_stages + 1)
+        for i in range(self.num_stages - 1, -1, -1):
+            total = cost_weight * self.cost[i] + time_weight * self.dur[i] + out[i + 1][self.next[i]][None, :]
+            out[i] = total.min(axis=1)
+        return out
+
+    def _walk(self, pick: Callable[[int, int], int]) -> PathPlan:
+        state, alloc, held, jct, cost = 0, [], [], 0.0, 0.0
+        for i in range(self.num_stages):
+            o = pick(i, state)
+            alloc.append(int(self.alloc[i][o]))
+            held.append(int(self.held[i][o]))
+            jct += self.dur[i][state, o]
+            cost += self.cost[i][state, o]
+            state = int(self.next[i][o])
+        return PathPlan(tuple(alloc), tuple(held), float(jct), float(cost))
+
+    def weighted_plan(self, lam: float) -> PathPlan:
+        """The plan of least ``cost + lam·JCT`` (a point of the front's lower convex hull)."""
+        v = self.to_go(lam, 1.0)
+        return self._walk(lambda i, s: int(np.argmin(self.cost[i][s] + lam * self.dur[i][s] + v[i + 1][self.next[i]])))
+
+    def fastest(self) -> PathPlan:
+        """The plan of least mean JCT, the cheapest of those (to float rounding)."""
+        t = self.to_go(1.0, 0.0)
+        c: list[np.ndarray] = [np.zeros(1)] * (self.num_stages + 1)
+        for i in range(self.num_stages - 1, -1, -1):
+            total_t = self.dur[i] + t[i + 1][self.next[i]][None, :]
+            total_c = self.cost[i] + c[i + 1][self.next[i]][None, :]
+            fastest = total_t <= total_t.min(axis=1, keepdims=True) * (1 + _REL)
+            c[i] = np.where(fastest, total_c, np.inf).min(axis=1)
+        def pick(i: int, s: int) -> int:
+            total_t = self.dur[i][s] + t[i + 1][self.next[i]]
+            total_c = np.where(total_t <= total_t.min() * (1 + _REL), self.cost[i][s] + c[i + 1][self.next[i]], np.inf)
+            return int(np.argmin(total_c))
+        return self._walk(pick)
+
+    def hull_plan(self, deadline_s: float) -> tuple[PathPlan, float] | None:
+        """The cheapest plan of the lower convex hull whose mean JCT meets ``deadline_s``, and its
+        weight ``λ`` (``None`` when even the fastest plan is too slow)."""
+        cheapest = self.weighted_plan(0.0)
+        if cheapest.jct_s <= deadline_s:
+            return cheapest, 0.0
+        if self.fastest().jct_s > deadline_s:
+            return None
+        lo, hi = 0.0, max(cheapest.cost_usd, 1e-9) / max(cheapest.jct_s, 1e-9)
+        best = self.weighted_plan(hi)
+        while best.jct_s > deadline_s:
+            lo, hi = hi, hi * 4
+            best = self.weighted_plan(hi)
+            if hi > 1e30:                      # float ties at the fastest end: no hull point fits
+                return None
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            plan = self.weighted_plan(mid)
+            if plan.jct_s <= deadline_s:
+                hi, best = mid, plan
+            else:
+                lo = mid
+            if hi - lo <= 1e-6 * hi:
+                break
+        return best, hi
+
+
+def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf,
+                 graph: StageGraph | None = None,
+                 lam: float | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(allocation, instances held)`` vectors on the (mean JCT, surrogate cost) Pareto front
+    whose mean JCT meets ``deadline_s`` and whose cost is at most ``cost_cap``, fastest first
+    (see ``optimal_policy`` for the search space). ``lam``: the weight of a Lagrangian bound
+    (``StageGraph.hull_plan`` gives a tight one); the front is the same with or without it."""
+    graph = graph or StageGraph(table, deadline_s)
+    finite_d, finite_c = math.isfinite(deadline_s), math.isfinite(cost_cap)
+    t_eps = _REL * max(1.0, deadline_s if finite_d else 1.0)
+    c_eps = _REL * max(1.0, cost_cap if finite_c else 1.0)
+    t_go = graph.to_go(1.0, 0.0) if finite_d else None
+    c_go = graph.to_go(0.0, 1.0) if finite_c else None
+    v_go = graph.to_go(lam, 1.0) if lam and finite_d and finite_c else None
+    # Points after the previous stage: time, cost, state index.
+    T = np.zeros(1)
+    C = np.zeros(1)
+    S = np.zeros(1, dtype=np.int64)
+    history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # per stage: parent, allocation, held
+    for i in range(graph.num_stages):
+        nxt = graph.next[i]
+        Tn = T[:, None] + graph.dur[i][S]
+        Cn = C[:, None] + graph.cost[i][S]
+        keep = np.ones(Tn.shape, dtype=bool)
+        if t_go is not None:
+            keep &= Tn + t_go[i + 1][nxt][None, :] <= deadline_s + t_eps
+        if c_go is not None:
+            keep &= Cn + c_go[i + 1][nxt][None, :] <= cost_cap + c_eps
+        if v_go is not None:
+            keep &= Cn + lam * Tn + v_go[i + 1][nxt][None, :] <= cost_cap + lam * deadline_s + c_eps + lam * t_eps
+        keep = np.flatnonzero(keep)
+        if len(keep) == 0:
+            return []
+        parent, option = np.divmod(keep, len(nxt))
+        Tn, Cn, Sn = Tn.ravel()[keep], Cn.ravel()[keep], nxt[option]
+        order = np.lexsort((Cn, Tn, Sn))
+        Tn, Cn, Sn, parent, option = Tn[order], Cn[order], Sn[order], parent[order], option[order]
+        # Per state, sorted by time: keep the points strictly cheaper than every faster one.
+        mask = np.zeros(len(Tn), dtype=bool)
+        starts = np.flatnonzero(np.r_[True, Sn[1:] != Sn[:-1]])
+        for s, e in zip(starts, np.r_[starts[1:], len(Tn)]):
+            seg = Cn[s:e]
+            mask[s] = True
+            mask[s + 1:e] = seg[1:] < np.minimum.accumulate(seg)[:-1] - 1e-12
+        T, C, S = Tn[mask], Cn[mask], Sn[mask]
+        history.append((parent[mask], graph.alloc[i][option[mask]], graph.held[i][option[mask]]))
+    order = np.lexsort((C, T))
+    best_c, plans = math.inf, []
+    for j in order:
+        if C[j] < best_c - 1e-12:
+            best_c = C[j]
+            plans.append(_backtrack(history, int(j)))
+    return plans
+
+
+def _backtrack(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+               index: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    alloc, held = [], []
+    for parent, allocs, helds in reversed(history):
+        alloc.append(int(allocs[index]))
+        held.append(int(helds[index]))
+        index = int(parent[index])
+    return tuple(reversed(alloc)), tuple(reversed(held))
