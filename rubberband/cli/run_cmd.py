@@ -17,6 +17,7 @@ from rubberband.cli.common import (
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
 from rubberband.cli.rehearse import rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
+from rubberband.providers.spot_emulation import PLAN_MODEL
 from rubberband.providers import base as providers
 from rubberband.units import parse_duration
 
@@ -29,6 +30,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
     p.add_argument("--policy", help="planning policy (default: the experiment's)")
+    p.add_argument("--confidence", type=float, help="plan for P(JCT <= deadline) >= this, e.g. 0.9")
+    p.add_argument("--instance-type", help="plan for this instance type of the cloud profile, or `auto` for the cheapest")
+    p.add_argument("--market", choices=["on-demand", "spot", "auto"],
+                   help="plan on this market; auto chooses spot or on-demand per stage (default: the experiment's)")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -38,6 +43,11 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="scale the emulated provisioning latency (local; aws against an emulator)")
     p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
     p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
+    p.add_argument("--spot-emulation", nargs="?", const=PLAN_MODEL, metavar="OVERRIDE",
+                   help="local: reclaim the plan's spot instances as its cloud profile's preemption model says "
+                        "(notice first, then the node is killed and replaced); OVERRIDE changes the model, e.g. "
+                        "rate=2/h,notice=20s (also life=30s: a fixed lifetime, zone=us-east-1a: replay a trace "
+                        "zone, max=1: at most this many reclaims)")
     rehearse_args(p)
 
 
@@ -58,6 +68,11 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.launch_attempts < 1:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
+    planning = [f for f, v in (("--market", args.market), ("--confidence", args.confidence),
+                               ("--instance-type", args.instance_type)) if v is not None]
+    if planning and (args.plan or args.allocation):
+        raise SpecError(f"{planning[0]}: only used when run plans the job; drop it, or drop "
+                        f"{'--plan' if args.plan else '--allocation'} and let run plan")
     if args.plan:
         from rubberband.plan.plan import check_plan
 
@@ -78,7 +93,6 @@ def run_cmd(args: argparse.Namespace) -> int:
         plan = plan_allocation(exp.spec, int_list(args.allocation, "--allocation"), exp.model, exp.cloud,
                                deadline_arg(args, exp) or float("inf"), samples=args.samples or exp.samples, seed=exp.seed)
     else:
-        args.instance_type = args.market = args.confidence = None
         plan = plan_from_args(args, exp)
     if not args.json:
         print(plan_table(plan))
@@ -89,8 +103,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
                      latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
-                     cluster_config=cluster,
-                     launch_attempts=args.launch_attempts, launch_backoff_s=backoff)
+                     cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
+                     spot_emulation=args.spot_emulation)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
     return 0
 

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.executor.ports import Node, TrainResult
+from rubberband.executor.driver import keep_oldest
+from rubberband.executor.ports import Node, Notice, Request, TrainResult
+from rubberband.executor.spot_notice import NoticeBoard, NoticeWatcher
 from rubberband.executor.worker import DDPWorker
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent
+from rubberband.providers.node_types import NodeType, counts, describe
 
 try:
     import ray
@@ -22,7 +25,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the executor needs Ray: pip install 'rubberband[ray,torch]'") from exc
 
 INSTANCE_PREFIX = "rb-instance-"
-SLOT_RESOURCE = "rb-slot"
 
 
 @dataclass(eq=False)
@@ -203,64 +205,109 @@ class RayTrialRunner:
 
 
 class RayClusterPort:
-    """The cluster port over a Ray cluster autoscaled by ``request_resources``.
+    """The cluster port over a Ray cluster autoscaled by ``request_resources``, by node type.
 
-    Each instance is a Ray node with ``gpus_per_instance`` GPUs and a unique resource
-    ``rb-instance-<n>``; nodes are ordered oldest first by ``<n>``.
+    Each instance is a Ray node with ``gpus_per_instance`` GPUs, a unique resource
+    ``rb-instance-<n>`` and its node type's slot resource (``providers.node_types``); nodes
+    are ordered oldest first by ``<n>``. The request is one bundle of a type's slot per
+    wanted instance of that type, plus one per noticed instance still up (so its replacement
+    is launched beside it); a noticed instance stops counting shortly before its reclaim, so
+    the autoscaler does not replace it twice. Spot nodes whose provider names a metadata
+    endpoint (or all spot nodes, given ``metadata_url``: real EC2) get a ``NoticeWatcher``
+    actor that posts notices to the port's ``NoticeBoard``.
     """
 
-    def __init__(self, gpus_per_instance: int, events: Any = None, poll_s: float = 0.2,
-                 release_file: str | None = None, require_ready: bool | None = None):
+    RECLAIM_MARGIN_S = 3.0     # stop asking for a noticed instance this long before its reclaim
+
+    def __init__(self, gpus_per_instance: int, types: Sequence[NodeType] = (), events: Any = None, poll_s: float = 0.2,
+                 release_file: str | None = None, require_ready: bool | None = None,
+                 metadata_url: str | None = None, watch_poll_s: float = 2.0):
         self.G = gpus_per_instance
+        self.types = {t.slot: t for t in types}
         self.release_file = release_file
         self.released: set[str] = set()
+        self.wanted: dict[NodeType, int] = {}
+        self.noticed: dict[str, tuple[NodeType, float]] = {}     # instance -> (its type, reclaim time)
         self._events = events or (lambda: [])
         # Whether the provider says when initialisation ends (a `ready` event); real EC2
         # workers join by themselves, and a live Ray node is then ready.
         self._require_ready = events is not None if require_ready is None else require_ready
         self.poll_s = poll_s
+        self.metadata_url, self.watch_poll_s = metadata_url, watch_poll_s
+        self._board = None
+        self._watchers: dict[str, Any] = {}
+        self._pushed: list[dict[str, float]] | None = None
+        self._reclaim_times: dict[str, float] = {}      # from the notices read
 
     def _alive(self, events: list[dict[str, Any]] | None = None) -> list[Node]:
+        """Every live, ready node of ours not released (noticed ones included)."""
         events = self._events() if events is None else events
         ready = {e["instance"] for e in events if e.get("event") == ProviderEvent.READY}
         out = []
         for n in ray.nodes():
             if not n.get("Alive"):
                 continue
-            names = [k for k in n.get("Resources", {}) if k.startswith(INSTANCE_PREFIX)]
-            if (names and n["Resources"].get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready)
+            res = n.get("Resources", {})
+            names = [k for k in res if k.startswith(INSTANCE_PREFIX)]
+            types = [self.types[k] for k in res if k in self.types]
+            if (names and types and res.get("GPU", 0) > 0 and (self._require_ready is False or names[0] in ready)
                     and names[0] not in self.released):
-                out.append(Node(names[0], int(n["Resources"]["GPU"])))
+                out.append(Node(names[0], int(res["GPU"]), types[0]))
         return sorted(out, key=lambda node: int(node.name[len(INSTANCE_PREFIX):]))
 
-    def nodes(self) -> list[Node]:
-        return self._alive()
+    def _usable(self, alive: list[Node]) -> list[Node]:
+        return [n for n in alive if n.name not in self.noticed]
 
-    def scale_to(self, count: int, stage: int) -> None:
+    def nodes(self) -> list[Node]:
+        return self._usable(self._alive())
+
+    def doomed(self) -> list[str]:
+        return [n.name for n in self._alive() if n.name in self.noticed]
+
+    def _push(self, alive: list[Node] | None = None) -> None:
+        """Ask the autoscaler for the wanted instances plus the noticed ones still up."""
         from ray.autoscaler.sdk import request_resources
 
-        # One never-used `rb-slot` per instance: the request means "this many instances",
-        # whether or not their GPUs are held by warm workers, so busy nodes count and only
-        # nodes we emptied on purpose are idle and get released.
-        request_resources(bundles=[{SLOT_RESOURCE: 1}] * count)
+        if alive is None:
+            alive = self._alive() if self.noticed else []
+        up = {n.name for n in alive}
+        now = time.time()
+        want = dict(self.wanted)
+        for name, (node_type, reclaim_at) in self.noticed.items():
+            if name in up and now < reclaim_at - self.RECLAIM_MARGIN_S:
+                want[node_type] = want.get(node_type, 0) + 1
+        bundles = [{t.slot: 1} for t, n in sorted(want.items()) for _ in range(n)]
+        if bundles != self._pushed:
+            request_resources(bundles=bundles)
+            self._pushed = bundles
 
-    def wait_nodes(self, count: int, timeout_s: float, surplus_grace_s: float = 3.0) -> list[Node]:
+    def scale_to(self, request: Request, stage: int) -> None:
+        self.wanted = {t: n for t, n in request.items() if n}
+        self._push()
+
+    def wait_nodes(self, request: Request, timeout_s: float, surplus_grace_s: float = 3.0) -> list[Node]:
+        """Wait until exactly ``request`` usable instances of each type are ready."""
         deadline = time.time() + timeout_s
         surplus_since = None
         while True:
             events = self._events()      # read once per poll: readiness and launch failures
             alive = self._alive(events)
-            if len(alive) == count:
-                return alive
+            self.noticed = {k: v for k, v in self.noticed.items() if k in {n.name for n in alive}}
+            self._push(alive)
+            usable = self._usable(alive)
+            have = counts(n.node_type for n in usable)
+            if have == {t: n for t, n in request.items() if n}:
+                return usable
             fatal = [e for e in events if e.get("event") == ProviderEvent.LAUNCH_FAILED and e.get("fatal")]
             if fatal:
                 raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
-            if len(alive) > count:
+            if any(n > request.get(t, 0) for t, n in have.items()):
                 # A node the autoscaler launched against a request that was just lowered (a
                 # release racing its loop) would be kept forever: release the newest surplus.
                 surplus_since = surplus_since or time.time()
                 if time.time() - surplus_since > surplus_grace_s:
-                    self.release_to([n.name for n in alive[:count]], stage=-1)
+                    keep = set(keep_oldest(usable, request))
+                    self.release([n.name for n in usable if n.name not in keep], stage=-1)
                     surplus_since = None
             else:
                 surplus_since = None
@@ -270,25 +317,90 @@ class RayClusterPort:
                 if failures:
                     last = failures[-1]
                     why = f"; last launch error: {last.get('code') or last.get('error')} ({len(failures)} failed attempt(s))"
-                raise ProviderError(f"cluster: {len(alive)} instances alive, waited {timeout_s:.0f}s for {count}{why}")
+                raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}{why}")
             time.sleep(self.poll_s)
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
-        """Release every instance not in ``keep``: lower the request, and have the provider
-        terminate exactly those (listed in its release file)."""
-        self.scale_to(len(keep), stage)
-        self.released |= {n.name for n in self._alive() if n.name not in set(keep)}
+        """Keep exactly ``keep`` (the request drops to their types) and release every other instance."""
+        alive = self._alive()
+        kept = set(keep)
+        self.wanted = counts(n.node_type for n in alive if n.name in kept and n.name not in self.noticed)
+        self.release([n.name for n in alive if n.name not in kept], stage)
+
+    def release(self, instances: Sequence[str], stage: int) -> None:
+        """Release ``instances``: lower the request first, then have the provider terminate
+        exactly those (listed in its release file)."""
+        self.released |= set(instances)
+        for name in instances:
+            self.noticed.pop(name, None)
+            watcher = self._watchers.pop(name, None)
+            if watcher is not None:
+                _kill_quietly(watcher)
+        self._push()
         if self.release_file:
             tmp = self.release_file + ".tmp"
             with open(tmp, "w") as fh:
                 json.dump(sorted(self.released), fh)
             os.replace(tmp, self.release_file)
 
-    def shutdown(self) -> None:
+    # --- spot notices ------------------------------------------------------------------------
+    def _watch(self, alive: list[Node], events: list[dict[str, Any]]) -> None:
+        """Start a notice watcher on every spot node that has a metadata endpoint and none yet."""
+        urls = {e["instance"]: e["metadata_url"] for e in events
+                if e.get("event") == ProviderEvent.READY and e.get("metadata_url")}
+        for node in alive:
+            url = urls.get(node.name) or (self.metadata_url if node.node_type.spot else None)
+            if url is None or node.name in self._watchers:
+                continue
+            if self._board is None:
+                self._board = ray.remote(num_cpus=0)(NoticeBoard).remote()
+            watcher_cls = ray.remote(num_cpus=0, max_restarts=0)(NoticeWatcher)
+            self._watchers[node.name] = watcher_cls.options(resources={node.name: 0.001}).remote(
+                node.name, url, self._board, self.watch_poll_s)
+
+    def notices(self) -> list[Notice]:
+        events = self._events()
+        alive = self._alive(events)
+        self._watch(alive, events)
+        self._push(alive)
+        if self._board is None:
+            return []
         try:
-            self.scale_to(0, -1)
+            posted = ray.get(self._board.take.remote(), timeout=10)
+        except Exception:     # the board is the driver's own actor: a hiccup loses nothing
+            return []
+        out = [Notice(p["instance"], float(p["reclaim_at"])) for p in posted]
+        self._reclaim_times.update((n.instance, n.reclaim_at) for n in out)
+        return out
+
+    def replace(self, instance: str) -> None:
+        """Request one more instance of ``instance``'s type now; it stops counting as usable."""
+        alive = self._alive()
+        node = next((n for n in alive if n.name == instance), None)
+        if node is None:
+            return
+        # AWS gives two minutes when it does not say.
+        self.noticed[instance] = (node.node_type, self._reclaim_times.get(instance, time.time() + 120.0))
+        self._push(alive)
+
+    def shutdown(self) -> None:
+        for watcher in self._watchers.values():
+            _kill_quietly(watcher)
+        self._watchers.clear()
+        if self._board is not None:
+            _kill_quietly(self._board)
+            self._board = None
+        try:
+            self.scale_to({}, -1)
         except Exception:
             pass
 
     def events(self) -> list[dict[str, Any]]:
         return self._events()
+
+
+def _kill_quietly(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        pass

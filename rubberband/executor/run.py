@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver, DriverOutcome, best_trial
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult
@@ -17,6 +18,7 @@ from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
 from rubberband.providers import base
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
+from rubberband.providers.spot_emulation import SpotEmulation, spot_emulation
 
 UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
 
@@ -28,7 +30,8 @@ def new_run_id() -> str:
 def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = "local", metric: str | None = None,
             mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
-            cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0) -> RunResult:
+            cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
+            spot_emulation: str | SpotEmulation | None = None) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
@@ -46,13 +49,18 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
         cluster_config: ``aws`` only: a Ray cluster YAML (path) with ``provider: {type: aws}``.
         launch_attempts, launch_backoff_s: ``aws`` only: how often and how patiently a launch
             that fails for lack of capacity is retried (the backoff doubles each time).
+        spot_emulation: ``local`` only: reclaim the plan's spot instances from its preemption
+            model (``""``), an override such as ``"rate=2/h,notice=20s"``, or a ``SpotEmulation``.
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
     prov = base.get(provider, "provider")
+    emulation = _emulation(plan, provider, spot_emulation, seed)
     # The provider's configuration must fit the plan before anything is written or launched.
     config = prov.check(plan.cloud, max(plan.instances),
                         base.cluster_yaml_for(prov, cluster_config, where="cluster_config"))
+    if emulation is not None:
+        config = emulation       # the local provider's configuration: how it reclaims spot instances
     from rubberband.executor.worker import load_trainer
 
     trainer_obj = load_trainer(trainer)
@@ -62,11 +70,23 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    with cluster_session(prov, plan.cloud, max(plan.instances), run_dir, run_id=run_id, trainer=trainer, seed=seed,
-                         config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
+    # Room for one replacement per spot instance, launched while the noticed one is still up.
+    headroom = max(plan.spot_counts)
+    with cluster_session(prov, plan.cloud, max(plan.instances) + headroom, run_dir, run_id=run_id, trainer=trainer,
+                         seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event)
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
+
+
+def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, seed: int) -> SpotEmulation | None:
+    """The spot emulation to run with (``None``: none), checked against the plan and provider."""
+    if given is None or isinstance(given, SpotEmulation):
+        return given
+    if provider != "local":
+        raise SpecError(f"--spot-emulation: only the local provider emulates reclaims (the {provider} provider's "
+                        "spot instances are reclaimed by the cloud); drop the flag or run with --provider local")
+    return spot_emulation(given, plan.cloud, plan.spot_counts, seed=seed)
 
 
 def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_dir: Path,

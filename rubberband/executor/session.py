@@ -82,9 +82,14 @@ def cluster_session(provider: str | Provider, cloud: CloudProfile, max_instances
         if main:
             signal.signal(signal.SIGTERM, raise_interrupt)     # again: ray.init installs its own
         from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
+        from rubberband.executor.spot_notice import EC2_METADATA_URL
+        from rubberband.providers.local import cluster_node_types
 
-        session.port = RayClusterPort(cloud.gpus_per_instance, events=cluster.read_events,
-                                      release_file=str(cluster.release_file), require_ready=cluster.requires_ready)
+        # Real EC2 workers read their own instance metadata; emulated nodes name their endpoint.
+        metadata_url = None if cluster.requires_ready else os.environ.get("RUBBERBAND_SPOT_METADATA_URL", EC2_METADATA_URL)
+        session.port = RayClusterPort(cloud.gpus_per_instance, cluster_node_types(cloud), events=cluster.read_events,
+                                      release_file=str(cluster.release_file), require_ready=cluster.requires_ready,
+                                      metadata_url=metadata_url)
         session.runner = RayTrialRunner(trainer, seed=seed)
         yield session
         session.runner.shutdown()

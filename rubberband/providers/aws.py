@@ -8,6 +8,7 @@ Nothing here imports Ray. ``AwsNodeProvider`` (Ray's autoscaler plug-in, in
     rubberband:cluster   the Ray cluster name of that run
     rubberband:instance  the executor's name for it (``rb-instance-<n>``, a Ray resource)
     rubberband:price-usd-per-hour  the price the run's ledger uses (so `down` can report spend)
+    rubberband:market    spot or on-demand
     ray-cluster-name     Ray's own tag, so Ray tooling recognises the nodes
 
 Credentials are never read into rubberband's own objects beyond the boto3 session: they come
@@ -39,6 +40,7 @@ TAG_RUN = "rubberband:run-id"
 TAG_CLUSTER = "rubberband:cluster"
 TAG_INSTANCE = "rubberband:instance"
 TAG_PRICE = "rubberband:price-usd-per-hour"
+TAG_MARKET = "rubberband:market"
 TAG_RAY_CLUSTER = "ray-cluster-name"
 ACTIVE_STATES = ("pending", "running", "stopping", "stopped")
 GONE_STATES = ("shutting-down", "terminated")

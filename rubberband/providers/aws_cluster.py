@@ -31,7 +31,7 @@ from rubberband.providers.aws import (
     termination_time,
 )
 from rubberband.providers.base import ProviderEvent, Release
-from rubberband.providers.local import LocalCluster, node_type_name
+from rubberband.providers.local import LocalCluster, cluster_node_types
 
 PROVIDER = "aws"
 
@@ -72,12 +72,20 @@ def check_credentials(cfg: AwsClusterConfig) -> None:
 
 def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: bool,
               launch_attempts: int = 6, launch_backoff_s: float = 2.0, head_address: str | None = None):
-    """Turn the local provider's cluster config into the aws one (nothing secret goes in)."""
+    """Turn the local provider's cluster config into the aws one (nothing secret goes in).
+
+    Each node type launches the YAML's worker node config on its market: the YAML's worker
+    type name on-demand, ``<name>_spot`` with ``InstanceMarketOptions`` (the YAML's spot
+    options, if it gives any) on spot.
+    """
     def apply(ray_cfg: dict[str, Any]) -> dict[str, Any]:
         provider = ray_cfg["provider"]
+        names = {t.ray_name: cfg.node_type + ("_spot" if t.spot else "") for t in cluster_node_types(cloud)}
         provider.update({
             "module": "rubberband.providers.aws_node_provider.AwsNodeProvider",
             "region": cfg.region, "run_id": run_id, "node_config": cfg.node_config,
+            "node_configs": {names[t.ray_name]: cfg.with_market(t.market).node_config for t in cluster_node_types(cloud)},
+            "node_types": {names[k]: v for k, v in provider["node_types"].items()},
             "mirror": "local" if mirror else "none", "price_usd_per_hour": cloud.hourly_usd,
             "setup_commands": cfg.setup_commands, "launch_attempts": launch_attempts,
             "launch_backoff_s": launch_backoff_s, "cluster_yaml": cfg.path,
@@ -87,9 +95,10 @@ def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: b
             port = provider["gcs_address"].rsplit(":", 1)[1]
             provider["head_address"] = head_address or os.environ.get("RUBBERBAND_HEAD_ADDRESS") or f"{_primary_ip()}:{port}"
         ray_cfg["setup_commands"] = []   # run on the instance by its user data, not over SSH
-        worker = ray_cfg["available_node_types"].pop(node_type_name(cloud.instance_type))
-        worker["node_config"] = {"InstanceType": cfg.instance_type}
-        ray_cfg["available_node_types"][cfg.node_type] = worker
+        for ours, theirs in names.items():
+            worker = ray_cfg["available_node_types"].pop(ours)
+            worker["node_config"] = {"InstanceType": cfg.instance_type}
+            ray_cfg["available_node_types"][theirs] = worker
         return ray_cfg
     return apply
 

@@ -5,8 +5,8 @@ monitor process, like ``LocalNodeProvider``, whose bookkeeping it shares (node i
 ``rb-instance-<n>`` resource, ``release.json``, the event log). What it adds:
 
 - ``run_instances`` with the node config of the user's Ray cluster YAML (AMI, subnets, security
-  groups, IAM instance profile, spot ``InstanceMarketOptions``), tagged with the run id and
-  cluster name; capacity errors retried with exponential backoff, each attempt logged as a
+  groups, IAM instance profile), on the node type's market (spot adds ``InstanceMarketOptions``),
+  tagged with the run id, cluster name, market and that market's price; capacity errors retried with exponential backoff, each attempt logged as a
   ``launch_error`` event (the executor prints them and reports a launch that never succeeds);
 - ``terminate_instances`` when the autoscaler or the executor releases a node;
 - a describe of the run's instances every update: an instance EC2 shut down behind our back
@@ -32,6 +32,7 @@ from rubberband.providers.aws import (
     GONE_STATES,
     TAG_CLUSTER,
     TAG_INSTANCE,
+    TAG_MARKET,
     TAG_PRICE,
     TAG_RAY_CLUSTER,
     TAG_RUN,
@@ -46,6 +47,7 @@ from rubberband.providers.base import ProviderEvent, Release
 from rubberband.providers.local_node_provider import INSTANCE_RESOURCE_PREFIX, LocalNodeProvider
 
 EC2_ID_TAG = "ec2-instance-id"     # on a node's provider tags, once its instance is launched
+STOPPED_STATES = ("stopping", "stopped")     # a spot reclaim with InstanceInterruptionBehavior stop
 
 
 class AwsNodeProvider(LocalNodeProvider):
@@ -56,6 +58,7 @@ class AwsNodeProvider(LocalNodeProvider):
         self._region = provider_config["region"]
         self._run_id = provider_config["run_id"]
         self._node_config = provider_config["node_config"]
+        self._node_configs = dict(provider_config.get("node_configs") or {})    # per Ray node type (market)
         self._mirror = provider_config.get("mirror", "local") == "local"
         self._price = float(provider_config["price_usd_per_hour"])
         self._setup = list(provider_config.get("setup_commands", []))
@@ -77,8 +80,11 @@ class AwsNodeProvider(LocalNodeProvider):
         if gone:     # released before anything was launched
             self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.CANCELLED)
             return
+        node_type = tags[TAG_RAY_USER_NODE_TYPE]
+        launch_config = self._node_configs.get(node_type, self._node_config)
+        price = self._types.get(node_type, {}).get("price_usd_per_hour") or self._price
         ec2_tags = {TAG_RUN: self._run_id, TAG_CLUSTER: self.cluster_name, TAG_INSTANCE: instance,
-                    TAG_PRICE: f"{self._price:.6g}", TAG_RAY_CLUSTER: self.cluster_name,
+                    TAG_PRICE: f"{price:.6g}", TAG_MARKET: self._market(tags), TAG_RAY_CLUSTER: self.cluster_name,
                     TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE], "Name": f"rb-{self._run_id}-{instance[len(INSTANCE_RESOURCE_PREFIX):]}"}
         user_data = None
         if not self._mirror:
@@ -90,14 +96,14 @@ class AwsNodeProvider(LocalNodeProvider):
             self._event(event=ProviderEvent.LAUNCH_ERROR, node_id=node_id, instance=instance, code=err.code,
                         message=safe_error(RuntimeError(err.message)).split(": ", 1)[-1],
                         attempt=err.attempt, retry_in_s=err.retry_in_s, region=self._region,
-                        instance_type=self._node_config.get("InstanceType"))
+                        instance_type=launch_config.get("InstanceType"))
 
         def cancelled() -> bool:
             with self.lock:
                 return node_id not in self._nodes
 
         try:
-            ec2 = self._ec2.launch(self._node_config, ec2_tags, client_token=f"{self._run_id}-{instance}",
+            ec2 = self._ec2.launch(launch_config, ec2_tags, client_token=f"{self._run_id}-{instance}",
                                    user_data=user_data, attempts=self._attempts, backoff_s=self._backoff,
                                    on_error=report, should_stop=cancelled)
         except Exception as exc:
@@ -180,7 +186,7 @@ class AwsNodeProvider(LocalNodeProvider):
         if not watched:
             return
         try:
-            gone = self._ec2.instances(run_id=self._run_id, instance_ids=list(watched), states=GONE_STATES)
+            gone = self._ec2.instances(run_id=self._run_id, instance_ids=list(watched), states=GONE_STATES + STOPPED_STATES)
         except Exception as exc:
             self._event(event=ProviderEvent.DESCRIBE_ERROR, instance="-", error=safe_error(exc))
             return
@@ -189,6 +195,13 @@ class AwsNodeProvider(LocalNodeProvider):
             if ec2_id in self._terminating:
                 continue
             # Shut down behind our back: a spot reclaim (or someone's console click).
+            if inst.get("State", {}).get("Name") in STOPPED_STATES:
+                # A spot instance stopped by EC2 still holds its volumes: finish it off.
+                entry = self._forget(watched[ec2_id], quiet=True)
+                if entry is not None:
+                    self._terminate_ec2(watched[ec2_id], entry["tags"].get("rb-instance"), ec2_id,
+                                        reason=Release.INTERRUPTED)
+                continue
             self._drop(watched[ec2_id], reason=Release.INTERRUPTED, t_ec2=termination_time(inst) or now)
 
     def non_terminated_nodes(self, tag_filters):

@@ -32,6 +32,7 @@ class ProviderEvent(enum.StrEnum):
     RUNNING = "running"                  # launched: billing starts (end of SCALE)
     READY = "ready"                      # joined the Ray cluster (end of INIT_INSTANCE)
     TERMINATED = "terminated"            # gone; ``reason`` is a ``Release``
+    NOTICE = "notice"                    # a spot interruption notice (``reclaim_at``; emulated reclaims)
     LAUNCH_ERROR = "launch_error"        # one launch attempt failed; retried
     LAUNCH_FAILED = "launch_failed"      # a launch given up (``fatal``: retrying cannot help)
     TERMINATE_ERROR = "terminate_error"  # still billing; retried on the next update

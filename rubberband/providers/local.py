@@ -23,6 +23,7 @@ from typing import Any
 from rubberband.errors import ProviderError
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers.base import ProviderEvent
+from rubberband.providers.node_types import NodeType, node_types
 
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 STATE_ROOT = Path(os.environ.get("RUBBERBAND_STATE_DIR", Path.home() / ".rubberband")) / "local"
@@ -39,10 +40,19 @@ def node_type_name(instance_type: str) -> str:
     return instance_type.replace(".", "_")
 
 
+def cluster_node_types(cloud: CloudProfile) -> list[NodeType]:
+    """The node types of a run's cluster: the plan's instance type on-demand, and on spot
+    when the type has a spot price."""
+    return node_types(cloud.instance_type, cloud.spot_price_usd_per_hour is not None)
+
+
 def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, port: int, state_dir: str,
-                       latency_scale: float, seed: int, idle_timeout_s: float) -> dict[str, Any]:
-    """A Ray cluster config (Ray's own format) for the local provider."""
-    worker = node_type_name(cloud.instance_type)
+                       latency_scale: float, seed: int, idle_timeout_s: float,
+                       spot_emulation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Ray cluster config (Ray's own format) for the local provider: one Ray node type per
+    node type (``local_2gpu`` and ``local_2gpu_spot``), each node carrying its type's slot."""
+    types = cluster_node_types(cloud)
+    prices = {"on-demand": cloud.price_usd_per_hour, "spot": cloud.spot_price_usd_per_hour}
     return {
         "cluster_name": cluster,
         "max_workers": max_instances,
@@ -62,20 +72,23 @@ def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, po
             "disable_launch_config_check": True,
             "launch_multiple": True,
             "head_node_id": FAKE_HEAD_NODE_ID,
+            "node_types": {t.ray_name: {"instance_type": t.instance_type, "market": t.market,
+                                        "price_usd_per_hour": prices[t.market]} for t in types},
+            "spot_emulation": spot_emulation,
         },
         "auth": {"ssh_user": "ubuntu"},
         "docker": {},
         "available_node_types": {
             "ray.head.default": {"resources": {"CPU": 1}, "node_config": {}, "max_workers": 0},
-            worker: {
-                # `rb-slot` is never used by a task: asking the autoscaler for N bundles of it
-                # means "N instances", whatever their GPUs are busy with.
-                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, "rb-slot": 1,
+            **{t.ray_name: {
+                # The slot is never used by a task: asking the autoscaler for N bundles of it
+                # means "N instances of this type", whatever their GPUs are busy with.
+                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, t.slot: 1,
                               "object_store_memory": 100 * 1024 * 1024},
                 "node_config": {"InstanceType": cloud.instance_type},
                 "min_workers": 0,
                 "max_workers": max_instances,
-            },
+            } for t in types},
         },
         "head_node_type": "ray.head.default",
         "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
@@ -118,12 +131,13 @@ class LocalCluster:
     def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
               latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0,
               configure: Any = None, provider: str = "local", meta: dict[str, Any] | None = None,
-              extra_env: dict[str, str | None] | None = None) -> LocalCluster:
+              extra_env: dict[str, str | None] | None = None, spot_emulation: Any = None) -> LocalCluster:
         """Start a head node with Ray's autoscaler driving ``LocalNodeProvider``.
 
         ``configure(cfg) -> cfg`` lets another provider (``aws``) adapt the cluster config;
         ``provider`` and ``meta`` are recorded in the state file for ``rubberband down``;
-        ``extra_env`` reaches the head's processes only (never a file).
+        ``extra_env`` reaches the head's processes only (never a file); ``spot_emulation`` (a
+        ``SpotEmulation``) has the node provider reclaim spot instances.
         """
         run_dir = Path(run_dir).resolve()
         (run_dir / "provider").mkdir(parents=True, exist_ok=True)
@@ -132,7 +146,8 @@ class LocalCluster:
         temp_dir = f"/tmp/rb-{run_id[-8:]}"
         cfg_path = run_dir / "cluster.json"
         cfg = autoscaling_config(f"rb-{run_id}", cloud, max_instances, port, str(run_dir / "provider"),
-                                 latency_scale, seed, idle_timeout_s)
+                                 latency_scale, seed, idle_timeout_s,
+                                 spot_emulation.to_dict() if spot_emulation is not None else None)
         if configure is not None:
             cfg = configure(cfg)
         cfg_path.write_text(json.dumps(cfg, indent=2))
@@ -308,7 +323,9 @@ class LocalProvider:
 
     def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
-        return LocalCluster.start(run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed)
+        """``config``: ``None``, or the run's ``SpotEmulation`` (``rubberband run --spot-emulation``)."""
+        return LocalCluster.start(run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed,
+                                  spot_emulation=config)
 
     def sweep(self, cluster: LocalCluster, config: Any) -> None:
         """Nothing outlives the head's session: ``LocalCluster.stop`` stopped every node."""

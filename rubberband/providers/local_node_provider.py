@@ -8,7 +8,13 @@ the node's raylet, then the executor warming one worker per GPU; its measured di
 is what ``cloud_profiles/local/local.yaml`` records. Every node carries a unique custom
 resource ``rb-instance-<n>`` so the executor can pin a trial's workers to it, and every
 request, running, ready and terminate is appended to ``<state_dir>/events.jsonl`` with a
-wall-clock timestamp: the provider's own record for the ledger and the profiler.
+wall-clock timestamp (and each request with its node type's market): the provider's own
+record for the ledger and the profiler.
+
+With ``spot_emulation`` in the provider config (``rubberband run --spot-emulation``), spot
+instances are reclaimed as ``providers.spot_emulation`` describes: each gets an interruption
+notice on a fake metadata endpoint (its URL is in the instance's ``ready`` event) and is killed
+``notice_s`` later, logged ``terminated`` with reason ``interrupted``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
 from rubberband.profiles.distributions import parse_distribution
 from rubberband.providers.base import ProviderEvent, Release
+from rubberband.providers.node_types import SPOT
+from rubberband.providers.spot_emulation import MetadataServer, Reclaimer, SpotEmulation, schedule
 
 INSTANCE_RESOURCE_PREFIX = "rb-instance-"
 
@@ -47,6 +55,13 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         self._counter = 0
         self._event_lock = threading.Lock()
         self._release_seen: set[str] = set()     # released instances seen by the last update
+        self._types = dict(provider_config.get("node_types") or {})     # Ray node type -> market, price
+        emulation = provider_config.get("spot_emulation")
+        self._reclaimer = Reclaimer(SpotEmulation.from_dict(emulation), time.time()) if emulation else None
+        self._metadata = MetadataServer().start() if emulation else None
+
+    def _market(self, tags) -> str:
+        return self._types.get(tags[TAG_RAY_USER_NODE_TYPE], {}).get("market", "on-demand")
 
     def _event(self, **fields) -> None:
         # Stamped under the lock: launch threads log concurrently, and the log stays in time order.
@@ -67,7 +82,12 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                                              "ray-node-status": "up-to-date"},
                                     "node": None}
             provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
-        self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE])
+        market = self._market(tags)
+        self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE],
+                    market=market)
+        if market == SPOT and self._reclaimer is not None:
+            # While the zone has no spot capacity the request waits (DESIGN §4.1).
+            provision += max(0.0, self._reclaimer.capacity_at(time.time()) - time.time())
         threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision),
                          daemon=True).start()
 
@@ -77,9 +97,40 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             if node_id not in self._nodes:
                 return
         self._event(event=ProviderEvent.RUNNING, node_id=node_id, instance=instance)
+        emulated = self._market(tags) == SPOT and self._reclaimer is not None
+        if emulated:
+            self._schedule_reclaim(node_id, instance, time.time())
         raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
         if raylet is not False:
-            self._event(event=ProviderEvent.READY, node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None))
+            extra = {"metadata_url": self._metadata.url_of(instance)} if emulated else {}
+            self._event(event=ProviderEvent.READY, node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None),
+                        **extra)
+
+    # --- spot emulation ------------------------------------------------------------------
+    def _schedule_reclaim(self, node_id, instance, running_at):
+        at = self._reclaimer.reclaim_at(running_at)
+        if at == float("inf"):
+            return
+        notice_at = max(running_at, at - self._reclaimer.emu.notice_s)
+        with self.lock:
+            if not self._reclaimer.take():
+                return
+        if self._reclaimer.emu.notice_s > 0:
+            schedule(notice_at, lambda: self._notice(node_id, instance, at))
+        schedule(at, lambda: self._reclaim(node_id, instance))
+
+    def _notice(self, node_id, instance, at):
+        with self.lock:
+            if node_id not in self._nodes:
+                return
+        self._metadata.notify(instance, at)
+        self._event(event=ProviderEvent.NOTICE, node_id=node_id, instance=instance, reclaim_at=at)
+
+    def _reclaim(self, node_id, instance):
+        """The cloud takes the instance back: its Ray processes die with it."""
+        entry = self._forget(node_id, quiet=True)
+        if entry is not None:
+            self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.INTERRUPTED)
 
     def _start_raylet(self, node_id, node_config, tags, resources, labels):
         """Start the node's raylet; returns its process (False if the node was released meanwhile)."""

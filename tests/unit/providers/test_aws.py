@@ -264,7 +264,16 @@ def test_the_head_config_names_the_provider_and_holds_no_secret(tmp_path, monkey
     assert provider["run_id"] == "run-x" and provider["region"] == "us-east-1" and provider["mirror"] == "local"
     assert provider["node_config"]["InstanceMarketOptions"]["MarketType"] == "spot"
     assert provider["price_usd_per_hour"] == pytest.approx(0.4246)
-    assert "gpu_workers" in mirrored["available_node_types"] and "head_address" not in provider
+    # One Ray node type per market, each launching the YAML's node config on its market.
+    assert provider["node_configs"]["gpu_workers_spot"]["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert "InstanceMarketOptions" not in provider["node_configs"]["gpu_workers"]
+    assert provider["node_types"]["gpu_workers_spot"] == {"instance_type": "g5.xlarge", "market": "spot",
+                                                          "price_usd_per_hour": pytest.approx(0.4246)}
+    assert provider["node_types"]["gpu_workers"]["market"] == "on-demand"
+    slots = {name: [r for r in t["resources"] if r.startswith("rb-slot-")]
+             for name, t in mirrored["available_node_types"].items()}
+    assert slots == {"ray.head.default": [], "gpu_workers": ["rb-slot-g5_xlarge"], "gpu_workers_spot": ["rb-slot-g5_xlarge_spot"]}
+    assert "head_address" not in provider
     assert FAKE_SECRET not in json.dumps(mirrored) and FAKE_KEY_ID not in json.dumps(mirrored)
     assert cfg.credential_env() == {"AWS_ACCESS_KEY_ID": FAKE_KEY_ID, "AWS_SECRET_ACCESS_KEY": FAKE_SECRET,
                                     "AWS_SESSION_TOKEN": None, "AWS_PROFILE": None}   # no stray token or profile

@@ -101,3 +101,46 @@ def test_a_raylet_that_dies_is_logged_lost_and_its_node_is_gone(provider):
     assert victim not in workers(provider) and len(workers(provider)) == 1
     (lost,) = [e for e in events(provider) if e["event"] == "terminated"]
     assert (lost["instance"], lost["reason"]) == (instance, "lost")
+
+
+def test_spot_emulation_gives_notice_on_the_metadata_endpoint_then_reclaims_the_node(tmp_path, monkeypatch):
+    from rubberband.executor.spot_notice import instance_action
+    from rubberband.providers.spot_emulation import SpotEmulation
+
+    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
+    started: dict[str, FakeNode] = {}
+
+    def start_node(node_id, node_config, tags, resources, labels):
+        started[node_id] = FakeNode(1000 + len(started))
+        return started[node_id]
+
+    types = {"fake_gpu": {"market": "on-demand"}, "fake_gpu_spot": {"market": "spot"}}
+    p = LocalNodeProvider({"state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0, "gcs_address": "127.0.0.1:1",
+                           "launch_multiple": True, "node_types": types,
+                           "spot_emulation": SpotEmulation(life_s=1.0, notice_s=0.6).to_dict()},
+                          "rb-test", start_node=start_node)
+    for node_type in ("fake_gpu", "fake_gpu_spot"):
+        p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: node_type}, 1, {"CPU": 1, "GPU": 2}, {})
+    deadline = time.time() + 5
+    while sum(e["event"] == "ready" for e in events(p)) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    requests = {e["instance"]: e["market"] for e in events(p) if e["event"] == "request"}
+    spot = next(i for i, m in requests.items() if m == "spot")
+    (ready,) = [e for e in events(p) if e["event"] == "ready" and e["instance"] == spot]
+    running_at = next(e["t"] for e in events(p) if e["event"] == "running" and e["instance"] == spot)
+    assert instance_action(ready["metadata_url"]) is None                 # 404 before the notice
+    while not any(e["event"] == "terminated" for e in events(p)) and time.time() < deadline:
+        action = instance_action(ready["metadata_url"])
+        if action:
+            seen = action
+        time.sleep(0.05)
+    assert seen["action"] == "terminate"
+    (notice,) = [e for e in events(p) if e["event"] == "notice"]
+    assert notice["instance"] == spot and notice["reclaim_at"] == pytest.approx(running_at + 1.0, abs=0.05)
+    assert notice["t"] == pytest.approx(running_at + 0.4, abs=0.3)
+    (gone,) = [e for e in events(p) if e["event"] == "terminated"]
+    assert (gone["instance"], gone["reason"]) == (spot, "interrupted")
+    assert gone["t"] == pytest.approx(running_at + 1.0, abs=0.3)
+    assert len(workers(p)) == 1 and p.node_tags(workers(p)[0])["rb-instance"] != spot      # on-demand untouched
+    spot_node = next(n for n in started.values() if n.killed)
+    assert spot_node.killed and sum(n.killed for n in started.values()) == 1
