@@ -22,9 +22,11 @@ def rehearse_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--truth-cloud", metavar="YAML",
                    help="sim: cloud-profile overrides that are the truth (latencies, spot market) instead of the planning ones")
     p.add_argument("--repeat", type=int, help="sim: rehearse N times (seeds SEED..SEED+N-1) and summarise")
+    p.add_argument("--no-replan", action="store_true",
+                   help="sim: follow the plan as it is (default: re-plan the remaining stages at each SYNC)")
 
 
-SIM_ONLY = ("truth_model", "truth_cloud", "repeat")
+SIM_ONLY = ("truth_model", "truth_cloud", "repeat", "no_replan")
 
 
 def wants_rehearsal(args: argparse.Namespace) -> bool:
@@ -38,7 +40,7 @@ def wants_rehearsal(args: argparse.Namespace) -> bool:
             raise SpecError(f"--repeat: expected a whole number of rehearsals >= 1, got {args.repeat}")
         return True
     for dest in SIM_ONLY:
-        if getattr(args, dest, None) is not None:
+        if getattr(args, dest, None) not in (None, False):
             raise SpecError(f"--{dest.replace('_', '-')}: only a rehearsal takes it; add --provider sim or drop it")
     return False
 
@@ -69,15 +71,17 @@ def truth_of(args: argparse.Namespace, exp, plan):
     return model, cloud
 
 
-def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric"):
-    """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run.
+def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
+             replan_with=None):
+    """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
+    re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given.
 
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
     """
     from rubberband.providers.sim import rehearse_once
 
-    return result_of(plan, rehearse_once(plan, model, cloud, seed=seed, mode=mode), seed, metric)
+    return result_of(plan, rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with), seed, metric)
 
 
 def result_of(plan, run, seed: int, metric: str):
@@ -106,10 +110,10 @@ def result_of(plan, run, seed: int, metric: str):
     for i, ((a, b), pred) in enumerate(zip(windows, plan.predicted.stages)):
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
         stages.append({
-            "index": i, "trials": len(ran[i]), "gpus_per_trial": plan.gpus_per_trial[i],
+            "index": i, "trials": len(ran[i]), "gpus_per_trial": sched.gpus_per_trial[i],
             "promoted": [t for t in ran[i] if t in nxt],
             "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
-            "actual": {"duration_s": b - a, "instances": plan.instances[i], "cost_usd": costs[i]},
+            "actual": {"duration_s": b - a, "instances": sched.held[i], "cost_usd": costs[i]},
         })
     attempts: dict[str, int] = {}      # TRAIN attempts: each finished stage, and each one a reclaim cut short
     for r in run.train_runs:
@@ -131,11 +135,12 @@ def result_of(plan, run, seed: int, metric: str):
     )
 
 
-def run_dict(result, plan, seed: int, reclaims: int) -> dict[str, Any]:
+def run_dict(result, plan, run) -> dict[str, Any]:
     """A rehearsal's ``RunResult`` fields plus what the closed loop reports of a run."""
     out = result.to_dict()
     out.update(deadline_s=plan.deadline_s, met_deadline=result.actual["jct_s"] <= plan.deadline_s + 1e-9,
-               replans=[], seed=seed, reclaims=reclaims, provider="sim")
+               replans=[r.to_dict() for r in run.scheduler.replans], seed=run.seed, reclaims=run.reclaims,
+               provider="sim")
     return out
 
 
@@ -159,16 +164,18 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan) -> int:
     model, cloud = truth_of(args, exp, plan)
     seed = args.seed if args.seed is not None else exp.seed
     runs, results = [], []
+    replan_with = None if args.no_replan else exp.model
     for k in range(repeat):
-        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode)
+        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode, replan_with=replan_with)
         result = result_of(plan, run, seed + k, exp.metric)
         results.append(result)
-        runs.append(run_dict(result, plan, seed + k, run.reclaims))
+        runs.append(run_dict(result, plan, run))
     if args.repeat is None:
         one, result = runs[0], results[0]
         verdict = "met" if one["met_deadline"] else "missed"
-        emit(args, one, result.table() + f"\nrehearsal (sim, seed {seed}): {verdict} the deadline "
-             f"{format_duration(plan.deadline_s)}; {one['reclaims']} spot reclaim(s)")
+        emit(args, one, "".join(r["line"] + "\n" for r in one["replans"]) + result.table() +
+             f"\nrehearsal (sim, seed {seed}): {verdict} the deadline {format_duration(plan.deadline_s)}; "
+             f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s)")
         return 0
     s = summary(runs, plan.deadline_s)
     emit(args, {"summary": s, "runs": runs},

@@ -37,7 +37,7 @@ import heapq
 import itertools
 import math
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ from rubberband.scheduler import (
     InstanceReady,
     JobDone,
     ReclaimNotice,
+    Replan,
+    Replanner,
     ReleaseInstances,
     RequestInstances,
     ResizeTrial,
@@ -117,8 +119,8 @@ class SimRun:
     train_runs: list[dict[str, Any]]
     stage_windows: list[tuple[float, float]]
     scheduler: Scheduler
+    seed: int
     reclaims: int = 0
-    promoted: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -138,7 +140,7 @@ class SimCluster:
     """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
 
     def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
-                 mode: str = "min"):
+                 mode: str = "min", replan_with: ModelProfile | None = None):
         """
         Args:
             plan: the plan to run (its cloud's prices are what instances are billed at).
@@ -146,10 +148,13 @@ class SimCluster:
             cloud: the truth cloud (SCALE, INIT latencies, the spot market); default ``plan.cloud``.
             seed: one seed for every draw of the rehearsal and the learning curves.
             mode: ``min`` or ``max``: what the scheduler ranks by.
+            replan_with: the profile the plan was made from: re-plan at every SYNC on it,
+                corrected by what the rehearsal shows (``None``: follow the plan as it is).
         """
         self.plan, self.model, self.cloud = plan, model, cloud or plan.cloud
         self.seed = int(seed)
-        self.scheduler = Scheduler(plan, mode)
+        replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
+        self.scheduler = Scheduler(plan, mode, replanner)
         self.curves = LearningCurves(seed, mode)
         self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
                      for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
@@ -187,7 +192,7 @@ class SimCluster:
         else:
             raise SpecError(f"sim: more than {max_events} events; the rehearsal does not end")
         return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler,
-                      self.reclaims)
+                      self.seed, self.reclaims)
 
     def _push(self, t: float, kind: str, data: Any) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), kind, data))
@@ -249,8 +254,8 @@ class SimCluster:
                 self._train(d)
             elif isinstance(d, StopTrial):
                 self._trains.pop(d.trial, None)
-            elif isinstance(d, ResizeTrial):
-                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4)
+            elif isinstance(d, (ResizeTrial, Replan)):
+                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); a re-plan is the scheduler's
             elif isinstance(d, RunSync):
                 self._push(self.now + float(self.model.sync_s.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
             elif isinstance(d, JobDone):
@@ -312,9 +317,10 @@ class SimCluster:
 
 
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
-                  mode: str = "min") -> SimRun:
-    """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's)."""
-    return SimCluster(plan, model, cloud, seed, mode).run()
+                  mode: str = "min", replan_with: ModelProfile | None = None) -> SimRun:
+    """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's),
+    re-planning on ``replan_with`` (the planning profile) when given."""
+    return SimCluster(plan, model, cloud, seed, mode, replan_with).run()
 
 
 def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:

@@ -17,8 +17,9 @@ from rubberband.scheduler.events import (
     TrainFinished,
     TrialFailed,
 )
+from rubberband.scheduler.replan import Replan, Replanner
 from rubberband.scheduler.scheduler import Scheduler, TrialInfo
 
 __all__ = ["Decision", "Event", "InstanceLost", "InstanceReady", "JobDone", "ReclaimNotice", "ReleaseInstances",
-           "RequestInstances", "ResizeTrial", "RunSync", "Scheduler", "StartTrial", "StopTrial", "SyncDone",
+           "Replan", "Replanner", "RequestInstances", "ResizeTrial", "RunSync", "Scheduler", "StartTrial", "StopTrial", "SyncDone",
            "TrainFinished", "TrialFailed", "TrialInfo"]

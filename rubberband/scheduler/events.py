@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from rubberband.placement import Slot
 from rubberband.profiles.cloud import Market
+from rubberband.scheduler.replan import Replan
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -134,4 +135,4 @@ class JobDone:
     best: str | None
 
 
-Decision = RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone
+Decision = RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone | Replan

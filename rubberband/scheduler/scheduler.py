@@ -23,6 +23,10 @@ It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
 * **Release at a SYNC.** When the next stage holds fewer positions of a market, the newest
   go: survivors that run next at the same size stay, those on released instances are packed
   onto the kept ones first (``scale_down_plan``: ``ResizeTrial``), the others are paused.
+* **Re-planning** (with a ``Replanner``): at each SYNC, before anything is released, the
+  stages still to come may switch to a new plan from the normal planner, made on the
+  profile corrected by what the TRAINs so far took (``replan.py``: the estimator and the
+  anti-flapping rule); the ``Replan`` decision reports it.
 
 How the driver uses it (``executor/driver.py`` moves onto it in a later change): it calls
 ``start(now)`` and applies each returned decision through its ports — ``RequestInstances``
@@ -30,7 +34,7 @@ How the driver uses it (``executor/driver.py`` moves onto it in a later change):
 order), ``StartTrial`` → ``TrialRunnerPort.start``/``reassign`` + ``train`` (kept when the
 gang already runs on those slots), ``ResizeTrial`` → stop and start from the checkpoint,
 ``StopTrial`` → ``stop``, ``ReleaseInstances`` → ``release_instance`` + ``release_to``,
-``RunSync`` → the evaluation barrier, ``JobDone`` → report. What its ports observe it turns
+``RunSync`` → the evaluation barrier, ``Replan`` → log it, ``JobDone`` → report. What its ports observe it turns
 into events for ``on(event, now)``: a ready node (``InstanceReady``), a spot notice or a
 vanished node (``ReclaimNotice``, ``InstanceLost`` with each interrupted trial's
 checkpointed step), a dead gang (``TrialFailed``), a finished chunk of iterations
@@ -66,6 +70,7 @@ from rubberband.scheduler.events import (
     TrainFinished,
     TrialFailed,
 )
+from rubberband.scheduler.replan import Replan, Replanner
 
 
 @dataclass
@@ -104,10 +109,15 @@ class _Position:
 class Scheduler:
     """Decisions for one plan (see the module docstring); ``mode`` is ``min`` or ``max``."""
 
-    def __init__(self, plan: Plan, mode: str = "min"):
+    def __init__(self, plan: Plan, mode: str = "min", replanner: Replanner | None = None):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
-        self.plan, self.spec, self.mode = plan, plan.spec, mode
+        self.plan, self.spec, self.mode, self.replanner = plan, plan.spec, mode, replanner
+        # The plan being followed, stage by stage (a re-plan rewrites the stages still to come).
+        self.allocation, self.held = list(plan.allocation), list(plan.instances)
+        self.gpus_per_trial, self.spot = list(plan.gpus_per_trial), list(plan.spot_counts)
+        self.replans: list[Replan] = []
+        self._began: dict[str, tuple[float, int, int]] = {}    # trial -> (start, iters, GPUs) of its TRAIN now
         self.trials: dict[str, TrialInfo] = {}
         self.instances: dict[str, _Instance] = {}
         self.positions: dict[int, _Position] = {}
@@ -154,8 +164,7 @@ class Scheduler:
 
     # --- stages --------------------------------------------------------------------------------
     def _want(self, i: int) -> dict[Market, int]:
-        spot = self.plan.spot_counts[i]
-        return {Market.ON_DEMAND: self.plan.instances[i] - spot, Market.SPOT: spot}
+        return {Market.ON_DEMAND: self.held[i] - self.spot[i], Market.SPOT: self.spot[i]}
 
     def _begin_stage(self, i: int) -> list[Decision]:
         spec = self.spec
@@ -191,7 +200,7 @@ class Scheduler:
     def _start_training(self) -> list[Decision]:
         i = self.stage
         self.phase = "training"
-        m, first = self.plan.gpus_per_trial[i], set(self.queue[: self._concurrency()])
+        m, first = self.gpus_per_trial[i], set(self.queue[: self._concurrency()])
         out: list[Decision] = []
         # Trials that do not run first, or run at another size, give their slots up.
         for tid in list(self.placement):
@@ -203,7 +212,7 @@ class Scheduler:
 
     def _concurrency(self) -> int:
         i = self.stage
-        return min(self.plan.allocation[i], self.spec.stages[i].num_trials)
+        return min(self.allocation[i], self.spec.stages[i].num_trials)
 
     def _fill(self) -> list[Decision]:
         """Start queued trials while the stage has room for them."""
@@ -226,7 +235,7 @@ class Scheduler:
         return [(x.name, x.gpus) for x in ready]
 
     def _place(self, trials: list[str]) -> dict[str, tuple[Slot, ...]]:
-        m = self.plan.gpus_per_trial[self.stage]
+        m = self.gpus_per_trial[self.stage]
         nodes = self._good_nodes()
         good = {n for n, _ in nodes}
         previous = {t: s for t, s in self.placement.items() if all(n in good for n, _ in s)}
@@ -239,6 +248,7 @@ class Scheduler:
         trial = self.trials[tid]
         trial.running = True
         self.placement[tid] = slots
+        self._began[tid] = (self._now, trial.target - trial.step, len(slots))
         return StartTrial(tid, self.stage, slots, trial.target - trial.step)
 
     # --- events --------------------------------------------------------------------------------
@@ -284,6 +294,7 @@ class Scheduler:
             trial = self.trials[tid]
             if trial.running:
                 trial.running = False
+                self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
         self.queue[:0] = [t for t in resume if t not in self.queue]
@@ -292,6 +303,7 @@ class Scheduler:
     def _failed(self, ev: TrialFailed) -> list[Decision]:
         trial = self.trials[ev.trial]
         trial.running, trial.step = False, ev.step
+        self._began.pop(ev.trial, None)
         self.placement.pop(ev.trial, None)
         if ev.trial not in self.queue:
             self.queue.insert(0, ev.trial)
@@ -300,6 +312,10 @@ class Scheduler:
     def _finished(self, ev: TrainFinished) -> list[Decision]:
         trial = self.trials[ev.trial]
         trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
+        began = self._began.pop(ev.trial, None)
+        if began is not None and self.replanner is not None:
+            start, iters, gpus = began
+            self.replanner.observe(gpus, iters, self._now - start)
         trial.history.append({"stage": self.stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
         self.finished.add(ev.trial)
         out: list[Decision] = []
@@ -328,7 +344,7 @@ class Scheduler:
         next_same = not last and (i + 1) not in spec.bracket_starts
         ranked = sorted(self.active, key=self._rank_key)
         keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
-        out: list[Decision] = []
+        out: list[Decision] = self._replan(i)
         for tid in self.active:
             if tid not in keep:
                 self.trials[tid].eliminated_after = i
@@ -342,13 +358,28 @@ class Scheduler:
             return out + [JobDone(self.best())]
         return out + self._begin_stage(i + 1)
 
+    def _replan(self, i: int) -> list[Decision]:
+        """At the SYNC ending stage ``i``: switch the stages still to come to a new plan if the
+        replanner says so (``replan.py``), and report it."""
+        if self.replanner is None:
+            return []
+        found = self.replanner.replan(i, self._now, self.allocation, self.held, self.spot)
+        if found is None:
+            return []
+        new, record = found
+        first = i + 1
+        self.allocation[first:], self.held[first:] = list(new.allocation), list(new.instances)
+        self.gpus_per_trial[first:], self.spot[first:] = list(new.gpus_per_trial), list(new.spot_counts)
+        self.replans.append(record)
+        return [record]
+
     def _shrink(self, survivors: list[str], target: dict[Market, int]) -> list[Decision]:
         """Release the newest positions beyond ``target``, packing the survivors first."""
         out: list[Decision] = []
         carried: set[str] = set()
         if survivors:
             i = self.stage + 1
-            m, slots = self.plan.gpus_per_trial[i], min(self.plan.allocation[i], self.spec.stages[i].num_trials)
+            m, slots = self.gpus_per_trial[i], min(self.allocation[i], self.spec.stages[i].num_trials)
             carried = {t for t in survivors[:slots] if len(self.placement.get(t, ())) == m}
         for tid in list(self.placement):
             on_doomed = any(n not in self.instances or self.instances[n].doomed for n, _ in self.placement[tid])

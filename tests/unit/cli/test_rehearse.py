@@ -27,7 +27,7 @@ def test_one_rehearsal_prints_predicted_vs_actual(capsys):
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50")
     assert code == 0, err
     assert "predicted vs actual" in out
-    assert "rehearsal (sim, seed 0): " in out and " the deadline 20m00s; 0 spot reclaim(s)" in out
+    assert "rehearsal (sim, seed 0): " in out and " the deadline 20m00s; 0 spot reclaim(s), " in out
 
 
 def test_repeated_rehearsals_summarise_p_meet_jct_and_cost(capsys):
@@ -105,3 +105,18 @@ def test_rehearsal_options_need_the_sim_provider(capsys):
     code, _, err = run(capsys, "run", EXP, "--provider", "local", "--repeat", "2")
     assert code != 0
     assert_one_line_error(err, "--repeat: only a rehearsal takes it; add --provider sim or drop it")
+
+
+def test_a_rehearsal_replans_a_slow_job_one_line_per_replan_unless_told_not_to(capsys):
+    slow = ROOT / "tests" / "unit" / "cli" / "slow_resnet101.yaml"
+    argv = ["run", EXP, "--provider", "sim", "--samples", "200", "--deadline", "25m", "--truth-model", str(slow)]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("sync ")]
+    assert lines and lines[0].startswith("sync 0: 1.2") and "x slower than profiled; stages 1-3 re-planned " in lines[0]
+    code, out, err = run(capsys, *argv, "--no-replan", "--json")
+    assert code == 0, err
+    assert json.loads(out)["replans"] == []
+    code, _, err = run(capsys, "run", EXP, "--provider", "local", "--no-replan")
+    assert code != 0
+    assert_one_line_error(err, "--no-replan: only a rehearsal takes it")

@@ -1,0 +1,158 @@
+"""Re-planning at a SYNC: correct the profile from what was observed, re-plan what is left.
+
+**Estimator.** The scaling curve is corrected by one multiplicative factor ``c`` on every
+GPU count's iteration latency (mean and std). Each TRAIN that ran uninterrupted gives one
+observation: its per-iteration time ``L = (duration - E[startup]) / iters`` against the
+profile's mean ``mu(m)``, as ``x = log(L / mu(m))``. The estimate shrinks the observations'
+mean towards the profile (``x = 0``) with a prior worth ``PRIOR_WEIGHT`` TRAINs::
+
+    c = exp( sum(x) / (n + PRIOR_WEIGHT) )
+
+so the first few TRAINs move it only part of the way, and one straggler among many barely
+does (a straggler 30% slow among 32 normal TRAINs moves ``c`` by under 1%).
+
+**Decision.** At the SYNC ending stage ``i`` the remaining stages ``i+1..`` are simulated
+under the corrected model against the remaining deadline (``deadline - now``), as they are
+planned now and as the normal planner (``compile_plan``, same policy, confidence and
+market) would plan them afresh; when no plan meets the deadline, the fastest one the
+planner names. The simulator starts a job with no instances, so a plan whose first
+remaining stage fits on the instances held now is given back the SCALE and INIT it will not
+wait for (their means) on top of the remaining deadline. The plan changes only when
+
+* it must, to keep the promise: the current plan misses the constraint (mean JCT, or
+  ``P(JCT <= remaining) >= confidence``) by more than ``MISS_TOLERANCE`` (2%) of the
+  deadline — less is the noise of the stages so far, not a wrong profile — and the new
+  plan is better at it; or
+* the new plan meets the constraint and costs at least ``SAVING_THRESHOLD`` (10%) less,
+
+which keeps it from flapping on noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rubberband.errors import InfeasibleDeadlineError
+from rubberband.plan import compile_plan, plan_allocation
+from rubberband.plan.plan import Plan
+from rubberband.profiles.model import ModelProfile
+from rubberband.simulator import simulate
+from rubberband.spec.experiment import ExperimentSpec
+
+PRIOR_WEIGHT = 4.0          # the profile counts as this many TRAINs
+SAVING_THRESHOLD = 0.10     # re-plan to save money only when it saves at least this share
+MISS_TOLERANCE = 0.02       # a plan missing by less than this share of the deadline is kept
+
+
+@dataclass(frozen=True)
+class Replan:
+    """One re-plan, as a decision the backend logs (the scheduler already follows it)."""
+
+    sync: int                        # the SYNC (stage index) it happened at
+    factor: float                    # observed / profiled iteration latency
+    first_stage: int
+    last_stage: int
+    old_allocation: tuple[int, ...]
+    new_allocation: tuple[int, ...]
+    cost_delta_usd: float            # new minus old predicted cost of the remaining stages
+    p_meet: float                    # the new plan's P(remaining JCT <= remaining deadline)
+    reason: str
+
+    def line(self) -> str:
+        """``sync 1: 1.27x slower than profiled; stages 2-3 re-planned 12,8→16,12 GPUs, +$0.42, P(meet) 0.93``"""
+        if abs(math.log(self.factor)) < 0.005:
+            pace = "on the profiled pace"
+        elif self.factor > 1:
+            pace = f"{self.factor:.2f}x slower than profiled"
+        else:
+            pace = f"{1 / self.factor:.2f}x faster than profiled"
+        sign = "+" if self.cost_delta_usd >= 0 else "-"
+        stages = f"{self.first_stage}" if self.first_stage == self.last_stage else f"{self.first_stage}-{self.last_stage}"
+        return (f"sync {self.sync}: {pace}; stages {stages} re-planned "
+                f"{','.join(map(str, self.old_allocation))}→{','.join(map(str, self.new_allocation))} GPUs, "
+                f"{sign}${abs(self.cost_delta_usd):.2f}, P(meet) {self.p_meet:.2f} ({self.reason})")
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "line": self.line()}
+
+
+class Replanner:
+    """The estimator and the re-planning rule of the module docstring, for one job."""
+
+    def __init__(self, plan: Plan, model: ModelProfile, samples: int = 200, seed: int = 0,
+                 prior_weight: float = PRIOR_WEIGHT, threshold: float = SAVING_THRESHOLD):
+        self.plan, self.model = plan, model
+        self.samples, self.seed = samples, seed
+        self.prior_weight, self.threshold = prior_weight, threshold
+        self._sum = 0.0
+        self._n = 0
+
+    def observe(self, gpus: int, iters: int, duration_s: float) -> None:
+        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial that ran uninterrupted."""
+        if iters <= 0:
+            return
+        per_iter = (duration_s - self.model.trial_startup_s.mean) / iters
+        mean = self.model.latency(gpus).mean
+        if per_iter > 0 and mean > 0:
+            self._sum += math.log(per_iter / mean)
+            self._n += 1
+
+    @property
+    def factor(self) -> float:
+        return math.exp(self._sum / (self._n + self.prior_weight))
+
+    def corrected(self) -> ModelProfile:
+        c = self.factor
+        return self.model.replace(iter_latency_s={g: d.with_moments(d.mean * c, d.std * c)
+                                                  for g, d in self.model.iter_latency_s.items()})
+
+    def _meets(self, result, remaining_s: float) -> bool:
+        if self.plan.confidence is None:
+            return result.mean_jct_s <= remaining_s
+        return result.p_meet(remaining_s) >= self.plan.confidence
+
+    def _time_left(self, remaining_s: float, first_instances: int, held_now: int) -> float:
+        """The remaining deadline as the simulator should see it (see the module docstring)."""
+        if first_instances > held_now:
+            return remaining_s
+        cloud = self.plan.cloud
+        return remaining_s + cloud.provision_latency_s.mean + cloud.init_latency_s.mean
+
+    def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
+               spot: list[int]) -> tuple[Plan, Replan] | None:
+        """At the SYNC ending stage ``sync`` (at ``now``), the plan of stages ``sync+1..`` to
+        switch to, with its ``Replan`` record, or ``None`` to keep the current one."""
+        first = sync + 1
+        remaining = self.plan.deadline_s - now
+        if first >= self.plan.spec.num_stages() or not math.isfinite(remaining) or remaining <= 0:
+            return None
+        spec = self.plan.spec
+        sub = ExperimentSpec(spec.stages[first:], tuple(b - first for b in spec.bracket_starts if b > first), spec.eta)
+        model, cloud = self.corrected(), self.plan.cloud
+        old = simulate(sub, allocation[first:], model, cloud, samples=self.samples, seed=self.seed,
+                       instances=instances[first:], spot_instances=spot[first:])
+        old_left = self._time_left(remaining, instances[first], instances[sync])
+        mixed = any(0 < s < h for s, h in zip(spot, instances))
+        policy = self.plan.policy if self.plan.policy != "manual" else "optimal"
+        try:
+            new = compile_plan(sub, model, cloud, self._time_left(remaining, 0, instances[sync]), policy=policy,
+                               samples=self.samples, seed=self.seed, confidence=self.plan.confidence,
+                               market="auto" if mixed else cloud.market)
+        except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
+            new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed)
+        if tuple(new.allocation) == tuple(allocation[first:]) and tuple(new.instances) == tuple(instances[first:]):
+            return None
+        new_left = self._time_left(remaining, new.instances[0], instances[sync])
+        slack = MISS_TOLERANCE * self.plan.deadline_s
+        old_ok, new_ok = self._meets(old, old_left + slack), self._meets(new.predicted, new_left)
+        saving = old.mean_cost_usd - new.predicted.mean_cost_usd
+        if not old_ok and (new_ok or new.predicted.p_meet(new_left) > old.p_meet(old_left)):
+            reason = "to meet the deadline"
+        elif new_ok and saving >= self.threshold * old.mean_cost_usd:
+            reason = f"saves {saving / old.mean_cost_usd:.0%}"
+        else:
+            return None
+        record = Replan(sync, self.factor, first, self.plan.spec.num_stages() - 1, tuple(allocation[first:]),
+                        tuple(new.allocation), -saving, new.predicted.p_meet(new_left), reason)
+        return new, record
