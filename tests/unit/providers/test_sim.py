@@ -9,14 +9,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rubberband import Billing, BillingModel, CloudProfile, DataCost, ExperimentSpec, Market, ModelProfile, SpecError
+from rubberband import (
+    Billing,
+    BillingModel,
+    CloudProfile,
+    DataCost,
+    ExperimentSpec,
+    Market,
+    ModelProfile,
+    SpecError,
+)
 from rubberband.cli.rehearse import rehearse
 from rubberband.config import load_experiment
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.spot import SpotMarket
 from rubberband.providers.sim import LearningCurves, check_truth
-from rubberband.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -11,10 +11,10 @@ import pytest
 
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
 from rubberband.cli.rehearse import rehearse
-from rubberband.providers.sim import rehearse_once
 from rubberband.config import load_experiment
 from rubberband.plan import compile_plan
 from rubberband.profiles import Constant, Normal
+from rubberband.providers.sim import rehearse_once
 from rubberband.scheduler import (
     InstanceReady,
     Replan,
