@@ -21,6 +21,9 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="model profile to write (default <runs-dir>/profiles/<experiment>_<instance type>.yaml)")
     p.add_argument("--cloud-out", help="cloud latency overrides to write (default <out stem>.cloud.yaml)")
     p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory and, by default, the profiles")
+    p.add_argument("--max-packing", type=int, default=8, metavar="K",
+                   help="measure 1-GPU trials packed k = 1, 2, 4, ... per GPU up to K, until throughput stops "
+                        "rising or memory runs out (default 8; 1 measures no packing)")
     p.add_argument("--latency-scale", type=float, default=1.0,
                    help="scale the emulated provisioning wait (local; aws against an emulator)")
 
@@ -38,7 +41,8 @@ def profile_cmd(args: argparse.Namespace) -> int:
     # `profile` checks every argument before it starts a cluster.
     result = profile(args.experiment, provider=args.provider, gpus=gpus, iters=args.iters, repeats=args.repeats,
                      max_seconds=max_seconds, out=args.out, cloud_out=args.cloud_out, runs_dir=args.runs_dir,
-                     on_progress=progress, cluster=args.cluster, latency_scale=args.latency_scale)
+                     on_progress=progress, cluster=args.cluster, latency_scale=args.latency_scale,
+                     max_packing=args.max_packing)
     emit(args, result.to_dict(), result.table())
     return 0
 

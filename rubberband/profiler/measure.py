@@ -15,7 +15,11 @@ executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, th
   start-up (``fit.split_train_durations``); ``m = 1`` queues ``2 G`` trials on ``G`` GPUs (so
   both a fresh gang and a hand-off are measured), ``m > 1`` runs ``G // m`` gangs at once;
 * **SYNC**: a stage's time outside its TRAIN nodes (ranking, stopping gangs, asking for the
-  next stage's instances).
+  next stage's instances);
+* **packing** (``max_packing > 1``): seconds per iteration of one trial with ``k = 1, 2, 4,
+  ...`` trials on every GPU of the first instance, until throughput stops rising or memory
+  runs out (``rubberband.profiler.packing``); written as ``packed_iter_latency_s`` for
+  ``k >= 2``, with ``gpu_memory_gb_per_trial`` where CUDA reports it.
 
 Each latency is fitted with ``fit.fit_latency``; the raw samples are kept under
 ``profiling.samples``. The profiling's own wall time and cost (the provider's instance-seconds
@@ -41,6 +45,7 @@ import yaml
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import ProviderError, RubberbandError, SpecError
 from rubberband.profiler.fit import split_train_durations, to_profile_entry
+from rubberband.profiler.packing import DEFAULT_MAX_K, PackingResult
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
 from rubberband.profiles.model import ModelProfile
@@ -73,6 +78,7 @@ class Request:
     global_batch_size: int | None
     cluster: Any = None            # the provider's checked configuration (aws: the Ray cluster YAML)
     latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
+    max_packing: int = DEFAULT_MAX_K   # the most trials per GPU to measure packed; 1: none
 
 
 def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tuple[int, ...]:
@@ -104,7 +110,7 @@ def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tu
 
 def check_request(experiment: str | Path | Experiment, provider: str = "local", gpus: int | Sequence[int] | None = None,
                   iters: int = 4, repeats: int = 3, max_seconds: float | None = None, launches: int = MIN_LAUNCHES,
-                  cluster: Any = None) -> Request:
+                  cluster: Any = None, max_packing: int = DEFAULT_MAX_K) -> Request:
     """Load and check what to profile, without starting anything.
 
     Raises:
@@ -112,7 +118,8 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
             instance type cannot host, no trainer, a trainer that cannot be loaded, ...
     """
     prov = providers.get(provider, "--provider")
-    for name, value in (("--iters", iters), ("--repeats", repeats), ("launches", launches)):
+    for name, value in (("--iters", iters), ("--repeats", repeats), ("launches", launches),
+                        ("--max-packing", max_packing)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{name}: must be a whole number of at least 1, got {value!r}")
     if launches < MIN_LAUNCHES:
@@ -138,7 +145,7 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
                             f"profile counts that divide it")
     cluster_cfg = prov.check(cloud, launches, providers.cluster_yaml_for(prov, cluster, exp.cluster))
     return Request(exp, provider, cloud, counts, iters, repeats, float(max_seconds) if max_seconds else None,
-                   launches, batch if isinstance(batch, int) else None, cluster_cfg)
+                   launches, batch if isinstance(batch, int) else None, cluster_cfg, max_packing=max_packing)
 
 
 # --- what was measured -------------------------------------------------------------------------
@@ -185,6 +192,7 @@ class ProfileResult:
     cloud_out: str | None = None
     run_dir: str | None = None
     skipped_gpus: tuple[int, ...] = field(default_factory=tuple)
+    packing: PackingResult | None = None
 
     @property
     def model(self) -> ModelProfile:
@@ -210,6 +218,7 @@ class ProfileResult:
             "stopped_early": self.stopped_early, "notes": list(self.notes),
             "out": self.out, "cloud_out": self.cloud_out, "run_dir": self.run_dir,
             "profile": self.profile, "cloud_overrides": self.cloud_overrides,
+            "packing": self.packing.to_dict() if self.packing else None,
         }
 
     def table(self) -> str:
@@ -223,6 +232,14 @@ class ProfileResult:
                  f"trials of {K_SHORT} and {K_SHORT + self.iters} iterations, {self.repeats} repeats)", ""]
         lines.append(render(["GPUs/trial", "samples", "repeats", "start-up", "s/iter mean", "s/iter std", "fitted"], rows))
         lines.append("")
+        if self.packing and self.packing.counts:
+            alone = self.packing.counts[0].throughput
+            lines.append(f"packed 1-GPU trials ({self.packing.mode}; every GPU of one instance packed at once):")
+            lines.append(render(["trials/GPU", "samples", "s/iter mean (one trial)", "throughput vs alone"],
+                                [[c.k, len(c.iter_samples), f"{c.mean_s:.4f}", f"{c.throughput / alone:.2f}x"]
+                                 for c in self.packing.counts]))
+            lines.append(f"packing stopped: {self.packing.stopped}")
+            lines.append("")
         n_launch = len(self.samples.get("cloud", {}).get("init_latency_s", []))
         lines.append(f"trial start-up                            {describe(self.trial_startup_s)}")
         lines.append(f"sync (per stage)                          {describe(self.sync_s)}")
@@ -333,6 +350,29 @@ class _Measurement:
                 out["init"].append(warm + extra)
         return out
 
+    def packing(self, progress: Callable[[str], None], may_continue: Callable[[], bool]) -> PackingResult:
+        """Packed throughput on the first instance (see ``rubberband.profiler.packing``)."""
+        from rubberband.executor.search_space import sample_configs
+        from rubberband.profiler.packing import measure_packing
+
+        node = self.session.port.nodes()[0]
+        self.session.runner.release_instance(node.name)      # its GPUs go to the packed workers
+        self.runs += 1
+        seed = self.seed + self.runs
+
+        def report(c) -> None:
+            progress(f"packing {c.k} trial(s) per GPU: {c.mean_s:.4f}s per iteration of one trial "
+                     f"({c.throughput:.3g} iterations/s per GPU)")
+
+        result = measure_packing(
+            node.name, node.gpus, self.req.experiment.trainer, self.seed,
+            lambda n: sample_configs(self.req.experiment.search_space, n, seed=seed), self.req.iters,
+            self.req.max_packing, self.req.cloud.gpu_memory_gb, logical=self.req.cloud.gpu_model == "logical",
+            on_count=report, may_continue=may_continue)
+        progress(f"packing stopped: {result.stopped}")
+        self.session.runner.warm([node])     # warm again, so the launches after this time only new instances
+        return result
+
     def gpu_count(self, m: int) -> tuple[list[float], list[float], list[float]]:
         """One repeat at ``m`` GPUs per trial: (short durations, long durations, sync samples)."""
         G = self.G
@@ -353,7 +393,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             iters: int = 4, repeats: int = 3, max_seconds: float | None = None, out: str | Path | None = None,
             cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES,
             runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None,
-            cluster: Any = None, latency_scale: float = 1.0) -> ProfileResult:
+            cluster: Any = None, latency_scale: float = 1.0, max_packing: int = DEFAULT_MAX_K) -> ProfileResult:
     """Measure a job's model profile and the provider's latencies, and write them.
 
     Args:
@@ -378,6 +418,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         cluster: ``aws`` only: the Ray cluster YAML to launch from (default: the experiment's ``cluster:``).
         latency_scale: multiplies the provider's emulated provisioning wait (the local
             provider; aws against an emulator such as moto). Real EC2 is timed as it is.
+        max_packing: the most 1-GPU trials per GPU to measure packed (``k = 1, 2, 4, ...``
+            up to it, stopping when throughput stops rising); 1 measures no packing.
 
     Returns:
         A ``ProfileResult``.
@@ -388,7 +430,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         ProviderError: the trainer or the provider failed; the message names the trainer
             and the error. The cluster is stopped in every case.
     """
-    req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches, cluster)
+    req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches, cluster, max_packing)
     if isinstance(latency_scale, bool) or not isinstance(latency_scale, (int, float)) or not latency_scale > 0:
         raise SpecError(f"--latency-scale: must be a positive number, got {latency_scale!r}")
     req = dataclasses.replace(req, latency_scale=float(latency_scale))
@@ -407,6 +449,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     notes: list[str] = []
     skipped: list[int] = []
     stopped_early = False
+    packing: PackingResult | None = None
+    packing_skipped = False
     with cluster_session(req.provider, cloud, req.launches, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
                          config=req.cluster, latency_scale=req.latency_scale) as session:
         measurement = _Measurement(req, session)
@@ -439,6 +483,13 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                     est_iter, _ = _estimate(have, req.iters)
                     progress(f"{m} GPU(s)/trial, repeat {done_repeats[m]}/{req.repeats}: "
                              f"{statistics.fmean(est_iter):.4f}s per iteration ({repeat_s[m]:.1f}s)")
+            if req.max_packing > 1 and 1 in durations:
+                budget_left = (lambda: req.max_seconds is None
+                               or time.time() - t_start + repeat_s[1] + reserve_s <= req.max_seconds)
+                if budget_left():
+                    packing = measurement.packing(progress, budget_left)
+                else:
+                    stopped_early = packing_skipped = True
             for count in range(2, req.launches + 1):
                 measurement.launch(count)
             cloud_samples = measurement.cloud_samples(statistics.fmean(durations[1][0]))
@@ -461,6 +512,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         parts = [f"{m} GPU(s) with {n} of {req.repeats} repeats" for m, n in short_of.items()]
         if skipped:
             parts.append(f"GPU counts {', '.join(map(str, skipped))} not measured")
+        if packing_skipped:
+            parts.append("packing not measured")
         notes.append(f"stopped early to stay within {req.max_seconds:.0f}s: " + "; ".join(parts))
 
     estimates = {m: _estimate(durations[m], req.iters) for m in req.gpu_counts if m in durations}
@@ -510,6 +563,18 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     profile_doc["iter_latency_s"] = {m: e["fitted"] for m, e in entries["iter_latency_s"].items()}
     profile_doc["trial_startup_s"] = entries["trial_startup_s"]["fitted"]
     profile_doc["sync_s"] = entries["sync_s"]["fitted"]
+    if packing is not None:
+        packed = {c.k: to_profile_entry(c.iter_samples) for c in packing.counts}
+        samples["packed_iter_latency_s"] = {k: e["empirical"]["samples"] for k, e in packed.items()}
+        profile_doc["profiling"]["packing"] = {
+            "mode": packing.mode, "stopped": packing.stopped, "iters": req.iters,
+            "throughput_vs_alone": {c.k: round(c.throughput / packing.counts[0].throughput, 4) for c in packing.counts},
+            "fit": {k: e["fit"] for k, e in packed.items() if k > 1},
+        }
+        if len(packing.counts) > 1:
+            profile_doc["packed_iter_latency_s"] = {k: e["fitted"] for k, e in packed.items() if k > 1}
+        if packing.gpu_memory_gb_per_trial is not None:
+            profile_doc["gpu_memory_gb_per_trial"] = round(packing.gpu_memory_gb_per_trial, 3)
     ModelProfile.from_dict(profile_doc, where="measured profile")   # what we write must load
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
@@ -531,7 +596,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         cost_usd=cost, instance_seconds=instance_s, price_usd_per_hour=cloud.hourly_usd, iters=req.iters,
         repeats=req.repeats, stopped_early=stopped_early, notes=tuple(notes), profile=profile_doc,
         cloud_overrides=overrides, out=str(out_path), cloud_out=str(cloud_path) if cloud_path else None,
-        run_dir=str(run_dir), skipped_gpus=tuple(skipped),
+        run_dir=str(run_dir), skipped_gpus=tuple(skipped), packing=packing,
     )
     return result
 

@@ -1,6 +1,8 @@
-"""The profiler on the local provider: it writes profiles that load, its prediction closes the
-loop with a real run, and a failing trainer is one clear error with no cluster left behind."""
+"""The profiler on the local provider: it writes profiles that load (packed latencies too), its
+prediction closes the loop with a real run, and a failing trainer is one clear error with no
+cluster left behind."""
 
+import os
 import shutil
 
 import pytest
@@ -41,8 +43,9 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
 
     assert result.stopped_early and result.gpu_counts == (1,) and result.skipped_gpus == (2,)
     assert "stopped early" in result.notes[0] and "2 not measured" in result.notes[0]
+    assert result.packing is None and "packing not measured" in result.notes[0]
     model = rb.ModelProfile.load(out)
-    assert model.gpu_counts == (1,)
+    assert model.gpu_counts == (1,) and model.packed_iter_latency_s == {}
     assert model.measured_on["provider"] == "local" and model.measured_on["instance_type"] == "local.2gpu"
     assert model.measured_on["gpu_model"] == "logical"
     prof = model.extra["profiling"]
@@ -69,10 +72,12 @@ def _close_the_loop(tmp_path):
     """Profile the demo job, plan it, run the plan; return the JCT error of the run."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     exp_path = _experiment(tmp_path, "rubberband.examples.digits:DigitsMLP")
-    result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs")
+    result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs",
+                     max_packing=2)
     exp = rb.load_experiment(exp_path)
     model = rb.ModelProfile.load(result.out)
     assert model.gpu_counts == (1, 2) and model.extra["profiling"]["repeats_done"] == {1: 2, 2: 2}
+    check_packed_latencies(model, result)
     overrides = yaml.safe_load(open(result.cloud_out))
     cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
     plan = rb.compile_plan(exp.spec, model, cloud, exp.deadline_s, samples=500, seed=exp.seed)
@@ -84,6 +89,26 @@ def _close_the_loop(tmp_path):
     print(f"\nclosing the loop: allocation {plan.allocation}, predicted JCT {predicted:.1f}s, actual {actual:.1f}s, "
           f"error {error:+.1%}; profiling took {result.seconds:.0f}s")
     return error
+
+
+def check_packed_latencies(model, result):
+    """k = 1 and 2 trials on each of the 2 logical GPUs, all at once: 2 and 4 samples; the
+    written latency is the k = 2 one. The GPUs are the host's CPUs and each worker trains on
+    one thread: on 2 cores, 4 workers cannot beat 2 by much."""
+    packing = model.extra["profiling"]["packing"]
+    assert packing["mode"] == "logical" and result.packing.mode == "logical"
+    assert [c.k for c in result.packing.counts] == [1, 2]
+    samples = model.extra["profiling"]["samples"]["packed_iter_latency_s"]
+    assert len(samples[1]) == 2 and len(samples[2]) == 4
+    assert model.packing_counts == (1, 2) and model.gpu_memory_gb_per_trial is None
+    assert model.packed_latency(2).mean == pytest.approx(result.packing.counts[1].mean_s, rel=1e-3)
+    gain = packing["throughput_vs_alone"][2]
+    print(f"\npacking on {os.cpu_count()} cores: 2 per logical GPU gives {gain:.2f}x the throughput of 1 "
+          f"({result.packing.counts[0].mean_s:.4f}s -> {result.packing.counts[1].mean_s:.4f}s per iteration); "
+          f"stopped: {result.packing.stopped}")
+    if (os.cpu_count() or 1) <= 2:
+        assert gain < 1.3
+    assert "packed 1-GPU trials (logical" in result.table()
 
 
 def test_closing_the_loop_a_run_of_the_profiled_plan_meets_its_prediction(tmp_path):
