@@ -1,50 +1,89 @@
-"""Draw a sampled timeline as a Gantt chart (instances over time, trials as bars)."""
+"""Draw a sampled timeline as a Gantt chart (instances over time, trials as bars, spot reclaims)."""
 
 from __future__ import annotations
 
 from rubberband.errors import SpecError
-from rubberband.simulator.trace import Timeline
+from rubberband.simulator.trace import SPOT, Timeline
 from rubberband.units import format_duration
+
+RECLAIM = "#d62728"       # reclaims, lost work and the line to the replacement
+SPOT_EDGE = "#ff7f0e"     # the outline of a spot instance's life
 
 
 def gantt_figure(timeline: Timeline, title: str = ""):
     """A matplotlib figure: one row per instance, SCALE/INIT phases shaded, trials as coloured bars.
 
     A trial is drawn on every instance its GPUs are on, in its own lane of the row, so trials
-    sharing an instance do not hide each other.
+    sharing an instance do not hide each other. Spot instances (labelled "spot", outlined in
+    orange) end at their reclaim, marked with a red x; the work an interrupted TRAIN lost
+    since its last checkpoint is hatched red. A red line on the reclaimed instance's row runs
+    from the replacement's request (at the notice) to the reclaim, and a dotted one leads from
+    there to the replacement's row, whose SCALE and INIT follow; then the TRAIN resumes.
     """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError:
         raise SpecError("--gantt: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
     rows = len(timeline.instances)
     fig, ax = plt.subplots(figsize=(11, max(2.5, 0.32 * rows + 1.5)))
     colors = plt.get_cmap("tab10")
+    by_id = {span.instance: span for span in timeline.instances}
     for span in timeline.instances:
         y = span.instance
+        if span.cancelled:        # asked for, then released before its SCALE ended
+            ax.barh(y, span.released_s - span.requested_s, left=span.requested_s, color="#eeeeee", height=0.8)
+            continue
         ax.barh(y, span.launched_s - span.requested_s, left=span.requested_s, color="#dddddd", height=0.8)
         ax.barh(y, span.ready_s - span.launched_s, left=span.launched_s, color="#aaaaaa", height=0.8)
-        ax.barh(y, span.released_s - span.ready_s, left=span.ready_s, color="none", edgecolor="#555555",
-                height=0.8, linewidth=0.5)
+        spot = span.market == SPOT
+        ax.barh(y, span.released_s - span.ready_s, left=span.ready_s, color="none",
+                edgecolor=SPOT_EDGE if spot else "#555555", height=0.8, linewidth=0.9 if spot else 0.5)
+        if span.reclaimed_s is not None:
+            ax.plot([span.reclaimed_s], [y], marker="x", color=RECLAIM, markersize=9, markeredgewidth=2, zorder=5)
+        if span.replaces is not None:
+            # The request: at the notice on the reclaimed instance's row (a red line to its
+            # reclaim), then down to the replacement's row, where its SCALE begins.
+            old = by_id[span.replaces]
+            ax.plot([span.requested_s, old.reclaimed_s], [old.instance, old.instance], color=RECLAIM, linewidth=1.5,
+                    zorder=4)
+            ax.plot([span.requested_s, span.requested_s], [old.instance, y], color=RECLAIM, linestyle=":",
+                    linewidth=0.9, zorder=4)
     lanes: dict[int, int] = {}
     for trial in timeline.trials:
         lanes[trial.stage] = max(lanes.get(trial.stage, 1), trial.lane + 1)
     for trial in timeline.trials:
         height = 0.8 / lanes[trial.stage]
         for instance in trial.instances:
-            ax.barh(instance - 0.4 + (trial.lane + 0.5) * height, trial.end_s - trial.start_s, left=trial.start_s,
-                    height=0.85 * height, color=colors(trial.stage % 10), alpha=0.7, edgecolor="black", linewidth=0.2)
+            y = instance - 0.4 + (trial.lane + 0.5) * height
+            ax.barh(y, trial.end_s - trial.start_s, left=trial.start_s, height=0.85 * height,
+                    color=colors(trial.stage % 10), alpha=0.7, edgecolor="black", linewidth=0.2)
+            if trial.lost_from_s is not None:
+                ax.barh(y, trial.end_s - trial.lost_from_s, left=trial.lost_from_s, height=0.85 * height,
+                        color="white", alpha=0.8, hatch="////", edgecolor=RECLAIM, linewidth=0.0)
     for start, _, _ in timeline.stages:
         ax.axvline(start, color="black", linewidth=0.4, linestyle=":")
+    markets = {span.instance: span.market for span in timeline.instances}
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if SPOT in markets.values():
+        ax.yaxis.set_major_formatter(FuncFormatter(
+            lambda y, _: f"{int(y)} {markets[int(y)]}" if float(y).is_integer() and int(y) in markets else ""))
+        handles = [Patch(facecolor="none", edgecolor=SPOT_EDGE, label="spot instance"),
+                   Line2D([], [], marker="x", color=RECLAIM, linestyle="none", markeredgewidth=2, label="reclaim"),
+                   Patch(facecolor="white", hatch="////", edgecolor=RECLAIM, label="work lost"),
+                   Line2D([], [], color=RECLAIM, linewidth=1.5, label="notice: replacement\nrequested (dotted)")]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     ax.set_xlabel("seconds since the job started")
     ax.set_ylabel("instance (launch order)")
-    ax.set_title((title or f"sample {timeline.sample} of {timeline.samples}: JCT {format_duration(timeline.jct_s)}")
-                 + "\nlight grey: SCALE, dark grey: INIT, bars: trials coloured by stage", fontsize="medium")
+    head = title or f"sample {timeline.sample} of {timeline.samples}: JCT {format_duration(timeline.jct_s)}"
+    if SPOT in markets.values():
+        head += f", {timeline.reclaims} spot reclaim{'' if timeline.reclaims == 1 else 's'}"
+    ax.set_title(head + "\nlight grey: SCALE, dark grey: INIT, bars: trials coloured by stage", fontsize="medium")
     ax.invert_yaxis()
     fig.tight_layout()
     return fig

@@ -17,7 +17,6 @@ from rubberband.cli.common import (
     stage_cost_footnote,
     summary_line,
 )
-from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
@@ -51,9 +50,6 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     result = simulate(exp.spec, allocation, exp.model, cloud, samples=samples, seed=seed, instances=instances,
                       spot_instances=spot)
     on_spot = any(s.spot_instances for s in result.stages)
-    if args.gantt and on_spot and cloud.spot.at_risk:
-        raise SpecError("--gantt: timelines with spot reclaims are not drawn yet; leave out --gantt, or simulate "
-                        "on-demand (--spot-instances 0,...)")
     payload = {"experiment": exp.name, "instance_type": cloud.instance_type, **result.to_dict()}
     if deadline:
         payload["deadline_s"] = deadline
@@ -75,11 +71,13 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         # The median run, not sample 0: that one may sit anywhere in the distribution.
         k = median_sample(result.jct_s)
         timeline = sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, instances=instances,
-                                   samples=samples, sample=k)
+                                   samples=samples, sample=k, spot_instances=spot)
         draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
         text.append(f"wrote {args.gantt}")
         payload["gantt"], payload["gantt_sample"] = args.gantt, k
+        if on_spot:
+            payload["gantt_reclaims"] = timeline.reclaims
     emit(args, payload, "\n".join(text))
     return 0
 

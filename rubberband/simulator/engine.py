@@ -144,7 +144,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                         stage_cost[i] += pool.held_usd(old, fresh, start, scale_end if fresh else None, now)
         if not per_instance:
             # TRAIN work at the stage's market price (its instances' share of each, when mixed).
-            usd = od.usd_per_s if s == 0 else sp.usd_per_s if s == count else (o * od.usd_per_s + s * sp.usd_per_s) / count
+            usd = mixed_usd_per_s(o, s, od.usd_per_s, sp.usd_per_s)
             stage_cost[i] += busy * shape.gpus_per_trial * usd / cloud.gpus_per_instance
         stage_duration[i] = now - start
     if per_instance:
@@ -159,6 +159,16 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     )
     return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),
                      spot_instances=tuple(spot))
+
+
+def mixed_usd_per_s(on_demand: int, spot: int, on_demand_usd: float, spot_usd: float) -> float:
+    """A stage's price per instance-second when it holds ``on_demand`` and ``spot`` instances
+    (per-function billing charges TRAIN work at its instances' share of each market)."""
+    if spot == 0:
+        return on_demand_usd
+    if on_demand == 0:
+        return spot_usd
+    return (on_demand * on_demand_usd + spot * spot_usd) / (on_demand + spot)
 
 
 def spot_billable(cloud: CloudProfile) -> bool:

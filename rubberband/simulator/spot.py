@@ -344,7 +344,8 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
         if log is not None:
             ran = u < end
             finished = np.isfinite(done)
-            checkpoint = np.where(finished, done, u + b + (before - left) * lat)
+            kept = before - left          # iterations checkpointed; none: the start-up was lost too
+            checkpoint = np.where(finished, done, np.where(kept > 0, u + b + kept * lat, u))
             log.append((idx[ran] // S, sample[ran], u[ran], np.where(finished, done, end)[ran], checkpoint[ran],
                         finished[ran]))
         out[idx] = np.where(keep, out[idx], done)

@@ -1,27 +1,46 @@
-"""One sampled run as a timeline of instances and trials, for Gantt charts and inspection."""
+"""One sampled run as a timeline of instances and trials, for Gantt charts and inspection.
+
+``sample_timeline`` replays one Monte-Carlo sample of ``simulate`` event by event, with the
+same random numbers, so its JCT and cost are that sample's. On spot instances (DESIGN §4.1)
+the stage runs on the simulator's own kernel for that one sample — its instance positions'
+incarnations are drawn by counter, the same numbers the whole run reads — and the timeline
+adds what the kernel saw: each reclaim, the work it cost, and the replacement's SCALE, INIT
+and resumed TRAIN.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import CloudProfile
+from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.engine import layout
-from rubberband.simulator.model import StageDraws
+from rubberband.simulator.dag import ON_DEMAND, SPOT
+from rubberband.simulator.engine import layout, mixed_usd_per_s, spot_billable, spot_layout
+from rubberband.simulator.model import StageDraws, billed_seconds
+from rubberband.simulator.spot import PositionSchedule, run_stage, trace_offsets, trial_positions
 from rubberband.spec.experiment import ExperimentSpec
 
 
 @dataclass(frozen=True)
 class InstanceSpan:
     instance: int          # launch number in the job
-    requested_s: float     # SCALE start
+    requested_s: float     # SCALE start (a replacement's request, at the notice)
     launched_s: float      # SCALE end: billing starts
     ready_s: float         # INIT_INSTANCE end
-    released_s: float
+    released_s: float      # released after a SYNC, or reclaimed
+    market: str = ON_DEMAND
+    reclaimed_s: float | None = None    # when the cloud took it back (then ``released_s``)
+    replaces: int | None = None         # the reclaimed instance this one replaces
+
+    @property
+    def cancelled(self) -> bool:
+        """A replacement released while still provisioning: never launched, never billed."""
+        return self.reclaimed_s is None and self.released_s <= self.launched_s
 
 
 @dataclass(frozen=True)
@@ -33,16 +52,24 @@ class TrialSpan:
     gpus: int
     start_s: float
     end_s: float
+    lost_from_s: float | None = None    # interrupted by a reclaim at ``end_s``: work after this checkpoint is lost
 
 
 @dataclass(frozen=True)
 class Timeline:
     instances: tuple[InstanceSpan, ...]
-    trials: tuple[TrialSpan, ...]
+    trials: tuple[TrialSpan, ...]        # one per TRAIN, or per attempt when reclaims interrupt it
     stages: tuple[tuple[float, float, float], ...]   # (start, trials start, SYNC end) per stage
     jct_s: float
     sample: int = 0        # which of ``samples`` Monte-Carlo samples this is
     samples: int = 1
+    cost_usd: float = math.nan
+
+    @property
+    def reclaims(self) -> int:
+        """Instances reclaimed after they launched (as ``SimResult`` counts them; one taken back
+        during its SCALE never ran)."""
+        return sum(s.reclaimed_s is not None and s.reclaimed_s > s.launched_s for s in self.instances)
 
 
 def median_sample(jct_s: Sequence[float]) -> int:
@@ -52,59 +79,182 @@ def median_sample(jct_s: Sequence[float]) -> int:
     return int(order[(len(order) - 1) // 2])
 
 
+class _Held:
+    """An instance while the replay holds it (mutable until it becomes an ``InstanceSpan``)."""
+
+    def __init__(self, iid: int, market: str, requested: float, launched: float, ready: float,
+                 replaces: int | None = None):
+        self.iid, self.market, self.replaces = iid, market, replaces
+        self.requested, self.launched, self.ready = requested, launched, ready
+        self.released: float | None = None
+        self.reclaimed: float | None = None
+
+    def span(self) -> InstanceSpan:
+        released, reclaimed = self.released, self.reclaimed
+        if reclaimed is not None:
+            # Taken back by the time its SCALE ended (a trace zone gone during the SCALE; the
+            # offset's rounding can put the reclaim a hair before the launch): it never ran.
+            released = reclaimed = max(reclaimed, self.launched)
+        # Released or reclaimed while still initialising: it never became ready.
+        ready = min(max(self.ready, self.launched), released) if released > self.launched else self.ready
+        return InstanceSpan(self.iid, self.requested, self.launched, ready, released, self.market, reclaimed,
+                            self.replaces)
+
+
 def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
                     seed: int = 0, instances: Sequence[int] | None = None, samples: int = 1,
-                    sample: int = 0) -> Timeline:
+                    sample: int = 0, spot_instances: Sequence[int] | None = None) -> Timeline:
     """Replay one sample of the simulator event by event.
 
-    Its JCT equals ``simulate(..., samples=samples, seed=seed).jct_s[sample]``; trials are
+    Its JCT equals ``simulate(..., samples=samples, seed=seed).jct_s[sample]`` and its cost
+    that sample's cost (to rounding in the last bits: sums run in another order); trials are
     laid on instances as the placement policy packs them (each trial's GPUs on one instance,
-    or on whole instances when it needs more than one).
+    or on whole instances when it needs more than one), on-demand instances before spot ones.
+    ``spot_instances`` is ``simulate``'s: how many of each stage's instances are spot.
 
     Raises:
-        SpecError: for an invalid allocation, or ``sample`` outside ``0..samples-1``.
+        SpecError: for an invalid allocation or spot vector, or ``sample`` outside ``0..samples-1``.
     """
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or not 0 <= sample < samples:
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
     shapes, held = layout(spec, allocation, model, cloud, instances)
-    G = cloud.gpus_per_instance
-    now = 0.0
-    alive: list[list[float]] = []                   # [id, requested, launched, ready], oldest first
-    spans: list[InstanceSpan] = []
+    spot = spot_layout(held, cloud, spot_instances)
+    if any(spot) and not spot_billable(cloud):
+        raise SpecError("billing: per-function billing has no spot market to reclaim from; "
+                        "use per_instance billing or spot_instances=0")
+    k = int(sample)
+    offsets = trace_offsets(cloud.spot, seed, samples)
+    usd_per_s = {ON_DEMAND: cloud.price_usd_per_hour / 3600.0, SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
+    per_function = cloud.billing.model is BillingModel.PER_FUNCTION
+    now, function_usd = 0.0, 0.0
+    pools: dict[str, list[_Held]] = {ON_DEMAND: [], SPOT: []}     # oldest first, as the simulator's pools
+    every: list[_Held] = []
     trials: list[TrialSpan] = []
     stages = []
-    launched = 0
-    for shape, count in zip(shapes, held):
+
+    def launch(market: str, requested: float, launched: float, ready: float, replaces: int | None = None) -> _Held:
+        h = _Held(len(every), market, requested, launched, ready, replaces)
+        every.append(h)
+        return h
+
+    for shape, count, s in zip(shapes, held, spot):
         d = StageDraws(seed, shape.index, samples)
         start = now
-        while len(alive) > count:                   # release newest first at the previous SYNC
-            iid, req, lau, rdy = alive.pop()
-            spans.append(InstanceSpan(int(iid), req, lau, rdy, now))
-        if count > len(alive):
-            new = count - len(alive)
-            scale_end = now + float(d.scale(cloud)[sample])
-            ready = scale_end + float(d.init_max(cloud, new)[sample])
-            for _ in range(new):
-                alive.append([launched, now, scale_end, ready])
-                launched += 1
-            now = ready
-        train_start = now
-        durations = d.train_durations(model, shape)[:, sample]
-        m = shape.gpus_per_trial
-        per_instance = G // m if m <= G else 0
-        span = -(-m // G)                           # whole instances a trial takes when m > G
-        free = [train_start] * shape.running
-        for t in range(shape.num_trials):
-            slot = t if t < shape.running else min(range(shape.running), key=lambda g: free[g])
-            begin = free[slot]
-            free[slot] = begin + float(durations[t])
-            if per_instance:
-                hosts, lane = [slot // per_instance], slot % per_instance
-            else:
-                hosts, lane = range(slot * span, (slot + 1) * span), 0
-            trials.append(TrialSpan(shape.index, t, tuple(int(alive[h][0]) for h in hosts), lane, m, begin, free[slot]))
-        now = max(free) + float(d.sync(model)[sample])
-        stages.append((start, train_start, now))
-    for iid, req, lau, rdy in reversed(alive):
-        spans.append(InstanceSpan(int(iid), req, lau, rdy, now))
-    return Timeline(tuple(sorted(spans, key=lambda s: s.instance)), tuple(trials), tuple(stages), now, sample, samples)
+        o = count - s
+        for market, keep in ((ON_DEMAND, o), (SPOT, s)):     # release newest first at the previous SYNC
+            while len(pools[market]) > keep:
+                pools[market].pop().released = now
+        new_o, new_s = o - len(pools[ON_DEMAND]), s - len(pools[SPOT])
+        new = new_o + new_s
+        if s and cloud.spot.at_risk:
+            now, busy, ready = _spot_stage(d, model, cloud, shape, now, k, pools, new_o, new_s, offsets, seed, launch,
+                                           trials)
+        else:
+            if new:
+                scale_end = now + float(d.scale(cloud)[k])
+                ready = scale_end + float(d.init_max(cloud, new)[k])
+                for market, fresh in ((ON_DEMAND, new_o), (SPOT, new_s)):
+                    pools[market] += [launch(market, now, scale_end, ready) for _ in range(fresh)]
+                now = ready
+            ready = now
+            busy = _plain_trials(d, model, cloud, shape, now, k, pools[ON_DEMAND] + pools[SPOT], trials)
+            now = max(t.end_s for t in trials if t.stage == shape.index) + float(d.sync(model)[k])
+        if per_function:
+            usd = mixed_usd_per_s(o, s, usd_per_s[ON_DEMAND], usd_per_s[SPOT])
+            function_usd += busy * shape.gpus_per_trial * usd / cloud.gpus_per_instance
+        stages.append((start, ready, now))
+    for market in (ON_DEMAND, SPOT):
+        for h in pools[market]:
+            h.released = now
+    spans = tuple(h.span() for h in every)
+    cost = function_usd if per_function else sum(_instance_usd(span, cloud, usd_per_s[span.market]) for span in spans)
+    return Timeline(spans, tuple(trials), tuple(stages), now, k, samples, cost)
+
+
+def _instance_usd(span: InstanceSpan, cloud: CloudProfile, usd_per_s: float) -> float:
+    """What one instance costs: its launch's data, and its billed life (rounded, at least the minimum)."""
+    if span.cancelled:
+        return 0.0
+    life = span.released_s - span.launched_s
+    billed = float(billed_seconds(life, cloud.billing)) if life > 0 else 0.0
+    return cloud.data.usd_per_launch + billed * usd_per_s
+
+
+def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, begin: float, k: int,
+                  hosts: list[_Held], trials: list[TrialSpan]) -> float:
+    """A stage no reclaim can touch: list scheduling of its TRAINs on ``hosts`` (positions in
+    order); returns their summed time."""
+    durations = d.train_durations(model, shape)[:, k]
+    positions = trial_positions(shape, cloud.gpus_per_instance)
+    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial
+    free = [begin] * shape.running
+    for t in range(shape.num_trials):
+        slot = t if t < shape.running else min(range(shape.running), key=lambda g: free[g])
+        started = free[slot]
+        free[slot] = started + float(durations[t])
+        trials.append(TrialSpan(shape.index, t, tuple(hosts[p].iid for p in positions[slot]),
+                                slot % per_instance if per_instance else 0, shape.gpus_per_trial, started, free[slot]))
+    return float(durations.sum())
+
+
+def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, now: float, k: int,
+                pools: dict[str, list[_Held]], new_o: int, new_s: int, offsets: np.ndarray, seed: int, launch,
+                trials: list[TrialSpan]) -> tuple[float, float, float]:
+    """A stage with spot instances at risk, as ``engine._spot_stage`` runs it, for sample ``k``:
+    the kernel's schedule and TRAIN attempts, turned into instances and trial spans.
+    Returns the stage's end, its summed TRAIN time and when its new instances were all ready."""
+    new = new_o + new_s
+    ready = now
+    od_ready: list[float] = []
+    fresh: list[_Held] = []
+    if new:
+        scale = float(d.scale(cloud)[k])
+        inits = d.init_each(cloud, new)[:, k]
+        od_ready = [now + scale + float(inits[j]) for j in range(new_o)]
+        pools[ON_DEMAND] += [launch(ON_DEMAND, now, now + scale, r) for r in od_ready]
+        if new_s:
+            # A first spot request waits for capacity like a replacement does (trace markets).
+            granted = now if cloud.spot.trace is None else \
+                float(cloud.spot.trace.next_change(np.array([now + offsets[k]]), up=True)[0] - offsets[k])
+            fresh = [launch(SPOT, now, granted + scale, granted + scale + float(inits[new_o + j])) for j in range(new_s)]
+        ready = max(od_ready + [h.ready for h in fresh])
+    old = list(pools[SPOT])
+    n_od = len(pools[ON_DEMAND])
+    spot_hosts = old + fresh
+    start = np.array([[-np.inf]] * n_od + [[h.launched] for h in spot_hosts])
+    up = np.array([[-np.inf]] * (n_od - new_o) + [[r] for r in od_ready] + [[h.ready] for h in spot_hosts])
+    is_spot = np.arange(len(start)) >= n_od
+    schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, np.array([now]), start, up, is_spot,
+                                offsets[k:k + 1], sample_ids=[k])
+    latency, startup = d.train_parts(model, shape)
+    boot = startup if np.ndim(startup) == 0 else startup[:, k:k + 1]
+    log: list = []
+    trained, busy = run_stage(schedule, shape, cloud.gpus_per_instance, np.array([ready]), latency[:, k:k + 1], boot,
+                              log=log)
+    end = float(trained[0]) + float(d.sync(model)[k])
+    # Each spot position's incarnations up to the one alive (or provisioning) at the SYNC.
+    lives: list[list[tuple[_Held, float, float]]] = [[(h, -np.inf, np.inf)] for h in pools[ON_DEMAND]]
+    carried = []
+    notice = cloud.spot.notice_s
+    for position, host in zip(range(n_od, len(start)), spot_hosts):
+        chain = schedule.chain(position, 0, end)
+        h = host
+        h.ready = chain[0][1]                  # reclaimed before it was ever ready: ready at the reclaim
+        life = [(h, chain[0][1], chain[0][2])]
+        for (prev_start, _, prev_down), (s_i, up_i, down_i) in zip(chain, chain[1:]):
+            # The replacement is asked for at the notice (rate) or when the zone is gone (trace).
+            asked = prev_down if cloud.spot.trace is not None else max(prev_down - notice, prev_start)
+            h.released = h.reclaimed = prev_down
+            h = launch(SPOT, asked, s_i, up_i, replaces=h.iid)
+            life.append((h, up_i, down_i))
+        lives.append(life)
+        carried.append(h)
+    pools[SPOT] = carried
+    positions = trial_positions(shape, cloud.gpus_per_instance)
+    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial
+    for trial, slot, _, begin, stop, checkpoint, finished in log:
+        for j, g, b, e, c, f in zip(trial, slot, begin, stop, checkpoint, finished):
+            on = tuple(next(h.iid for h, u, dn in lives[p] if u <= b < dn) for p in positions[g])
+            trials.append(TrialSpan(shape.index, int(j), on, int(g) % per_instance if per_instance else 0,
+                                    shape.gpus_per_trial, float(b), float(e), None if f else float(c)))
+    return end, float(busy[0]), ready

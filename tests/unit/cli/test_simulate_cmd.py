@@ -11,6 +11,7 @@ import pytest
 from rubberband import load_experiment
 from rubberband.cli.main import main
 from rubberband.simulator import simulate
+from rubberband.simulator.trace import sample_timeline
 
 from .helpers import spot_experiment
 
@@ -141,9 +142,20 @@ def test_a_spot_market_shows_spot_instances_and_reclaims_per_stage(tmp_path, cap
 @pytest.mark.parametrize(("extra", "pattern"), [
     (["--spot-instances", "8,0,0,9"], r"^error: spot_instances\[3\]: expected a whole number of the stage's 2 instances"),
     (["--spot-instances", "8,x"], r"^error: --spot-instances: expected comma-separated whole numbers"),
-    (["--gantt", "g.png"], r"^error: --gantt: timelines with spot reclaims are not drawn yet"),
 ])
 def test_bad_spot_options_give_one_error_line(tmp_path, capsys, extra, pattern):
     assert main(["simulate", spot_experiment(tmp_path), "--allocation", "32,20,12,8", "--samples", "20", *extra]) == 2
     err = capsys.readouterr().err
     assert re.search(pattern, err) and err.count("\n") == 1
+
+
+def test_gantt_draws_a_spot_run_with_its_reclaims(tmp_path, capsys, matplotlib):
+    png = tmp_path / "spot.png"
+    exp = spot_experiment(tmp_path, rate_per_hour=2.0)
+    assert main(["simulate", exp, "--allocation", "32,20,12,8", "--samples", "200", "--gantt", str(png), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    loaded = load_experiment(exp)
+    timeline = sample_timeline(loaded.spec, [32, 20, 12, 8], loaded.model, loaded.cloud, seed=loaded.seed,
+                               samples=200, sample=payload["gantt_sample"])
+    assert payload["gantt_reclaims"] == timeline.reclaims > 0

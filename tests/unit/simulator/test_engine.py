@@ -507,6 +507,7 @@ def test_sample_timeline_jct_equals_simulate(name, seed):
     timeline = sample_timeline(SHA16, allocation, RANDOM_MODEL, cloud, seed=seed, instances=instances)
     single = simulate(SHA16, allocation, RANDOM_MODEL, cloud, samples=1, seed=seed, instances=instances)
     assert timeline.jct_s == pytest.approx(single.jct_s[0], **EXACT)
+    assert timeline.cost_usd == pytest.approx(single.cost_usd[0], **EXACT)
     assert len(timeline.trials) == sum(SHA16.trials)
     assert len(timeline.stages) == SHA16.num_stages()
     assert timeline.stages[-1][2] == timeline.jct_s

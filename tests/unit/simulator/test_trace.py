@@ -29,6 +29,7 @@ def test_any_sample_replays_the_simulation(paper_job, sample):
     result = simulate(spec, [32, 20, 12, 8], model, cloud, samples=200, seed=3)
     timeline = sample_timeline(spec, [32, 20, 12, 8], model, cloud, seed=3, samples=200, sample=sample)
     assert timeline.jct_s == pytest.approx(result.jct_s[sample], rel=1e-12)
+    assert timeline.cost_usd == pytest.approx(result.cost_usd[sample], rel=1e-12)
     assert (timeline.sample, timeline.samples) == (sample, 200)
 
 
@@ -86,3 +87,78 @@ def test_a_sample_outside_the_run_is_one_error(paper_job, sample):
     spec, model, cloud = paper_job
     with pytest.raises(SpecError, match=r"^sample: expected a sample number in 0\.\.9, got "):
         sample_timeline(spec, [32, 20, 12, 8], model, cloud, samples=10, sample=sample)
+
+
+# --- spot instances: one sample's reclaims, lost work and replacements ----------------------
+from rubberband.profiles.cloud import Billing, BillingModel, DataCost, Market  # noqa: E402
+from rubberband.profiles.distributions import Constant, Normal  # noqa: E402
+from rubberband.profiles.spot import SpotMarket, SpotTrace  # noqa: E402
+
+SPOT_MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0.1), 8: Normal(0.8, 0.08)},
+                          trial_startup_s=Normal(8.0, 1.0), sync_s=Constant(1.0), name="m")
+SPOT_SPEC = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)      # 16, 8, 4, 2, 1 trials
+FLAKY = SpotTrace("z", 1, np.array([0.0, 100.0, 150.0, 400.0, 900.0]), np.array([1, 0, 1, 0, 1]), 1000.0)
+
+
+def _spot_cloud(spot):
+    return CloudProfile(instance_type="p3.8xlarge", gpus_per_instance=4, price_usd_per_hour=12.24,
+                        spot_price_usd_per_hour=3.67, market=Market.SPOT, spot=spot,
+                        provision_latency_s=Normal(30.0, 5.0), init_latency_s=Normal(60.0, 10.0),
+                        data=DataCost(0.15, 0.09), billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0))
+
+
+MARKETS = {"rate": SpotMarket(rate_per_hour=30.0), "notice": SpotMarket(notice_s=120, rate_per_hour=30.0),
+           "trace": SpotMarket(trace=FLAKY)}
+# (allocation, instances, spot instances): packed; mixed, with trials over two instances; a
+# static cluster with queued trials; markets switching between stages.
+SPOT_LAYOUTS = {"packed": ([16, 8, 8, 4, 2], None, None), "mixed-wide": ([16, 8, 8, 16, 8], None, [2, 1, 1, 2, 2]),
+                "static-queued": ([4, 4, 4, 4, 4], [2] * 5, None), "switching": ([16, 8, 8, 8, 8], None, [4, 1, 0, 2, 0])}
+
+
+@pytest.mark.parametrize("layout_name", SPOT_LAYOUTS)
+@pytest.mark.parametrize("market", MARKETS)
+def test_every_spot_sample_replays_the_simulation_with_its_reclaims(market, layout_name):
+    allocation, instances, spot = SPOT_LAYOUTS[layout_name]
+    cloud = _spot_cloud(MARKETS[market])
+    result = simulate(SPOT_SPEC, allocation, SPOT_MODEL, cloud, samples=30, seed=3, instances=instances,
+                      spot_instances=spot)
+    timelines = [sample_timeline(SPOT_SPEC, allocation, SPOT_MODEL, cloud, seed=3, instances=instances, samples=30,
+                                 sample=k, spot_instances=spot) for k in range(30)]
+    assert [t.jct_s for t in timelines] == result.jct_s.tolist()                     # to the last bit
+    assert [t.cost_usd for t in timelines] == pytest.approx(result.cost_usd.tolist(), rel=1e-12)
+    reclaims = np.mean([t.reclaims for t in timelines])
+    assert reclaims == pytest.approx(sum(s.mean_reclaims for s in result.stages), rel=1e-12) and reclaims > 0.5
+
+
+@pytest.mark.parametrize("market", ["rate", "notice"])
+def test_a_reclaimed_trial_loses_its_iteration_in_progress_and_resumes_on_the_replacement(market):
+    cloud = _spot_cloud(MARKETS[market])
+    allocation, instances, spot = SPOT_LAYOUTS["mixed-wide"]
+    checked = 0
+    for k in range(20):
+        timeline = sample_timeline(SPOT_SPEC, allocation, SPOT_MODEL, cloud, seed=1, samples=20, sample=k,
+                                   spot_instances=spot)
+        spans = {s.instance: s for s in timeline.instances}
+        for s in timeline.instances:
+            if s.cancelled:                            # released at a SYNC before its SCALE ended
+                assert s.requested_s <= s.released_s <= s.launched_s
+            else:
+                assert s.requested_s <= s.launched_s <= s.ready_s <= s.released_s
+            if s.replaces is not None:                 # asked for at the notice, not before the old one started
+                old = spans[s.replaces]
+                assert old.market == s.market == "spot"
+                assert s.requested_s == max(old.reclaimed_s - cloud.spot.notice_s, old.launched_s)
+        for attempt in timeline.trials:
+            if attempt.lost_from_s is None:
+                continue
+            checked += 1
+            assert attempt.start_s <= attempt.lost_from_s <= attempt.end_s
+            gone = [i for i in attempt.instances if spans[i].reclaimed_s == attempt.end_s]
+            assert gone and all(spans[i].market == "spot" for i in gone)
+            resumed = min((t for t in timeline.trials if (t.stage, t.trial) == (attempt.stage, attempt.trial)
+                           and t.start_s > attempt.start_s), key=lambda t: t.start_s)
+            replacement = next(s for s in timeline.instances if s.replaces == gone[0])
+            while replacement.instance not in resumed.instances:     # itself reclaimed before the TRAIN resumed
+                replacement = next(s for s in timeline.instances if s.replaces == replacement.instance)
+            assert resumed.start_s >= replacement.ready_s
+    assert checked > 5
