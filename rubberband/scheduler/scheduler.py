@@ -37,7 +37,8 @@ gang already runs on those slots), ``ResizeTrial`` → stop and start from the c
 ``RunSync`` → the evaluation barrier, ``Replan`` → log it, ``JobDone`` → report. What its ports observe it turns
 into events for ``on(event, now)``: a ready node (``InstanceReady``), a spot notice or a
 vanished node (``ReclaimNotice``, ``InstanceLost`` with each interrupted trial's
-checkpointed step), a dead gang (``TrialFailed``), a finished chunk of iterations
+checkpointed step), a dead gang (``TrialFailed``; more than ``MAX_TRIAL_RESTARTS`` of one
+trial raise ``ProviderError``, as the driver does), a finished chunk of iterations
 (``TrainFinished``) and the end of the barrier (``SyncDone``). The ``sim`` backend
 (``rubberband.providers.sim``) drives the same object in virtual time. Every decision
 follows an event, so no clock tick is needed: ``now`` is passed with each event.
@@ -49,7 +50,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from rubberband.errors import SpecError
+from rubberband.errors import ProviderError, SpecError
 from rubberband.placement import InfeasiblePlacementError, Placement, Slot, place, scale_down_plan
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
@@ -84,6 +85,7 @@ class TrialInfo:
     target: int = 0                  # the step this stage's TRAIN ends at
     running: bool = False
     eliminated_after: int | None = None
+    restarts: int = 0                # gang failures (not reclaims) it resumed from
     history: list[dict] = field(default_factory=list)
 
 
@@ -106,13 +108,25 @@ class _Position:
     old: list[str] = field(default_factory=list)   # noticed instances still alive
 
 
-class Scheduler:
-    """Decisions for one plan (see the module docstring); ``mode`` is ``min`` or ``max``."""
+# A trial whose gang fails more often than this (its instances living on) fails the job.
+MAX_TRIAL_RESTARTS = 3
 
-    def __init__(self, plan: Plan, mode: str = "min", replanner: Replanner | None = None):
+
+class Scheduler:
+    """Decisions for one plan (see the module docstring).
+
+    Args:
+        plan: the plan to follow.
+        mode: ``min`` or ``max``: how trials rank by metric.
+        replanner: re-plan the stages still to come at each SYNC (``None``: never).
+        keep_warm: release nothing after the last SYNC (back-to-back runs reuse the instances).
+    """
+
+    def __init__(self, plan: Plan, mode: str = "min", replanner: Replanner | None = None, keep_warm: bool = False):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self.plan, self.spec, self.mode, self.replanner = plan, plan.spec, mode, replanner
+        self.keep_warm = keep_warm
         # The plan being followed, stage by stage (a re-plan rewrites the stages still to come).
         self.allocation, self.held = list(plan.allocation), list(plan.instances)
         self.gpus_per_trial, self.spot = list(plan.gpus_per_trial), list(plan.spot_counts)
@@ -302,6 +316,10 @@ class Scheduler:
 
     def _failed(self, ev: TrialFailed) -> list[Decision]:
         trial = self.trials[ev.trial]
+        trial.restarts += 1
+        if trial.restarts > MAX_TRIAL_RESTARTS:
+            raise ProviderError(f"trial {ev.trial}: its gang failed {trial.restarts} times on live instances; "
+                                "the trainer or the workers are broken, not the cluster")
         trial.running, trial.step = False, ev.step
         self._began.pop(ev.trial, None)
         self.placement.pop(ev.trial, None)
@@ -350,7 +368,8 @@ class Scheduler:
                 self.trials[tid].eliminated_after = i
                 self.placement.pop(tid, None)
                 out.append(StopTrial(tid, eliminated=True))
-        target = {Market.ON_DEMAND: 0, Market.SPOT: 0} if last else self._want(i + 1)
+        target = self._want(i + 1) if not last else self._want(i) if self.keep_warm else \
+            {Market.ON_DEMAND: 0, Market.SPOT: 0}
         out += self._shrink(keep, target)
         self.active = keep
         if last:

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from rubberband import CloudProfile, ExperimentSpec, Market, ModelProfile, SpecError
+from rubberband.errors import ProviderError
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant
 from rubberband.scheduler import (
@@ -213,3 +214,23 @@ def test_events_out_of_turn_are_refused():
         sched.start(0.0)
     with pytest.raises(SpecError, match=r"mode: expected min or max, got 'best'"):
         Scheduler(sched.plan, mode="best")
+
+
+def test_a_gang_that_keeps_failing_on_live_instances_fails_the_job():
+    spec = ExperimentSpec.from_stages([(1, 10)])
+    sched = Scheduler(make_plan(spec, [4]))
+    sched.start(0.0)
+    (start,) = sched.on(InstanceReady("i000", 4, 1.0), 2.0)
+    for k in range(3):
+        assert sched.on(TrialFailed(start.trial, k), 10.0 + k) == [StartTrial(start.trial, 0, start.slots, 10 - k)]
+    with pytest.raises(ProviderError, match=r"^trial t000: its gang failed 4 times on live instances"):
+        sched.on(TrialFailed(start.trial, 3), 20.0)
+
+
+def test_keep_warm_releases_nothing_at_the_end():
+    spec = ExperimentSpec.from_stages([(4, 1), (2, 1)])
+    warm = Script(Scheduler(make_plan(spec, [16, 8]), keep_warm=True)).run()
+    cold = Script(Scheduler(make_plan(spec, [16, 8]))).run()
+    assert [d.names for d in of(warm, ReleaseInstances)] == [("i003", "i002")]          # the scale-down only
+    assert [d.names for d in of(cold, ReleaseInstances)] == [("i003", "i002"), ("i001", "i000")]
+    assert of(warm, JobDone) == of(cold, JobDone)
