@@ -398,6 +398,7 @@ class Driver:
     def _resume_elsewhere(self, trial: TrialState, m: int) -> None:
         """Stop the trial's gang and resume it from its checkpoint on the stage's usable
         instances (waiting for the replacements of lost or noticed ones)."""
+        left = list(trial.instances)
         self._stop_gang(trial)
         nodes = self.cluster.wait_nodes(self.request, self.node_timeout_s)
         self.doomed.intersection_update(self.cluster.doomed())     # reclaimed ones are gone
@@ -418,6 +419,7 @@ class Driver:
         if trial.id in self.placement.unplaced:
             raise ProviderError(f"trial {trial.id}: no room to resume after its node was lost")
         self._launch(trial, self._instances_of(self.placement, trial.id))
+        self._emit("resume", trial=trial.id, step=trial.step, left=left, instances=list(trial.instances))
 
 
 def _merge(first: Placement, second: Placement) -> Placement:

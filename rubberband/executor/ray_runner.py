@@ -211,8 +211,9 @@ class RayClusterPort:
     ``rb-instance-<n>`` and its node type's slot resource (``providers.node_types``); nodes
     are ordered oldest first by ``<n>``. The request is one bundle of a type's slot per
     wanted instance of that type, plus one per noticed instance still up (so its replacement
-    is launched beside it); a noticed instance stops counting shortly before its reclaim, so
-    the autoscaler does not replace it twice. Spot nodes whose provider names a metadata
+    is launched beside it); a noticed instance stops counting shortly before its reclaim
+    (``RECLAIM_MARGIN_S``, or half the notice when that is shorter), so the autoscaler does
+    not replace it twice. Spot nodes whose provider names a metadata
     endpoint (or all spot nodes, given ``metadata_url``: real EC2) get a ``NoticeWatcher``
     actor that posts notices to the port's ``NoticeBoard``.
     """
@@ -221,13 +222,13 @@ class RayClusterPort:
 
     def __init__(self, gpus_per_instance: int, types: Sequence[NodeType] = (), events: Any = None, poll_s: float = 0.2,
                  release_file: str | None = None, require_ready: bool | None = None,
-                 metadata_url: str | None = None, watch_poll_s: float = 2.0):
+                 metadata_url: str | None = None, watch_poll_s: float = 1.0):
         self.G = gpus_per_instance
         self.types = {t.slot: t for t in types}
         self.release_file = release_file
         self.released: set[str] = set()
         self.wanted: dict[NodeType, int] = {}
-        self.noticed: dict[str, tuple[NodeType, float]] = {}     # instance -> (its type, reclaim time)
+        self.noticed: dict[str, tuple[NodeType, float]] = {}     # instance -> (its type, when to stop asking)
         self._events = events or (lambda: [])
         # Whether the provider says when initialisation ends (a `ready` event); real EC2
         # workers join by themselves, and a live Ray node is then ready.
@@ -273,8 +274,8 @@ class RayClusterPort:
         up = {n.name for n in alive}
         now = time.time()
         want = dict(self.wanted)
-        for name, (node_type, reclaim_at) in self.noticed.items():
-            if name in up and now < reclaim_at - self.RECLAIM_MARGIN_S:
+        for name, (node_type, until) in self.noticed.items():
+            if name in up and now < until:
                 want[node_type] = want.get(node_type, 0) + 1
         bundles = [{t.slot: 1} for t, n in sorted(want.items()) for _ in range(n)]
         if bundles != self._pushed:
@@ -379,8 +380,9 @@ class RayClusterPort:
         node = next((n for n in alive if n.name == instance), None)
         if node is None:
             return
-        # AWS gives two minutes when it does not say.
-        self.noticed[instance] = (node.node_type, self._reclaim_times.get(instance, time.time() + 120.0))
+        now = time.time()
+        reclaim_at = self._reclaim_times.get(instance, now + 120.0)     # AWS gives two minutes
+        self.noticed[instance] = (node.node_type, reclaim_at - min(self.RECLAIM_MARGIN_S, (reclaim_at - now) / 2))
         self._push(alive)
 
     def shutdown(self) -> None:

@@ -162,6 +162,28 @@ def test_spot_interruption_restarts_the_trial_on_a_replacement(tmp_path, moto_ec
     assert running_rubberband_instances(moto_ec2) == []
 
 
+def test_a_mixed_stage_launches_its_spot_and_on_demand_instances_tagged_with_the_market(tmp_path, moto_ec2, model):
+    # One stage of 2 trials on 2 g5.xlarge: one spot, one on-demand (a plan's per-stage mix).
+    import dataclasses
+
+    plan = dataclasses.replace(_plan(model, [(2, 1)], (2,)), spot_instances=(1,))
+    result = execute(plan, trainer("Tiny"), SPACE, provider="aws", runs_dir=tmp_path / "runs", latency_scale=0.05,
+                     run_id="spot-mix", cluster_config=write_cluster_yaml(tmp_path / "c.yaml"))
+    launched = {i["InstanceId"]: i for i in _instances(moto_ec2, "spot-mix")}
+    assert len(launched) == 2
+    markets = {_tags(i)["rubberband:market"]: i for i in launched.values()}
+    assert set(markets) == {"spot", "on-demand"}
+    assert markets["spot"].get("InstanceLifecycle") == "spot" and markets["on-demand"].get("InstanceLifecycle") is None
+    assert float(_tags(markets["spot"])["rubberband:price-usd-per-hour"]) == pytest.approx(0.4246)
+    assert float(_tags(markets["on-demand"])["rubberband:price-usd-per-hour"]) == pytest.approx(plan.cloud.price_usd_per_hour)
+    ledger = {i["provider_id"]: i for i in result.ledger["instances"]}
+    for ec2_id, inst in launched.items():
+        assert ledger[ec2_id]["market"] == _tags(inst)["rubberband:market"]
+        assert inst["State"]["Name"] == "terminated"
+    assert result.ledger["markets"]["spot"]["instances"] == 1 and result.ledger["markets"]["on-demand"]["instances"] == 1
+    assert running_rubberband_instances(moto_ec2) == []
+
+
 def test_capacity_errors_are_retried_and_reported(tmp_path, moto_ec2, model, monkeypatch):
     proxy = Ec2FaultProxy(moto_ec2, fail={"RunInstances": 2}).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
