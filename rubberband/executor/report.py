@@ -64,6 +64,9 @@ class RunResult:
             f"cost predicted {format_usd(self.predicted['cost_usd'])}  actual {format_usd(self.actual['cost_usd'])}  "
             f"({self.error('cost_usd'):+.1%})"
         )
+        for market, m in (self.ledger.get("markets") or {}).items():
+            lines.append(f"{market:9s} {m['instances']} instance(s) at {format_usd(m['price_usd_per_hour'])}/h, "
+                         f"{m['reclaimed']} reclaimed, {format_usd(m['cost_usd'])}")
         if self.best:
             lines.append(f"best trial {self.best['trial']}: {self.best['metric_name']} = {self.best['metric']:.4g}  config {self.best['config']}")
         return "\n".join(lines)

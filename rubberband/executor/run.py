@@ -266,6 +266,12 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "notice":
+            print(f"{stamp}   instance {data['instance']} will be reclaimed in {data['reclaim_at'] - data['at']:.0f}s "
+                  "(spot notice); its replacement is requested", file=stream, flush=True)
+        elif kind == "resume":
+            print(f"{stamp}   trial {data['trial']} resumed from step {data['step']} on {', '.join(data['instances'])}",
+                  file=stream, flush=True)
         elif kind == "provider" and data.get("event") == ProviderEvent.LAUNCH_ERROR:
             retry = f"retrying in {data['retry_in_s']:.1f}s" if data.get("retry_in_s") is not None else "giving up"
             print(f"{stamp}   launch of {data.get('instance_type', 'an instance')} in {data.get('region', '?')} failed "
