@@ -295,10 +295,12 @@ def test_a_stage_with_fewer_instances_of_a_market_releases_that_market_newest_fi
     # the newest spot instance goes, though the on-demand one is the oldest of all.
     _, fakes = run_spot(spec((6, 1), (2, 1)), (6, 4), G=2, spot=(2, 1))
     assert fakes.cluster.called("release_to")[0] == (["rb-instance-1", "rb-instance-2"], 0)
-    # Stage 0 to a stage of only on-demand: the spot instance goes, not the older on-demand one.
-    _, fakes = run_spot(spec((4, 1), (2, 1)), (4, 2), G=2, spot=(1, 0))
-    assert fakes.cluster.called("release_to")[0] == (["rb-instance-1"], 0)
-    assert fakes.cluster.called("scale_to")[1] == ({"fake.gpu": 1}, 1)
+    # Spot rb-instance-1 (stage 0), then on-demand rb-instance-2 joins it (stage 1); stage 2
+    # holds one on-demand instance: the older spot one goes, the on-demand one stays.
+    _, fakes = run_spot(spec((4, 1), (2, 1), (1, 1)), (2, 4, 2), G=2, spot=(1, 1, 0))
+    assert [req for req, _ in fakes.cluster.called("scale_to")] == [
+        {"fake.gpu.spot": 1}, {"fake.gpu": 1, "fake.gpu.spot": 1}, {"fake.gpu": 1}]
+    assert fakes.cluster.called("release_to")[0] == (["rb-instance-2"], 1)
 
 
 def test_a_notice_requests_the_replacement_at_once_and_the_trial_moves_at_its_next_checkpoint():
