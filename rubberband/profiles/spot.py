@@ -8,6 +8,12 @@ Two preemption models, exactly one per instance type:
   offset per Monte-Carlo sample (cyclically: a 45-day trace outlasts any tuning job). While it
   says unavailable a spot request waits; when it turns unavailable every spot instance of the
   zone is reclaimed together.
+* ``trace: {file, zone, nodes: n}`` (a gang trace, ``n`` > 1) — how many of ``n`` spot
+  instances the zone granted over time: a cap on how many can be held at once. Spot
+  instances are ranked (a plan's j-th spot instance, oldest first, keeps its rank when
+  replaced): the j-th is held only while at least ``j + 1`` are available, so when the count
+  drops the newest ranks are reclaimed, and a request above the cap waits until the count
+  rises. A plan holds at most ``n`` spot instances on such a trace.
 
 For types without a trace, ``advisor_rate_per_hour`` turns the AWS Spot Instance Advisor's
 interruption-frequency bucket into a rate. The Advisor's "frequency of interruption" is the
@@ -85,10 +91,10 @@ class SpotTrace:
         idx = np.searchsorted(self.times_s, np.mod(t_s, self.duration_s), side="right") - 1
         return self.values[idx]
 
-    def next_change(self, t_s: np.ndarray | float, up: bool) -> np.ndarray:
-        """The first time ``>= t_s`` at which the zone is up (``up``: some instance available) or
-        down (none), wrapping around; ``inf`` where that never happens."""
-        want = self.values > 0 if up else self.values == 0
+    def next_change(self, t_s: np.ndarray | float, up: bool, at_least: int = 1) -> np.ndarray:
+        """The first time ``>= t_s`` at which the zone is up (``up``: at least ``at_least``
+        instances available) or down (fewer), wrapping around; ``inf`` where that never happens."""
+        want = self.values >= at_least if up else self.values < at_least
         if not want.any():
             return np.full(np.shape(t_s), np.inf)
         t = np.asarray(t_s, dtype=float)
@@ -197,9 +203,6 @@ class SpotMarket:
         if self.trace is not None and self.rate_per_hour:
             raise SpecError("spot.preemption: give exactly one of rate_per_hour, trace or advisor")
         if self.trace is not None:
-            if self.trace.nodes != 1:
-                raise SpecError(f"spot.preemption.trace.nodes: gang traces ({self.trace.nodes} instances) are not "
-                                "replayed yet; use a single-instance trace (nodes: 1)")
             if not (self.trace.values > 0).any():
                 raise SpecError(f"spot.preemption.trace.zone: {self.trace.zone} never has spot capacity in this trace; "
                                 "choose another zone")

@@ -12,7 +12,14 @@ from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
-from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
+from rubberband.simulator.spot import (
+    PositionSchedule,
+    bill_window,
+    check_trace_cap,
+    grant_times,
+    run_stage,
+    trace_offsets,
+)
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -94,6 +101,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     if draws is None:
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
     spot = spot_layout(held, cloud, spot_instances)
+    check_trace_cap(cloud.spot, spot)
     per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
     if any(spot) and not spot_billable(cloud):
         raise SpecError("billing: per-function billing has no spot market to reclaim from; "
@@ -266,9 +274,8 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: 
             new_od_ready = now + scale + inits[:new_o]
         if new_s:
             # A first spot request waits for capacity like a replacement does (trace markets).
-            granted = now if cloud.spot.trace is None else \
-                cloud.spot.trace.next_change(now + offsets, up=True) - offsets
-            new_sp_start = np.broadcast_to(granted + scale, (new_s, samples))
+            granted = grant_times(cloud.spot, now, offsets, np.arange(sp.count, sp.count + new_s))
+            new_sp_start = granted + scale
             new_sp_ready = new_sp_start + inits[new_o:]
         ready = np.max(np.concatenate([new_od_ready, new_sp_ready]), axis=0)
     old_start, old_ready = sp.positions(samples)

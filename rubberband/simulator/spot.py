@@ -16,7 +16,8 @@ position is refilled at once:
 * ``trace``: the zone's availability is replayed from a random offset per sample. Every spot
   instance of the zone is reclaimed when it turns unavailable; a replacement (like a first
   request) waits until capacity returns, then provisions. A notice does not help here: the
-  zone as a whole is gone.
+  zone as a whole is gone. On a gang trace of ``n`` instances the count is a cap: the j-th
+  spot position is up only while at least ``j + 1`` are available (``trace_need``).
 
 A TRAIN on positions ``P`` (several when a trial spans instances) runs while all of them are
 up. Interrupted at ``r`` it keeps its completed iterations, loses the one in progress, and
@@ -117,6 +118,57 @@ class _Counter:
         return a[np.minimum((self._fit(size) * len(a)).astype(np.intp), len(a) - 1)]
 
 
+def check_trace_cap(market: SpotMarket, spot: list[int] | np.ndarray) -> None:
+    """A gang trace of ``n`` instances caps how many spot instances can be held: refuse a plan
+    that holds more in some stage (its extra ones would never be granted)."""
+    trace = market.trace
+    if trace is None or trace.nodes == 1:
+        return
+    for i, s in enumerate(spot):
+        if s > trace.nodes:
+            raise SpecError(f"spot.preemption.trace.nodes: zone {trace.zone}'s {trace.nodes}-instance trace caps spot "
+                            f"instances at {trace.nodes}, and stage {i} holds {s}; hold at most {trace.nodes} "
+                            "spot instances a stage (spot_instances), or use a single-instance trace")
+
+
+def trace_need(market: SpotMarket, ranks: np.ndarray) -> np.ndarray:
+    """Instances a zone must have available for the spot instances of ``ranks`` (0 = the oldest)
+    to be held: 1 on a single-instance trace (the zone is up or it is not), ``rank + 1`` on a
+    gang trace, whose count caps how many are held (the newest ranks go first)."""
+    ranks = np.asarray(ranks)
+    return ranks + 1 if market.trace is not None and market.trace.nodes > 1 else np.ones_like(ranks)
+
+
+def zone_next(market: SpotMarket, t: np.ndarray, offset: np.ndarray, up: bool, need: np.ndarray) -> np.ndarray:
+    """The first time ``>= t`` (in a job's clock, the trace read from ``offset``) at which at least
+    ``need`` instances are available (``up``) or fewer are (not ``up``); ``inf`` stays ``inf``.
+    ``offset`` and ``need`` broadcast to ``t``'s shape."""
+    t = np.asarray(t, dtype=float)
+    out = np.full(t.shape, np.inf)
+    finite = np.isfinite(t)
+    shift = np.broadcast_to(offset, t.shape)[finite]
+    wanted = np.broadcast_to(need, t.shape)[finite]
+    at = t[finite] + shift
+    found = np.empty(at.shape)
+    for n in np.unique(wanted):
+        mask = wanted == n
+        found[mask] = market.trace.next_change(at[mask], up=up, at_least=int(n))
+    # Already so at ``t``: ``t`` itself, not ``t + offset - offset`` rounded a hair off it (an
+    # instance launched into a zone already gone must live 0 s, not 1e-14 s billed a minimum).
+    out[finite] = np.where(found == at, t[finite], found - shift)
+    return out
+
+
+def grant_times(market: SpotMarket, t: np.ndarray, offsets: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """When a first request made at ``t`` for spot instances of ``ranks`` is granted, per
+    rank and sample ``(len(ranks), samples)``: at once on a rate market; on a trace market once
+    the zone has capacity for the rank (then the SCALE begins)."""
+    shape = (len(ranks), np.shape(t)[0])
+    if market.trace is None:
+        return np.broadcast_to(t, shape)
+    return zone_next(market, np.broadcast_to(t, shape), offsets, up=True, need=trace_need(market, ranks)[:, None])
+
+
 def trace_offsets(market: SpotMarket, seed: int, samples: int) -> np.ndarray:
     """Where in the zone's trace each Monte-Carlo sample's job starts (uniform over the trace)."""
     if market.trace is None:
@@ -159,10 +211,13 @@ class PositionSchedule:
         self._row = np.zeros(positions, dtype=np.int64)
         self._row[self._rows] = np.arange(len(self._rows))
         self._mean_life = 3600.0 / market.rate_per_hour if market.rate_per_hour > 0 else np.inf
+        check_trace_cap(market, [len(self._rows)])
+        self._need = trace_need(market, self._row)          # per position (trace markets)
         first_down = np.full((positions, self.samples), np.inf)
         rows = self._rows
         if market.trace is not None and len(rows):
-            first_down[rows] = self._zone_next(np.maximum(start[rows], t0), self.offset, up=False)
+            first_down[rows] = zone_next(market, np.maximum(start[rows], t0), self.offset, up=False,
+                                         need=self._need[rows][:, None])
         elif market.rate_per_hour > 0 and len(rows):
             grid = np.broadcast_to(rows[:, None], (len(rows), self.samples))
             life = self._draw(_LIFE, 0, self._counter(grid, np.broadcast_to(np.arange(self.samples), grid.shape)))
@@ -178,14 +233,6 @@ class PositionSchedule:
 
     def _counter(self, positions: np.ndarray, columns: np.ndarray) -> np.ndarray:
         return counter(self._row[positions], self.ids[columns])
-
-    def _zone_next(self, t: np.ndarray, offset: np.ndarray, up: bool) -> np.ndarray:
-        """The first time ``>= t`` the zone is up (or down), in the stage's clock; ``inf`` stays."""
-        out = np.full(np.shape(t), np.inf)
-        finite = np.isfinite(t)
-        shift = np.broadcast_to(offset, np.shape(t))[finite]
-        out[finite] = self.market.trace.next_change(t[finite] + shift, up=up) - shift
-        return out
 
     def incarnation(self, k: int, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """SCALE end, ready time and reclaim of incarnation ``k`` of the (position, sample) pairs
@@ -219,9 +266,9 @@ class PositionSchedule:
             start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale
             down = start + self._draw(_LIFE, k, count).standard_exponential(size) * self._mean_life
         else:                              # the zone is gone: wait for capacity, then provision
-            offset = self.offset[column]
-            start = self._zone_next(prev_down, offset, up=True) + scale
-            down = self._zone_next(start, offset, up=False)
+            offset, need = self.offset[column], self._need[position]
+            start = zone_next(self.market, prev_down, offset, up=True, need=need) + scale
+            down = zone_next(self.market, start, offset, up=False, need=need)
         drawn, starts, ups, downs = self._later[k - 1]
         drawn[flat], starts[flat], downs[flat] = True, start, down
         ups[flat] = np.minimum(np.maximum(start + init, prev_down), down)

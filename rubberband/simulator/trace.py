@@ -22,7 +22,14 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.dag import ON_DEMAND, SPOT
 from rubberband.simulator.engine import layout, mixed_usd_per_s, spot_billable, spot_layout
 from rubberband.simulator.model import StageDraws, billed_seconds
-from rubberband.simulator.spot import PositionSchedule, run_stage, trace_offsets, trial_positions
+from rubberband.simulator.spot import (
+    PositionSchedule,
+    check_trace_cap,
+    grant_times,
+    run_stage,
+    trace_offsets,
+    trial_positions,
+)
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -92,8 +99,7 @@ class _Held:
     def span(self) -> InstanceSpan:
         released, reclaimed = self.released, self.reclaimed
         if reclaimed is not None:
-            # Taken back by the time its SCALE ended (a trace zone gone during the SCALE; the
-            # offset's rounding can put the reclaim a hair before the launch): it never ran.
+            # Taken back by the time its SCALE ended (a trace zone gone during the SCALE): it never ran.
             released = reclaimed = max(reclaimed, self.launched)
         # Released or reclaimed while still initialising: it never became ready.
         ready = min(max(self.ready, self.launched), released) if released > self.launched else self.ready
@@ -119,6 +125,7 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
     shapes, held = layout(spec, allocation, model, cloud, instances)
     spot = spot_layout(held, cloud, spot_instances)
+    check_trace_cap(cloud.spot, spot)
     if any(spot) and not spot_billable(cloud):
         raise SpecError("billing: per-function billing has no spot market to reclaim from; "
                         "use per_instance billing or spot_instances=0")
@@ -214,9 +221,10 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, 
         pools[ON_DEMAND] += [launch(ON_DEMAND, now, now + scale, r) for r in od_ready]
         if new_s:
             # A first spot request waits for capacity like a replacement does (trace markets).
-            granted = now if cloud.spot.trace is None else \
-                float(cloud.spot.trace.next_change(np.array([now + offsets[k]]), up=True)[0] - offsets[k])
-            fresh = [launch(SPOT, now, granted + scale, granted + scale + float(inits[new_o + j])) for j in range(new_s)]
+            old_s = len(pools[SPOT])
+            granted = grant_times(cloud.spot, np.array([now]), offsets[k:k + 1], np.arange(old_s, old_s + new_s))[:, 0]
+            fresh = [launch(SPOT, now, float(granted[j] + scale), float(granted[j] + scale + inits[new_o + j]))
+                     for j in range(new_s)]
         ready = max(od_ready + [h.ready for h in fresh])
     old = list(pools[SPOT])
     n_od = len(pools[ON_DEMAND])

@@ -78,3 +78,87 @@ def one_instance_job(stages: list[tuple[int, int]], latency, startup, sync, prov
         spent += billed(t - start) * usd_per_hour / 3600.0 if start < t else -usd_per_launch
         jct[s], cost[s] = t, spent
     return jct, cost
+
+
+def gang_trace_job(stages: list[int], iters: list[int], counts: list[tuple[float, int]], duration_s: float,
+                   offsets: np.ndarray, latency, startup, sync, provision, init, seed: int,
+                   gang: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """JCT and reclaims per sample of a job whose stage ``i`` runs ``stages[i]`` one-GPU trials of
+    ``iters[i]`` iterations at once, each on its own one-GPU spot instance, under a zone's
+    replayed availability ``counts`` (``[(seconds, instances available), ...]`` from 0,
+    repeating every ``duration_s``), read from ``offsets[s]`` in sample ``s``.
+
+    With ``gang`` the count is a cap (DESIGN §4.1): the instance of rank ``j`` (the j-th held,
+    oldest first; a replacement takes its rank) is held only while at least ``j + 1`` are
+    available; without it every instance needs one. A request waits for that, then
+    provisions; the instance is reclaimed when the count falls below it. Stages keep their
+    lowest ranks (the newest are released at each SYNC). Plain Python, instance by instance,
+    with its own random numbers: nothing here comes from the vectorised simulator.
+    """
+    rng = np.random.default_rng(seed)
+    times = [t for t, _ in counts]
+
+    def draw(dist) -> float:
+        return float(dist.sample(rng, 1)[0])
+
+    def available(t: float) -> int:
+        local = t % duration_s
+        i = 0
+        while i + 1 < len(times) and times[i + 1] <= local:
+            i += 1
+        return counts[i][1]
+
+    def next_time(t: float, need: int, up: bool) -> float:
+        """First time >= t with at least ``need`` available (``up``) or fewer; inf if never."""
+        if all((c >= need) != up for _, c in counts):
+            return math.inf
+        cycle = math.floor(t / duration_s) * duration_s
+        if (available(t) >= need) == up:
+            return t
+        while True:
+            for start, c in counts:
+                if cycle + start > t and (c >= need) == up:
+                    return cycle + start
+            cycle += duration_s
+
+    def launch(offset: float, request: float, rank: int, after: float = -math.inf) -> list[float]:
+        """[start, ready, reclaim] of the instance of ``rank`` asked for at ``request``."""
+        need = rank + 1 if gang else 1
+        start = next_time(request + offset, need, up=True) - offset + draw(provision)
+        down = next_time(start + offset, need, up=False) - offset
+        return [start, min(max(start + draw(init), after), down), down]
+
+    jct, reclaims = np.zeros(len(offsets)), np.zeros(len(offsets))
+    for s, offset in enumerate(offsets):
+        held: list[list[float]] = []                 # per rank: [start, ready, reclaim] in the job's clock
+        now, lost = 0.0, 0
+
+        for n, k in zip(stages, iters):
+            del held[n:]
+            fresh = len(held)
+            held += [launch(offset, now, rank) for rank in range(fresh, n)]
+            for inst in held[:fresh]:               # still held: its reclaim from the stage's start on
+                need = held.index(inst) + 1 if gang else 1
+                inst[2] = next_time(max(inst[0], now) + offset, need, up=False) - offset
+            begin = max([now] + [inst[1] for inst in held[fresh:]])
+            finish = []
+            for rank, inst in enumerate(held):
+                lat, boot, left, t = draw(latency), draw(startup), k, begin
+                while True:
+                    t = max(t, inst[1])
+                    if t < inst[2] and t + boot + left * lat <= inst[2]:
+                        finish.append(t + boot + left * lat)
+                        break
+                    if t < inst[2]:
+                        left -= min(math.floor(max(inst[2] - t - boot, 0.0) / lat), left)
+                        t = inst[2]
+                    lost += inst[0] < inst[2]
+                    inst[:] = launch(offset, inst[2], rank, after=inst[2])
+            end = max(finish) + draw(sync)
+            for rank, inst in enumerate(held):      # reclaimed during the SYNC: replaced all the same
+                while inst[2] < end:
+                    lost += inst[0] < inst[2]
+                    inst[:] = launch(offset, inst[2], rank, after=inst[2])
+            now = end
+        jct[s], reclaims[s] = now, lost
+    return jct, reclaims

@@ -188,12 +188,23 @@ def test_a_window_of_a_trace_is_a_trace_of_its_own():
         trace.window(0.0, 1e7)
 
 
-def test_a_zone_that_never_has_capacity_or_a_gang_trace_is_refused_as_a_market():
+def test_a_zone_that_never_has_capacity_is_refused_as_a_market():
     never = SpotTrace("z", 1, np.array([0.0]), np.array([0]), 100.0)
     with pytest.raises(SpecError, match=r"spot\.preemption\.trace\.zone: z never has spot capacity"):
         SpotMarket(trace=never)
-    with pytest.raises(SpecError, match=r"spot\.preemption\.trace\.nodes: gang traces \(4 instances\) are not replayed"):
-        SpotMarket.from_dict({"preemption": {"trace": {"file": str(TRACES), "zone": "us-east-1f", "nodes": 4}}})
+
+
+def test_a_gang_trace_is_a_market_whose_count_caps_the_instances_held():
+    market = SpotMarket.from_dict({"preemption": {"trace": {"file": str(TRACES), "zone": "us-east-1f", "nodes": 4}}})
+    assert market.trace.nodes == 4 and market.trace.values.max() == 4
+    assert SpotMarket.from_dict(market.to_dict()) == market
+    # The first time at least 3 of the 4 are up is no earlier than the first time one is.
+    t = np.linspace(0.0, market.trace.duration_s, 200)
+    one, three = market.trace.next_change(t, up=True), market.trace.next_change(t, up=True, at_least=3)
+    assert (three >= one).all() and (three > one).any()
+    assert (market.trace.available_at(three[np.isfinite(three)]) >= 3).all()
+    below = market.trace.next_change(t, up=False, at_least=3)
+    assert (market.trace.available_at(below[np.isfinite(below)]) < 3).all()
 
 
 def test_a_drop_at_the_wrap_around_counts():

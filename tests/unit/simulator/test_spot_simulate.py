@@ -132,3 +132,69 @@ def test_per_function_billing_prices_each_stage_at_its_market():
                     spot_instances=list(od.instances))
     data = 0.15 * 0.09 * sum(s.new_instances for s in od.stages)
     assert spot.mean_cost_usd - data == pytest.approx((od.mean_cost_usd - data) * 3.67 / 12.24)
+
+
+# --- gang traces: a count of available instances caps how many spot instances are held ------
+from rubberband.profiles.spot import SpotTrace  # noqa: E402
+from rubberband.simulator.spot import trace_offsets  # noqa: E402
+from rubberband.testing.spot_oracle import gang_trace_job  # noqa: E402
+
+COUNTS = [(0.0, 4), (300.0, 2), (900.0, 0), (1200.0, 3), (2000.0, 4), (2600.0, 1), (3000.0, 4)]
+GANG_SPEC = ExperimentSpec.sha(num_trials=4, min_iters=40, max_iters=160, eta=2)        # 4, 2, 1 trials
+
+
+STEADY_SCALE, STEADY_INIT = Constant(30.0), Constant(60.0)
+
+
+def _gang_cloud(nodes, provision=STEADY_SCALE, init=STEADY_INIT):
+    counts = [(t, min(c, nodes)) for t, c in COUNTS]
+    trace = SpotTrace("g", nodes, np.array([t for t, _ in counts]), np.array([c for _, c in counts]), 3600.0)
+    return counts, CloudProfile(instance_type="g1", gpus_per_instance=1, price_usd_per_hour=3.0,
+                                spot_price_usd_per_hour=1.0, market=Market.SPOT, spot=SpotMarket(trace=trace),
+                                provision_latency_s=provision, init_latency_s=init)
+
+
+def _oracle(cloud, counts, model, samples, seed):
+    offsets = trace_offsets(cloud.spot, seed, samples)           # the one thing shared: where each sample starts
+    return gang_trace_job(list(GANG_SPEC.trials), [s.iters for s in GANG_SPEC.stages], counts, 3600.0, offsets,
+                          model.latency(1), model.trial_startup_s, model.sync_s, cloud.provision_latency_s,
+                          cloud.init_latency_s, seed=0, gang=cloud.spot.trace.nodes > 1)
+
+
+@pytest.mark.parametrize("nodes", [4, 1])          # a cap; and the all-or-none single-instance trace
+def test_a_trace_replays_sample_by_sample_as_an_independent_event_simulation(nodes):
+    counts, cloud = _gang_cloud(nodes)
+    model = ModelProfile({1: Constant(7.0)}, trial_startup_s=Constant(5.0), sync_s=Constant(2.0), name="c")
+    sim = simulate(GANG_SPEC, list(GANG_SPEC.trials), model, cloud, samples=300, seed=4)
+    jct, reclaims = _oracle(cloud, counts, model, 300, 4)
+    assert sim.jct_s == pytest.approx(jct, rel=1e-12)
+    per_sample = sum(s.mean_reclaims for s in sim.stages)
+    assert per_sample == pytest.approx(reclaims.mean(), rel=1e-12) and per_sample > 0.5
+
+
+def test_a_gang_trace_agrees_with_the_independent_simulation_in_distribution():
+    counts, cloud = _gang_cloud(4, Normal(30.0, 5.0), Normal(60.0, 10.0))
+    model = ModelProfile({1: Normal(7.0, 1.0)}, trial_startup_s=Normal(5.0, 1.0), sync_s=Constant(2.0), name="n")
+    sim = simulate(GANG_SPEC, list(GANG_SPEC.trials), model, cloud, samples=3000, seed=4)
+    jct, reclaims = _oracle(cloud, counts, model, 3000, 4)
+    assert sim.mean_jct_s == pytest.approx(jct.mean(), rel=0.015)
+    assert sum(s.mean_reclaims for s in sim.stages) == pytest.approx(reclaims.mean(), rel=0.05)
+
+
+def test_a_cap_reclaims_only_what_is_over_it():
+    _, capped = _gang_cloud(4)
+    _, all_or_none = _gang_cloud(1)
+    model = ModelProfile({1: Constant(7.0)}, trial_startup_s=Constant(5.0), sync_s=Constant(2.0), name="c")
+    gang = simulate(GANG_SPEC, list(GANG_SPEC.trials), model, capped, samples=300, seed=4)
+    zone = simulate(GANG_SPEC, list(GANG_SPEC.trials), model, all_or_none, samples=300, seed=4)
+    # The counts drop below 4 more often than to 0: more instances go, but none while the zone is up at all.
+    assert sum(s.mean_reclaims for s in gang.stages) > sum(s.mean_reclaims for s in zone.stages)
+
+
+def test_more_spot_instances_than_a_gang_trace_has_is_one_error():
+    _, cloud = _gang_cloud(4)
+    spec = ExperimentSpec.sha(num_trials=8, min_iters=4, max_iters=16, eta=2)
+    with pytest.raises(SpecError, match=r"spot\.preemption\.trace\.nodes: zone g's 4-instance trace caps spot "
+                                        r"instances at 4, and stage 0 holds 8; hold at most 4"):
+        simulate(spec, [8, 4, 2], ONE_GPU, cloud, samples=10)
+    assert simulate(spec, [8, 4, 2], ONE_GPU, cloud, samples=10, spot_instances=[4, 4, 2]).spot_instances == (4, 4, 2)

@@ -162,3 +162,23 @@ def test_a_reclaimed_trial_loses_its_iteration_in_progress_and_resumes_on_the_re
                 replacement = next(s for s in timeline.instances if s.replaces == replacement.instance)
             assert resumed.start_s >= replacement.ready_s
     assert checked > 5
+
+
+def test_on_a_gang_trace_no_more_spot_instances_are_held_than_are_available():
+    from rubberband.simulator.spot import trace_offsets
+
+    gangs = SpotTrace("g", 4, np.array([0.0, 300.0, 900.0, 1200.0, 2000.0, 2600.0, 3000.0]),
+                      np.array([4, 2, 0, 3, 4, 1, 4]), 3600.0)
+    cloud = _spot_cloud(SpotMarket(trace=gangs))
+    allocation, spot = [16, 8, 8, 16, 8], [4, 2, 2, 4, 2]
+    offsets = trace_offsets(cloud.spot, 2, 40)
+    crowded = 0
+    for k in range(40):
+        timeline = sample_timeline(SPOT_SPEC, allocation, SPOT_MODEL, cloud, seed=2, samples=40, sample=k,
+                                   spot_instances=spot)
+        held = [s for s in timeline.instances if s.market == "spot" and s.released_s > s.launched_s]
+        for t in {s.launched_s for s in held} | {s.ready_s for s in held}:
+            alive = sum(s.launched_s <= t < s.released_s for s in held)
+            assert alive <= gangs.available_at(t + offsets[k])
+            crowded += alive == gangs.available_at(t + offsets[k]) < 4
+    assert crowded > 0                          # the cap was reached below the gang's size, not just never tested
