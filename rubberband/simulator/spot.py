@@ -76,10 +76,11 @@ def counter(rows: np.ndarray, samples: np.ndarray) -> np.ndarray:
     return z
 
 
-def counter_uniform(key: np.uint64, count: np.ndarray) -> np.ndarray:
-    """Uniforms in (0, 1), one per pair: SplitMix64 of its ``counter`` under ``key``."""
+def counter_uniform(keys: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Uniforms in (0, 1), one per key and pair, ``keys.shape + count.shape``: SplitMix64 of
+    each pair's ``counter`` under each key (several components in one pass)."""
     # In place: these arrays can be as large as a stage's positions times samples.
-    z = count + key
+    z = np.add.outer(np.asarray(keys, dtype=np.uint64), count)
     for shift, mix in ((30, _MIX1), (27, _MIX2)):
         z ^= z >> np.uint64(shift)
         z *= mix
@@ -147,12 +148,15 @@ def zone_next(market: SpotMarket, t: np.ndarray, offset: np.ndarray, up: bool, n
     out = np.full(t.shape, np.inf)
     finite = np.isfinite(t)
     shift = np.broadcast_to(offset, t.shape)[finite]
-    wanted = np.broadcast_to(need, t.shape)[finite]
     at = t[finite] + shift
-    found = np.empty(at.shape)
-    for n in np.unique(wanted):
-        mask = wanted == n
-        found[mask] = market.trace.next_change(at[mask], up=up, at_least=int(n))
+    if market.trace.nodes == 1:
+        found = market.trace.next_change(at, up=up)
+    else:                                  # one pass per rank's need on a gang trace
+        wanted = np.broadcast_to(need, t.shape)[finite]
+        found = np.empty(at.shape)
+        for n in np.unique(wanted):
+            mask = wanted == n
+            found[mask] = market.trace.next_change(at[mask], up=up, at_least=int(n))
     # Already so at ``t``: ``t`` itself, not ``t + offset - offset`` rounded a hair off it (an
     # instance launched into a zone already gone must live 0 s, not 1e-14 s billed a minimum).
     out[finite] = np.where(found == at, t[finite], found - shift)
@@ -166,6 +170,8 @@ def grant_times(market: SpotMarket, t: np.ndarray, offsets: np.ndarray, ranks: n
     shape = (len(ranks), np.shape(t)[0])
     if market.trace is None:
         return np.broadcast_to(t, shape)
+    if market.trace.nodes == 1:            # one zone: the same moment for every rank
+        return np.broadcast_to(zone_next(market, t, offsets, up=True, need=1), shape)
     return zone_next(market, np.broadcast_to(t, shape), offsets, up=True, need=trace_need(market, ranks)[:, None])
 
 
@@ -216,20 +222,30 @@ class PositionSchedule:
         first_down = np.full((positions, self.samples), np.inf)
         rows = self._rows
         if market.trace is not None and len(rows):
-            first_down[rows] = zone_next(market, np.maximum(start[rows], t0), self.offset, up=False,
-                                         need=self._need[rows][:, None])
+            since = np.maximum(start[rows], t0)
+            if market.trace.nodes == 1:
+                # One zone: every instance alive at the stage's start (or launched before the zone
+                # next goes down) is reclaimed then; only the others need a search of their own.
+                down = np.broadcast_to(zone_next(market, t0, self.offset, up=False, need=1), since.shape).copy()
+                late = since >= down
+                down[late] = zone_next(market, since[late], np.broadcast_to(self.offset, since.shape)[late], up=False,
+                                       need=1)
+                first_down[rows] = down
+            else:
+                first_down[rows] = zone_next(market, since, self.offset, up=False, need=self._need[rows][:, None])
         elif market.rate_per_hour > 0 and len(rows):
             grid = np.broadcast_to(rows[:, None], (len(rows), self.samples))
-            life = self._draw(_LIFE, 0, self._counter(grid, np.broadcast_to(np.arange(self.samples), grid.shape)))
+            (life,) = self._draw((_LIFE,), 0, self._counter(grid, np.broadcast_to(np.arange(self.samples), grid.shape)))
             first_down[rows] = np.maximum(start[rows], t0) + life.standard_exponential(grid.shape) * self._mean_life
         self.start0 = np.asarray(start, dtype=float)
         self.up0 = np.minimum(up, first_down)          # reclaimed before it was ever ready: never up
         self.down0 = first_down
         self._later: list[tuple[np.ndarray, ...]] = []     # per k >= 1, flat: (drawn, start, up, down)
 
-    def _draw(self, component: int, k: int, count: np.ndarray) -> _Counter:
-        """Incarnation ``k``'s numbers of one component for pairs of ``counter``s."""
-        return _Counter(counter_uniform(_key(self.seed, self.stage, component, k), count))
+    def _draw(self, components: tuple[int, ...], k: int, count: np.ndarray) -> list[_Counter]:
+        """Incarnation ``k``'s numbers of each of ``components`` for pairs of ``counter``s."""
+        keys = [_key(self.seed, self.stage, c, k) for c in components]
+        return [_Counter(u) for u in counter_uniform(np.array(keys, dtype=np.uint64), count)]
 
     def _counter(self, positions: np.ndarray, columns: np.ndarray) -> np.ndarray:
         return counter(self._row[positions], self.ids[columns])
@@ -259,12 +275,14 @@ class PositionSchedule:
         """Draw incarnation ``k`` of pairs ``flat``, which replaces the one reclaimed at ``prev_down``."""
         position, column = np.divmod(flat, self.samples)
         size = flat.size
-        count = self._counter(position, column)
-        scale = self.cloud.provision_latency_s.sample(self._draw(_RESCALE, k, count), size)
-        init = self.cloud.init_latency_s.sample(self._draw(_REINIT, k, count), size)
-        if self.market.trace is None:      # requested at the notice, not before the instance started
+        rate = self.market.trace is None
+        draws = self._draw((_RESCALE, _REINIT, _LIFE) if rate else (_RESCALE, _REINIT), k,
+                           self._counter(position, column))
+        scale = self.cloud.provision_latency_s.sample(draws[0], size)
+        init = self.cloud.init_latency_s.sample(draws[1], size)
+        if rate:                           # requested at the notice, not before the instance started
             start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale
-            down = start + self._draw(_LIFE, k, count).standard_exponential(size) * self._mean_life
+            down = start + draws[2].standard_exponential(size) * self._mean_life
         else:                              # the zone is gone: wait for capacity, then provision
             offset, need = self.offset[column], self._need[position]
             start = zone_next(self.market, prev_down, offset, up=True, need=need) + scale
