@@ -462,9 +462,10 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     alive = np.clip(np.minimum(down, t_end) - np.maximum(start, t0), 0.0, None).sum(axis=0)
     gone = down < t_end                                # reclaimed within the window
     reclaimed = gone & (start < down)                  # ... after it had started (billed)
-    life = np.where(reclaimed, down - start, 0.0)
-    rounding = np.where(reclaimed, billed_seconds(life, billing) - life, 0.0).sum(axis=0)
-    reclaims = reclaimed.sum(axis=0).astype(float)
+    _, column = np.nonzero(reclaimed)                  # a few of every position and sample
+    life = down[reclaimed] - start[reclaimed]
+    rounding = np.bincount(column, billed_seconds(life, billing) - life, minlength=S)
+    reclaims = np.bincount(column, minlength=S).astype(float)
     first = (start >= t0) & (start < t_end) & np.asarray(carried, dtype=bool)[rows][:, None]
     launches = first.sum(axis=0).astype(float)
     # Replacements exist only behind a reclaim inside the window: a few pairs, walked sparsely.
