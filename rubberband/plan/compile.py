@@ -119,18 +119,24 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
-    plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError] = {}
-    for markets in market_vectors(spec.num_stages()):
+    plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
+    best_usd = math.inf
+    for k, markets in enumerate(market_vectors(spec.num_stages())):
         if Market.SPOT in markets and not spot_billable(cloud):
             plans[markets] = InfeasibleDeadlineError(deadline_s, math.inf, (), detail=", spot under per-function billing")
             continue
         table = base.for_markets(markets)
         # Stage means with reclaims are a surrogate, not a bound: weigh the cheapest few in full.
         budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
-        try:
-            plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
-        except InfeasibleDeadlineError as exc:
-            plans[markets] = exc
+        if k < 2:      # all on-demand and all spot: listed in the considered plans, so planned in full
+            try:
+                plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
+            except InfeasibleDeadlineError as exc:
+                plans[markets] = exc
+        else:          # a mix only matters if it beats the cheapest plan so far
+            plans[markets] = cheaper_plan(table, deadline_s, policy, confidence, budget, cost_cap=best_usd)
+        if isinstance(plans[markets], Plan):
+            best_usd = min(best_usd, plans[markets].predicted.mean_cost_usd)
     feasible = [p for p in plans.values() if isinstance(p, Plan)]
     if not feasible:
         raise plans[(Market.ON_DEMAND,) * spec.num_stages()]   # the on-demand plan's own reason
@@ -175,10 +181,9 @@ def market_label(plan: Plan) -> str:
 def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None,
                   max_simulations: int = MAX_FULL_SIMULATIONS) -> Plan:
     """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
-    spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
-    candidates = get_policy(policy)(table, deadline_s, confidence)
-    chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
-    if chosen is None:
+    plan = cheaper_plan(table, deadline_s, policy, confidence, max_simulations)
+    if plan is None:
+        spec, cloud = table.spec, table.cloud
         fastest = fastest_plan(table)
         needed = None
         if confidence is not None:
@@ -189,6 +194,21 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
         raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
                                       detail=f" on {cloud.instance_type}, policy {policy}",
                                       confidence=confidence, needed_s=needed)
+    return plan
+
+
+def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None,
+                 max_simulations: int = MAX_FULL_SIMULATIONS, cost_cap: float = math.inf) -> Plan | None:
+    """``plan_on_table``'s plan, or ``None`` when no plan meets the constraint; with ``cost_cap``,
+    only plans whose surrogate cost is below it are weighed (the optimal policy cuts its
+    search there: a plan already in hand costs that much)."""
+    spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
+    candidates = get_policy(policy)(table, deadline_s, confidence, cost_cap=cost_cap)
+    if math.isfinite(cost_cap):
+        candidates = [c for c in candidates if c.cost_usd < cost_cap]
+    chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
+    if chosen is None:
+        return None
     candidate, result = chosen
     return Plan(
         allocation=candidate.allocation, instances=candidate.instances,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
-from rubberband.plan.search import StageGraph, pareto_front
+from rubberband.plan.search import PathPlan, StageGraph, costly_survivors, pareto_front
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
 
@@ -153,8 +153,17 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
     allocs = static_allocations(table, ks)
     valid = np.flatnonzero(allocs.all(axis=1))
     _, first = np.unique(allocs[valid], axis=0, return_index=True)
-    rows = [j for j in valid[np.sort(first)] if table.queue_bound_s(allocs[j]) <= deadline_s]
-    if not rows:
+    rows = valid[np.sort(first)]
+    # Bounds first: a static cluster's queues are list scheduled only if it may meet both.
+    # It holds k instances in every stage, each billed at least the stage's duration.
+    lower_t, lower_c = np.zeros(len(rows)), np.zeros(len(rows))
+    for r, j in enumerate(rows):
+        for i, a in enumerate(allocs[j]):
+            t, c = table.stage_bounds(i, int(a))
+            lower_t[r] += t
+            lower_c[r] += table.stage_usd_per_s[i] * ks[j] * t if table.per_instance else c
+    rows = rows[(lower_t <= deadline_s * (1 + 1e-9)) & (lower_c <= cost_cap * (1 + 1e-9))]
+    if not len(rows):
         return []
     held = np.repeat(ks[rows][:, None], table.num_stages, axis=1)
     jct, cost = table.evaluate_many(allocs[rows], held)
@@ -164,14 +173,16 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
 
 
 @policy("static")
-def static_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
+def static_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
+                  cost_cap: float = math.inf) -> list[Candidate]:
     """The cheapest fixed cluster of K instances that meets the deadline (paper §3.2 baseline)."""
     return static_candidates(table, deadline_s)
 
 
 # --- naive elastic --------------------------------------------------------------------------
 @policy("naive-elastic")
-def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
+def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
+                         cost_cap: float = math.inf) -> list[Candidate]:
     """A fixed ``m`` GPUs per trial in every stage, cluster sized ``n_i * m`` (paper §6.3)."""
     out = []
     for m in range(table.model.min_gpus, table.model.max_gpus + 1):
@@ -224,7 +235,8 @@ def next_smaller(table: StageTable, stage: int, allocation: int) -> int | None:
 
 
 @policy("greedy")
-def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
+def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
+                  cost_cap: float = math.inf) -> list[Candidate]:
     """The paper's Algorithm 2, warm-started from the best static plan and 2x, 3x its size.
 
     Guarantee (the paper's): never worse than the warm start; the best static plan itself is
@@ -251,7 +263,8 @@ def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None
 
 # --- optimal ----------------------------------------------------------------------------------
 @policy("optimal")
-def optimal_policy(table: StageTable, deadline_s: float, confidence: float | None = None) -> list[Candidate]:
+def optimal_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
+                   cost_cap: float = math.inf) -> list[Candidate]:
     """Exact search over every valid allocation vector and every useful instance count to
     hold (dynamic programming over stages, ``rubberband.plan.search``).
 
@@ -265,7 +278,8 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     cost of an incumbent: a plan known, from its full simulation, to meet the constraint
     (mean JCT, or P(JCT <= deadline) >= ``confidence``) at a billed cost ``B``. No plan of
     surrogate cost above ``B`` can beat it (the surrogate is a lower bound on the billed cost),
-    so cutting the front there changes nothing ``choose`` returns. Mean JCT is exactly
+    so cutting the front there changes nothing ``choose`` returns. ``cost_cap``: a billed cost
+    already in hand elsewhere (e.g. another market's plan) cuts the search too. Mean JCT is exactly
     additive over stages, so feasibility is exact for the given samples and seed. The
     surrogate cost bills instance-seconds without rounding; the true cost adds at most
     ``max(granularity_s, minimum_s)`` of billing per instance launch, which ``choose``
@@ -274,12 +288,25 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     On a market whose stage means come from the spot kernel the surrogate is an estimate, not
     a bound (``StageTable``); the cut at ``B`` is then within that surrogate's tolerance.
     """
-    graph = StageGraph(table, deadline_s)
-    incumbent = _incumbent(table, graph, deadline_s, confidence)
-    cap, lam = (math.inf, None) if incumbent is None else incumbent
+    # A first pass takes every costly allocation (a queue to list schedule, a stage that may be
+    # reclaimed) at its lower bounds, for an incumbent; then only the costly allocations that
+    # its cost and Lagrangian weight cannot rule out (``costly_survivors``) are simulated.
+    graph = StageGraph(table.optimistic(), deadline_s)
+    incumbents = [_incumbent(table, graph, deadline_s, confidence)]
+    cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
+    cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
+    costly = costly_survivors(table, deadline_s, cap, lam)
+    graph = StageGraph(table, deadline_s, [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)]
+                                           + costly[i] for i in range(table.num_stages)])
+    incumbents.append(_incumbent(table, graph, deadline_s, confidence))
+    if incumbents[1] is not None and incumbents[1][1] < cap:
+        cap, lam = incumbents[1][1:]
     front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam)
     # Static clusters are in the search space already; they stay as named candidates so a
     # plan that is one says so.
+    # The incumbents too: where stage means come from the spot kernel, a surrogate may exceed
+    # the billed cost and so fall outside the cut front.
+    front += [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
     return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s, cap)
 
 
@@ -288,12 +315,13 @@ _INCUMBENT_TRIES = 4
 
 
 def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float,
-               confidence: float | None) -> tuple[float, float] | None:
-    """The billed cost of a plan that meets the constraint in full simulation, and the
-    Lagrangian weight that found it: the cheapest plan of the front's lower convex hull that
-    meets the deadline, or with ``confidence``, that meets a deadline tightened by how much
-    its JCT's quantile overshoots the mean (a few tries). ``None`` when none is found (the
-    search then runs uncapped)."""
+               confidence: float | None) -> tuple[PathPlan, float, float] | None:
+    """A plan that meets the constraint in full simulation, its billed cost, and the
+    Lagrangian weight that found it: the cheapest plan of the lower convex hull of ``graph``'s
+    front that meets the deadline, or, when its full simulation misses the constraint (the
+    graph's values may be optimistic; a confidence asks for more than the mean), the one that
+    meets a deadline tightened by the overshoot (a few tries). ``None`` when none is found
+    (the search then runs uncapped)."""
     target = deadline_s
     for _ in range(_INCUMBENT_TRIES):
         hull = graph.hull_plan(target)
@@ -302,10 +330,13 @@ def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float,
         plan, lam = hull
         result = table.simulate(plan.allocation, plan.instances)
         if confidence is None:
-            return (result.mean_cost_usd, lam) if result.mean_jct_s <= deadline_s * (1 + 1e-9) else None
-        if result.p_meet(deadline_s) >= confidence:
-            return result.mean_cost_usd, lam
-        jct = np.sort(result.jct_s)
-        quantile = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
-        target = min(target, plan.jct_s) - (quantile - deadline_s) - 1e-6 * deadline_s
+            if result.mean_jct_s <= deadline_s * (1 + 1e-9):
+                return plan, result.mean_cost_usd, lam
+            reached = result.mean_jct_s
+        else:
+            if result.p_meet(deadline_s) >= confidence:
+                return plan, result.mean_cost_usd, lam
+            jct = np.sort(result.jct_s)
+            reached = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+        target = min(target, plan.jct_s) - (reached - deadline_s) - 1e-6 * deadline_s
     return None

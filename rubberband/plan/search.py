@@ -85,12 +85,16 @@ class StageGraph:
     Args:
         table: the per-stage means.
         deadline_s: drops queued allocations that cannot meet it (``StageTable.candidates``).
+        allocations: per stage, the allocations to search (default: all candidates).
     """
 
-    def __init__(self, table: StageTable, deadline_s: float = math.inf):
+    def __init__(self, table: StageTable, deadline_s: float = math.inf,
+                 allocations: list[list[int]] | None = None):
         self.table = table
         n = table.num_stages
-        cands = [np.array(table.candidates(i, deadline_s), dtype=np.int64) for i in range(n)]
+        if allocations is None:
+            allocations = [table.candidates(i, deadline_s) for i in range(n)]
+        cands = [np.array(sorted(allocations[i]), dtype=np.int64) for i in range(n)]
         needs = [np.array([table.need(i, a) for a in cands[i]], dtype=np.int64) for i in range(n)]
         # Per stage: the counts some later stage needs (worth holding through this one's SYNC).
         later = [np.zeros(0, dtype=np.int64)] * n
@@ -183,6 +187,36 @@ class StageGraph:
             if hi - lo <= 1e-6 * hi:
                 break
         return best, hi
+
+
+def costly_survivors(table: StageTable, deadline_s: float, cost_cap: float = math.inf,
+                     lam: float | None = None) -> list[list[int]]:
+    """Per stage, the candidate allocations that are costly to simulate (a queue to list
+    schedule, a stage the spot kernel runs) and that some plan meeting ``deadline_s`` at a
+    surrogate cost of at most ``cost_cap`` may use, judged by ``StageTable.stage_bounds``
+    alone: one goes if its bounds plus the least every other stage can take exceed the
+    deadline, the cap, or (with ``lam``) the Lagrangian ``cost_cap + lam * deadline_s``."""
+    n = table.num_stages
+    options = [[a for a in table.candidates(i, deadline_s) if not table.simulated_cheaply(i, a)] for i in range(n)]
+    bounds = [np.array([table.stage_bounds(i, a) for a in table.candidates(i, deadline_s)]) for i in range(n)]
+    least_t = np.array([b[:, 0].min() for b in bounds])
+    least_c = np.array([b[:, 1].min() for b in bounds])
+    weight = lam or 0.0
+    least_w = np.array([(b[:, 1] + weight * b[:, 0]).min() for b in bounds])
+    t_eps = _REL * max(1.0, deadline_s if math.isfinite(deadline_s) else 1.0)
+    c_eps = _REL * max(1.0, cost_cap if math.isfinite(cost_cap) else 1.0)
+    out = []
+    for i in range(n):
+        keep = []
+        for a in options[i]:
+            t, c = table.stage_bounds(i, a)
+            if t + least_t.sum() - least_t[i] > deadline_s + t_eps or c + least_c.sum() - least_c[i] > cost_cap + c_eps:
+                continue
+            if lam and c + lam * t + least_w.sum() - least_w[i] > cost_cap + lam * deadline_s + c_eps + lam * t_eps:
+                continue
+            keep.append(a)
+        out.append(keep)
+    return out
 
 
 def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf,

@@ -29,6 +29,7 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_table
+from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.result import SimResult
@@ -131,6 +132,8 @@ class StageTable:
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self._init_cache: dict[tuple[int, int], float] = {}
+        # Per (stage, GPUs per trial): the slowest and the summed TRAIN duration, per sample.
+        self._work_stats: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
 
     def _set_markets(self, markets: tuple[Market, ...]) -> None:
@@ -150,10 +153,11 @@ class StageTable:
         # ``choose`` judges every plan it keeps in full simulation.
         self.reclaimed = [m is Market.SPOT and cloud.spot.at_risk and cloud.spot.trace is None for m in markets]
         self.entries: list[dict[int, StageEntry]] = [self._entries_by_market[m][i] for i, m in enumerate(markets)]
-        self.fast_s: list[float] = []     # per stage: fastest mean TRAIN + SYNC (no queue)
+        self._optimistic = False
+        self.fast_s: list[float] = []     # per stage: a lower bound on its mean TRAIN + SYNC (no queue)
         for i, stage in enumerate(self.spec.stages):
             parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
-            self.fast_s.append(min(self.entry(i, a).train_s for a in parallel) + self.sync_s[i])
+            self.fast_s.append(min(self.stage_bounds(i, a)[0] for a in parallel))
 
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
         """The full simulation of a plan on this table's random numbers and markets (once)."""
@@ -198,19 +202,38 @@ class StageTable:
         duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(m).mean
         return stage.num_trials * duration / slots + self.sync_s[i]
 
+    def optimistic(self) -> StageTable:
+        """This table with every allocation that is not ``simulated_cheaply`` taken at its lower
+        bounds (``stage_bounds``) instead of being simulated: a first, cheap pass of a search
+        (its plans are real plans; only their table values are optimistic)."""
+        view = copy.copy(self)
+        view.entries = [dict(e) for e in self.entries]
+        view._optimistic = True
+        return view
+
     def entry(self, i: int, allocation: int) -> StageEntry:
         """Means of stage ``i`` under ``allocation`` (any valid GPU count; computed once)."""
         entry = self.entries[i].get(allocation)
+        if entry is None and self._optimistic and not self.simulated_cheaply(i, allocation):
+            stage = self.spec.stages[i]
+            shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
+            train, busy = self._train_bounds(i, shape)
+            entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, train, busy)
+            self.entries[i][int(allocation)] = entry
         if entry is None:
             stage = self.spec.stages[i]
             shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
             if self.reclaimed[i]:
                 makespan, total = self._spot_train(i, shape)
             else:
-                makespan, total = self.draws[i].train(self.model, shape)
+                # StageDraws.train's numbers, with a queue list scheduled a round at a time.
+                durations = self.draws[i].train_durations(self.model, shape)
+                total = durations.sum(axis=0)
+                makespan = list_schedule(durations, shape.running)
             busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
             entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy)
             self.entries[i][int(allocation)] = entry
+            self._entries_by_market[self.markets[i]][i][int(allocation)] = entry   # shared (an optimistic view's are copies)
         return entry
 
     def _spot_train(self, i: int, shape) -> tuple[np.ndarray, np.ndarray]:
@@ -321,29 +344,41 @@ class StageTable:
             total += entry.train_s + self.sync_s[i] if entry is not None else self.queue_bound_s_stage(i, a)
         return total
 
-    def min_stage_s(self, i: int) -> float:
-        """A lower bound on stage ``i``'s mean duration (fastest allocation, no scale-up)."""
-        return min(e.train_s for e in (self.entry(i, a) for a in self._candidates[i])) + self.sync_s[i]
+    def simulated_cheaply(self, i: int, allocation: int) -> bool:
+        """Whether stage ``i``'s means under ``allocation`` are known, or cost no more than
+        drawing its TRAIN durations: every trial runs at once, on instances never reclaimed (a
+        queue is list scheduled, a stage that may be reclaimed runs the spot kernel)."""
+        return (allocation in self._entries_by_market[self.markets[i]][i]
+                or (allocation >= self.spec.stages[i].num_trials and not self.reclaimed[i]))
 
-    def min_stage_usd(self, i: int) -> float:
-        """A lower bound on stage ``i``'s surrogate cost."""
-        # Over the allocations computed so far plus a bound for queued ones: every instance a
-        # queued allocation holds is busy at least its share of the stage's work.
-        n = self.spec.stages[i].num_trials
-        work = n * (self.model.trial_startup_s.mean + self.spec.stages[i].iters * self.model.latency(self.model.min_gpus).mean)
+    def stage_bounds(self, i: int, allocation: int) -> tuple[float, float]:
+        """Lower bounds on stage ``i``'s mean duration and surrogate cost under ``allocation``,
+        whatever instances it holds or launches (SCALE, INIT and data only add), from the
+        same random numbers, without list scheduling a queue or running the spot kernel
+        (``_train_bounds``)."""
+        if self.simulated_cheaply(i, allocation):
+            entry = self.entry(i, allocation)
+            train, busy = entry.train_s, entry.busy_usd
+        else:
+            stage = self.spec.stages[i]
+            train, busy = self._train_bounds(i, stage_shape(i, stage.num_trials, stage.iters, int(allocation),
+                                                           self.model, self.cloud))
+        duration = train + self.sync_s[i]
         if self.per_instance:
-            price = self.stage_usd_per_s[i]
-            known = min(price * e.need * (e.train_s + self.sync_s[i]) for e in self.entries[i].values())
-            queued = price * work / self.cloud.gpus_per_instance if self.model.min_gpus == 1 else known
-            return min(known, queued)
-        return min(min(e.busy_usd for e in self.entries[i].values()),
-                   self.stage_usd_per_s[i] * work / self.cloud.gpus_per_instance)
+            return duration, self.stage_usd_per_s[i] * self.need(i, allocation) * duration
+        return duration, busy
 
-    def suffix_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """Lower bounds on the time and cost of stages ``i..end``, per ``i`` (length stages+1)."""
-        t = np.zeros(self.num_stages + 1)
-        c = np.zeros(self.num_stages + 1)
-        for i in range(self.num_stages - 1, -1, -1):
-            t[i] = t[i + 1] + self.min_stage_s(i)
-            c[i] = c[i + 1] + self.min_stage_usd(i)
-        return t, c
+    def _train_bounds(self, i: int, shape) -> tuple[float, float]:
+        """Lower bounds on a stage's mean TRAIN makespan and its ``busy_usd``. Its trials run on
+        ``r = min(a, n)`` GPUs at a time, each at least as long as without reclaims (a reclaim
+        only adds lost work and a restart), so in every sample the makespan is at least the
+        slowest trial's duration and the work per GPU, ``max(max_j d_j, sum_j d_j / r)``."""
+        key = (i, shape.gpus_per_trial)
+        stats = self._work_stats.get(key)
+        if stats is None:
+            durations = self.draws[i].train_durations(self.model, shape)
+            stats = self._work_stats[key] = (durations.max(axis=0), durations.sum(axis=0))
+        longest, total = stats
+        train = float(np.maximum(longest, total / shape.running).mean())
+        busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
+        return train, busy
