@@ -310,3 +310,51 @@ def test_down_uses_the_cluster_yamls_credentials_when_the_environment_has_none(m
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", FAKE_KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)
     assert running_rubberband_instances(moto_ec2) == []
+
+
+def test_the_node_provider_launches_each_node_type_on_its_market_and_a_stopped_spot_instance_is_interrupted(
+        moto_ec2, tmp_path, monkeypatch):
+    import time
+
+    from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+    from rubberband.providers.aws import TAG_MARKET
+    from rubberband.providers.aws_node_provider import AwsNodeProvider
+
+    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")          # Ray's fake provider insists on it
+    base = {"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}
+    spot = {**base, "InstanceMarketOptions": {"MarketType": "spot", "SpotOptions": {"SpotInstanceType": "one-time"}}}
+    p = AwsNodeProvider({
+        "state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0, "gcs_address": "127.0.0.1:1",
+        "launch_multiple": True, "region": "us-east-1", "run_id": "run-m", "mirror": "none",
+        "head_address": "127.0.0.1:1", "price_usd_per_hour": 1.006, "node_config": base,
+        "node_configs": {"gpu": base, "gpu_spot": spot},
+        "node_types": {"gpu": {"market": "on-demand", "price_usd_per_hour": 1.006},
+                       "gpu_spot": {"market": "spot", "price_usd_per_hour": 0.4246}}}, "rb-run-m")
+    for node_type in ("gpu", "gpu_spot"):
+        p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: node_type}, 1, {"CPU": 1, "GPU": 1}, {})
+
+    def events():
+        return [json.loads(line) for line in open(tmp_path / "events.jsonl")]
+
+    deadline = time.time() + 10
+    while sum(e["event"] == "running" for e in events()) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    ec2 = Ec2("us-east-1")
+    by_market = {tags_of(i)[TAG_MARKET]: i for i in ec2.instances(run_id="run-m")}
+    assert set(by_market) == {"spot", "on-demand"}
+    assert by_market["spot"].get("InstanceLifecycle") == "spot" and by_market["on-demand"].get("InstanceLifecycle") is None
+    assert tags_of(by_market["spot"])[TAG_PRICE] == "0.4246" and tags_of(by_market["on-demand"])[TAG_PRICE] == "1.006"
+    requests = {e["instance"]: e["market"] for e in events() if e["event"] == "request"}
+    running = {e["instance"]: e["market"] for e in events() if e["event"] == "running"}
+    assert requests == running and sorted(running.values()) == ["on-demand", "spot"]
+
+    # EC2 stops the spot instance behind our back (a reclaim with interruption behaviour stop).
+    spot_id = by_market["spot"]["InstanceId"]
+    boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_ec2).stop_instances(InstanceIds=[spot_id])
+    p._last_check = 0.0
+    p.non_terminated_nodes({})
+    (gone,) = [e for e in events() if e["event"] == "terminated"]
+    assert (gone["ec2_id"], gone["reason"]) == (spot_id, "interrupted")
+    assert [i["InstanceId"] for i in ec2.instances(run_id="run-m")] == [by_market["on-demand"]["InstanceId"]]
+    ec2.terminate([by_market["on-demand"]["InstanceId"]])
