@@ -17,8 +17,8 @@ from rubberband.cli.common import (
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
 from rubberband.cli.rehearse import rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
-from rubberband.providers.spot_emulation import PLAN_MODEL
 from rubberband.providers import base as providers
+from rubberband.providers.spot_emulation import PLAN_MODEL
 from rubberband.units import parse_duration
 
 

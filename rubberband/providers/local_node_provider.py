@@ -127,10 +127,10 @@ class LocalNodeProvider(FakeMultiNodeProvider):
         self._event(event=ProviderEvent.NOTICE, node_id=node_id, instance=instance, reclaim_at=at)
 
     def _reclaim(self, node_id, instance):
-        """The cloud takes the instance back: its Ray processes die with it."""
-        entry = self._forget(node_id, quiet=True)
-        if entry is not None:
-            self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.INTERRUPTED)
+        """The cloud takes the instance back: its Ray processes die with it (logged when it is
+        taken, not when its processes have stopped, which takes a moment)."""
+        self._forget(node_id, quiet=True, then=lambda entry: self._event(
+            event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.INTERRUPTED))
 
     def _start_raylet(self, node_id, node_config, tags, resources, labels):
         """Start the node's raylet; returns its process (False if the node was released meanwhile)."""
@@ -198,11 +198,14 @@ class LocalNodeProvider(FakeMultiNodeProvider):
                     if entry.get("node") is not None and self._raylet(entry["node"]) is not None
                     and self._raylet(entry["node"]).poll() is not None]
 
-    def _forget(self, node_id, quiet: bool = False):
+    def _forget(self, node_id, quiet: bool = False, then=None):
         """Drop a node from the provider's books and stop its raylet; return its entry
-        (``None`` if the node is unknown). ``quiet`` ignores a raylet that will not stop."""
+        (``None`` if the node is unknown). ``quiet`` ignores a raylet that will not stop;
+        ``then(entry)`` runs once the node is dropped, before its processes are stopped."""
         with self.lock:
             entry = self._nodes.pop(node_id, None)
+        if entry is not None and then is not None:
+            then(entry)
         if entry is not None and entry.get("node") is not None:
             try:
                 self._terminate_node(entry)

@@ -11,7 +11,12 @@ import pytest
 import rubberband as rb
 from rubberband.errors import SpecError
 from rubberband.profiles.spot import SpotMarket
-from rubberband.providers.spot_emulation import SHIPPED_TRACES, Reclaimer, SpotEmulation, spot_emulation
+from rubberband.providers.spot_emulation import (
+    SHIPPED_TRACES,
+    Reclaimer,
+    SpotEmulation,
+    spot_emulation,
+)
 
 CLOUD = rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "p3.2xlarge", market="spot")
 
