@@ -1,4 +1,6 @@
-"""An independent reference for spot reclaims: one spot instance as a renewal process.
+"""Independent references for spot reclaims: one spot instance as a renewal process
+(``one_instance_job``), and instances under a zone's replayed availability trace, a gang
+trace's count capping how many are held (``gang_trace_job``).
 
 The simplest job DESIGN §4.1 covers — every stage on a single one-GPU spot instance, trials one
 after another — simulated sample by sample with plain Python events and its own random
