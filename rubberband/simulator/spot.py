@@ -119,13 +119,14 @@ class _Counter:
         return a[np.minimum((self._fit(size) * len(a)).astype(np.intp), len(a) - 1)]
 
 
-def check_trace_cap(market: SpotMarket, spot: list[int] | np.ndarray) -> None:
+def check_trace_cap(market: SpotMarket, spot: list[int] | np.ndarray, stages: list[int] | None = None) -> None:
     """A gang trace of ``n`` instances caps how many spot instances can be held: refuse a plan
-    that holds more in some stage (its extra ones would never be granted)."""
+    that holds more in some stage (its extra ones would never be granted). ``spot`` holds the
+    spot instances of stages ``stages`` (default: every stage, from 0)."""
     trace = market.trace
     if trace is None or trace.nodes == 1:
         return
-    for i, s in enumerate(spot):
+    for i, s in zip(range(len(spot)) if stages is None else stages, spot):
         if s > trace.nodes:
             raise SpecError(f"spot.preemption.trace.nodes: zone {trace.zone}'s {trace.nodes}-instance trace caps spot "
                             f"instances at {trace.nodes}, and stage {i} holds {s}; hold at most {trace.nodes} "
@@ -217,7 +218,7 @@ class PositionSchedule:
         self._row = np.zeros(positions, dtype=np.int64)
         self._row[self._rows] = np.arange(len(self._rows))
         self._mean_life = 3600.0 / market.rate_per_hour if market.rate_per_hour > 0 else np.inf
-        check_trace_cap(market, [len(self._rows)])
+        check_trace_cap(market, [len(self._rows)], stages=[self.stage])
         self._need = trace_need(market, self._row)          # per position (trace markets)
         first_down = np.full((positions, self.samples), np.inf)
         rows = self._rows

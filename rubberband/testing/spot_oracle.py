@@ -2,7 +2,7 @@
 (``one_instance_job``), and instances under a zone's replayed availability trace, a gang
 trace's count capping how many are held (``gang_trace_job``).
 
-The simplest job DESIGN §4.1 covers — every stage on a single one-GPU spot instance, trials one
+``one_instance_job``: the simplest job DESIGN §4.1 covers — every stage on a single one-GPU spot instance, trials one
 after another — simulated sample by sample with plain Python events and its own random
 numbers, written without the vectorised simulator's schedules, so the two can be compared in
 distribution (mean JCT and cost). Lifetimes are exponential with rate λ from the end of each

@@ -4,6 +4,7 @@ that lose the iteration in progress and resume on a replacement (DESIGN §4.1)."
 import numpy as np
 import pytest
 
+from rubberband.errors import SpecError
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, LogNormal, Normal
 from rubberband.profiles.spot import SpotMarket, SpotTrace
@@ -146,3 +147,10 @@ def test_counter_draws_follow_their_distributions_and_differ_by_key():
     assert x.mean() == pytest.approx(30.0, abs=0.1) and x.std() == pytest.approx(8.0, abs=0.1)
     life = _Counter(u).standard_exponential(u.size)
     assert stats.kstest(life, "expon").pvalue > 1e-3
+
+
+def test_a_stage_holding_more_spot_instances_than_a_gang_trace_has_is_named():
+    gangs = SpotTrace("g", 4, np.array([0.0, 100.0]), np.array([4, 2]), 1000.0)
+    with pytest.raises(SpecError, match=r"zone g's 4-instance trace caps spot instances at 4, and stage 3 holds 6"):
+        PositionSchedule(CLOUD, SpotMarket(trace=gangs), seed=0, stage=3, t0=np.zeros(2), start=np.zeros((6, 2)),
+                         up=np.zeros((6, 2)), spot=np.ones(6, dtype=bool), offset=np.zeros(2))
