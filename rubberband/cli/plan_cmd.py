@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from rubberband.cli.common import (
     command,
@@ -36,6 +37,45 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
 
 
+# Planning that takes longer than this shows a progress line on a terminal.
+PROGRESS_AFTER_S = 2.0
+# At most this often: a progress line that redraws faster only costs time.
+PROGRESS_EVERY_S = 0.1
+
+
+class ProgressLine:
+    """The planner's progress on one stderr line that overwrites itself ("planning: stage 3 of
+    10, 1,204 candidates kept"), once planning has taken ``PROGRESS_AFTER_S``; silent with
+    ``--json`` or when stderr is not a terminal. Use as a context manager: the line is wiped
+    when planning ends, so the tables print on a clean screen."""
+
+    def __init__(self, args: argparse.Namespace, clock=time.monotonic):
+        self.stream = sys.stderr
+        self.on = not getattr(args, "json", False) and self.stream.isatty()
+        self.clock = clock
+        self.start = self.last = clock()
+        self.width = 0
+
+    def __call__(self, p) -> None:
+        now = self.clock()
+        if not self.on or now - self.start < PROGRESS_AFTER_S or (self.width and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        where = f"scenario {p.scenario} of {p.scenarios}, " if p.scenarios else ""
+        text = f"planning: {where}stage {p.stage} of {p.stages}, {p.kept:,} candidates kept"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = max(self.width, len(text))
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
 def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float | None = None, compare: bool = True):
     """Plan an experiment with the CLI's overrides; compare every policy unless ``compare`` is off.
 
@@ -59,12 +99,13 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
     if confidence is None:
         confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
     samples = args.samples if getattr(args, "samples", None) is not None else exp.samples
-    return compile_plan(
-        exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
-        samples=samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
-        confidence=confidence, instance_type=instance_type,
-        market=market, compare=compare,
-    )
+    with ProgressLine(args) as progress:
+        return compile_plan(
+            exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
+            samples=samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
+            confidence=confidence, instance_type=instance_type,
+            market=market, compare=compare, progress=progress,
+        )
 
 
 # Below this chance of meeting the deadline, `plan` shows what a surer plan would cost.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rubberband.cli.common import command, emit, experiment_arg, floats, int_list, output_path
+from rubberband.cli.plan_cmd import ProgressLine
 from rubberband.config import load_experiment
 from rubberband.errors import SpecError
 from rubberband.render import render
@@ -108,9 +109,10 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     samples = args.samples if args.samples is not None else 200
     seed = args.seed if args.seed is not None else exp.seed
     cloud = exp.cloud_for(base_type)
-    scenarios = whatif(exp.spec, exp.model, cloud, deadline, vary, policies, samples=samples, seed=seed,
-                       spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
-                       trace_file=cloud.spot.trace_file or _shipped_traces(exp))
+    with ProgressLine(args) as progress:
+        scenarios = whatif(exp.spec, exp.model, cloud, deadline, vary, policies, samples=samples, seed=seed,
+                           spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
+                           trace_file=cloud.spot.trace_file or _shipped_traces(exp), progress=progress)
     axes = list(vary)
     rows = []
     for sc in scenarios:

@@ -17,7 +17,7 @@ from rubberband.plan.policies import (
     get_policy,
     static_candidates,
 )
-from rubberband.plan.search import StageGraph
+from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
@@ -29,7 +29,7 @@ from rubberband.spec.experiment import ExperimentSpec
 def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog, deadline_s: float,
                  policy: str = "optimal", samples: int = 200, seed: int = 0, confidence: float | None = None,
                  instance_type: str | None = None, market: str | Market = Market.ON_DEMAND,
-                 compare: bool = False) -> Plan:
+                 compare: bool = False, progress: Progress | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
@@ -48,6 +48,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
             (``market_vectors``), keeping the cheapest plan that meets the constraint in full
             simulation with spot reclaims (DESIGN §4.1).
         compare: also plan with every other policy and list them in ``plan.considered``.
+        progress: called as the search goes with a ``PlanProgress`` (stage k of n, candidates
+            kept), for a progress line; the planner itself prints nothing.
 
     Returns:
         A new ``Plan`` (inputs are never modified).
@@ -70,12 +72,13 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
         catalog = cloud
         if instance_type == "auto":
-            plan = _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare)
+            plan = _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare,
+                              progress)
             return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
         catalog = None
-    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market)
+    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress)
     if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
                                                                         samples, seed, confidence))
@@ -83,10 +86,11 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None,
-              market: Market | str | None = None) -> Plan:
+              market: Market | str | None = None, progress: Progress | None = None) -> Plan:
     if market == AUTO:
-        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence)
-    return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence)
+        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, progress=progress)
+    return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence,
+                         progress=progress)
 
 
 AUTO = "auto"
@@ -107,7 +111,8 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 
 
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
-                 samples: int, seed: int, confidence: float | None, base: StageTable | None = None) -> Plan:
+                 samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
+                 progress: Progress | None = None) -> Plan:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
@@ -116,7 +121,8 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     same job and cloud to derive the markets' tables from (what-if sweeps share one across
     deadlines)."""
     if cloud.spot_price_usd_per_hour is None:
-        plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence)
+        plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence,
+                         progress=progress)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
@@ -130,11 +136,11 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         budget = SPOT_SIMULATIONS if any(table.reclaimed) else MAX_FULL_SIMULATIONS
         if k < 2:      # all on-demand and all spot: listed in the considered plans, so planned in full
             try:
-                plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget)
+                plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget, progress)
             except InfeasibleDeadlineError as exc:
                 plans[markets] = exc
         else:          # a mix only matters if it beats the cheapest plan so far
-            plans[markets] = cheaper_plan(table, deadline_s, policy, confidence, budget, cost_cap=best_usd)
+            plans[markets] = cheaper_plan(table, deadline_s, policy, confidence, budget, best_usd, progress)
         if isinstance(plans[markets], Plan):
             best_usd = min(best_usd, plans[markets].predicted.mean_cost_usd)
     feasible = [p for p in plans.values() if isinstance(p, Plan)]
@@ -179,9 +185,9 @@ def market_label(plan: Plan) -> str:
 
 
 def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None,
-                  max_simulations: int = MAX_FULL_SIMULATIONS) -> Plan:
+                  max_simulations: int = MAX_FULL_SIMULATIONS, progress: Progress | None = None) -> Plan:
     """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
-    plan = cheaper_plan(table, deadline_s, policy, confidence, max_simulations)
+    plan = cheaper_plan(table, deadline_s, policy, confidence, max_simulations, progress=progress)
     if plan is None:
         spec, cloud = table.spec, table.cloud
         fastest = fastest_plan(table)
@@ -198,12 +204,13 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
 
 
 def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: float | None = None,
-                 max_simulations: int = MAX_FULL_SIMULATIONS, cost_cap: float = math.inf) -> Plan | None:
+                 max_simulations: int = MAX_FULL_SIMULATIONS, cost_cap: float = math.inf,
+                 progress: Progress | None = None) -> Plan | None:
     """``plan_on_table``'s plan, or ``None`` when no plan meets the constraint; with ``cost_cap``,
     only plans whose surrogate cost is below it are weighed (the optimal policy cuts its
     search there: a plan already in hand costs that much)."""
     spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
-    candidates = get_policy(policy)(table, deadline_s, confidence, cost_cap=cost_cap)
+    candidates = get_policy(policy)(table, deadline_s, confidence, cost_cap=cost_cap, progress=progress)
     if math.isfinite(cost_cap):
         candidates = [c for c in candidates if c.cost_usd < cost_cap]
     chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
@@ -317,7 +324,8 @@ def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[tupl
     return types
 
 
-def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare) -> Plan:
+def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare,
+               progress: Progress | None = None) -> Plan:
     plans, considered, infeasible = [], [], []
     profiles = dict(auto_instance_types(model, catalog))
     for name, usable in profiles.items():
@@ -330,7 +338,8 @@ def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confiden
                                f"{name} holds"})
             continue
         try:
-            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market)
+            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market,
+                             progress=progress)
         except InfeasibleDeadlineError as exc:
             infeasible.append(exc)
             considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
-from rubberband.plan.search import PathPlan, StageGraph, costly_survivors, pareto_front
+from rubberband.plan.search import PathPlan, Progress, StageGraph, costly_survivors, pareto_front
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
 
@@ -33,7 +33,8 @@ class Candidate:
     note: str = ""
 
 
-# A policy maps a table, a deadline and the confidence asked for to its candidate plans.
+# A policy maps a table, a deadline, the confidence asked for, a cost cap (plans at or above
+# it are not needed) and a progress callback to its candidate plans.
 PolicyFn = Callable[..., list[Candidate]]
 POLICIES: dict[str, PolicyFn] = {}
 
@@ -174,7 +175,7 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
 
 @policy("static")
 def static_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
-                  cost_cap: float = math.inf) -> list[Candidate]:
+                  cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
     """The cheapest fixed cluster of K instances that meets the deadline (paper §3.2 baseline)."""
     return static_candidates(table, deadline_s)
 
@@ -182,7 +183,7 @@ def static_policy(table: StageTable, deadline_s: float, confidence: float | None
 # --- naive elastic --------------------------------------------------------------------------
 @policy("naive-elastic")
 def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
-                         cost_cap: float = math.inf) -> list[Candidate]:
+                         cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
     """A fixed ``m`` GPUs per trial in every stage, cluster sized ``n_i * m`` (paper §6.3)."""
     out = []
     for m in range(table.model.min_gpus, table.model.max_gpus + 1):
@@ -236,7 +237,7 @@ def next_smaller(table: StageTable, stage: int, allocation: int) -> int | None:
 
 @policy("greedy")
 def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
-                  cost_cap: float = math.inf) -> list[Candidate]:
+                  cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
     """The paper's Algorithm 2, warm-started from the best static plan and 2x, 3x its size.
 
     Guarantee (the paper's): never worse than the warm start; the best static plan itself is
@@ -264,7 +265,7 @@ def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None
 # --- optimal ----------------------------------------------------------------------------------
 @policy("optimal")
 def optimal_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
-                   cost_cap: float = math.inf) -> list[Candidate]:
+                   cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
     """Exact search over every valid allocation vector and every useful instance count to
     hold (dynamic programming over stages, ``rubberband.plan.search``).
 
@@ -291,17 +292,17 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # A first pass takes every costly allocation (a queue to list schedule, a stage that may be
     # reclaimed) at its lower bounds, for an incumbent; then only the costly allocations that
     # its cost and Lagrangian weight cannot rule out (``costly_survivors``) are simulated.
-    graph = StageGraph(table.optimistic(), deadline_s)
+    graph = StageGraph(table.optimistic(), deadline_s, progress=progress)
     incumbents = [_incumbent(table, graph, deadline_s, confidence)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
     costly = costly_survivors(table, deadline_s, cap, lam)
     graph = StageGraph(table, deadline_s, [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)]
-                                           + costly[i] for i in range(table.num_stages)])
+                                           + costly[i] for i in range(table.num_stages)], progress)
     incumbents.append(_incumbent(table, graph, deadline_s, confidence))
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
-    front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam)
+    front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress)
     # Static clusters are in the search space already; they stay as named candidates so a
     # plan that is one says so.
     # The incumbents too: where stage means come from the spot kernel, a surrogate may exceed

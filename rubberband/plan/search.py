@@ -70,6 +70,23 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
 
 
 @dataclass(frozen=True)
+class PlanProgress:
+    """Where a plan search is, for a progress line: stage ``stage`` (from 1) of ``stages``, with
+    ``kept`` candidates left after pruning (options of the stage while the search space is laid
+    out, partial plans during the DP); ``scenario`` of ``scenarios`` in a what-if sweep."""
+
+    stage: int
+    stages: int
+    kept: int
+    scenario: int = 0
+    scenarios: int = 0
+
+
+# A callback the planner calls as it goes (the pure core never prints; the CLI draws the line).
+Progress = Callable[[PlanProgress], None]
+
+
+@dataclass(frozen=True)
 class PathPlan:
     """One plan through the graph, with its mean JCT and surrogate cost."""
 
@@ -86,10 +103,11 @@ class StageGraph:
         table: the per-stage means.
         deadline_s: drops queued allocations that cannot meet it (``StageTable.candidates``).
         allocations: per stage, the allocations to search (default: all candidates).
+        progress: called after each stage is laid out, with its options kept.
     """
 
     def __init__(self, table: StageTable, deadline_s: float = math.inf,
-                 allocations: list[list[int]] | None = None):
+                 allocations: list[list[int]] | None = None, progress: Progress | None = None):
         self.table = table
         n = table.num_stages
         if allocations is None:
@@ -108,6 +126,8 @@ class StageGraph:
             self.alloc.append(a)
             self.held.append(h)
             self.states.append(np.unique(h))
+            if progress is not None:
+                progress(PlanProgress(i + 1, n, len(a)))
         self.states[n] = np.zeros(1, dtype=np.int64)    # the end: one state
         # Per stage: the state index each option leads to, and (states x options) matrices.
         self.next = [np.searchsorted(self.states[i + 1], self.held[i]) if i < n - 1
@@ -220,12 +240,13 @@ def costly_survivors(table: StageTable, deadline_s: float, cost_cap: float = mat
 
 
 def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf,
-                 graph: StageGraph | None = None,
-                 lam: float | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+                 graph: StageGraph | None = None, lam: float | None = None,
+                 progress: Progress | None = None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """``(allocation, instances held)`` vectors on the (mean JCT, surrogate cost) Pareto front
     whose mean JCT meets ``deadline_s`` and whose cost is at most ``cost_cap``, fastest first
     (see ``optimal_policy`` for the search space). ``lam``: the weight of a Lagrangian bound
-    (``StageGraph.hull_plan`` gives a tight one); the front is the same with or without it."""
+    (``StageGraph.hull_plan`` gives a tight one); the front is the same with or without it.
+    ``progress``: called after each stage with the partial plans kept."""
     graph = graph or StageGraph(table, deadline_s)
     finite_d, finite_c = math.isfinite(deadline_s), math.isfinite(cost_cap)
     t_eps = _REL * max(1.0, deadline_s if finite_d else 1.0)
@@ -265,6 +286,8 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
             mask[s + 1:e] = seg[1:] < np.minimum.accumulate(seg)[:-1] - 1e-12
         T, C, S = Tn[mask], Cn[mask], Sn[mask]
         history.append((parent[mask], graph.alloc[i][option[mask]], graph.held[i][option[mask]]))
+        if progress is not None:
+            progress(PlanProgress(i + 1, graph.num_stages, len(T)))
     order = np.lexsort((C, T))
     best_c, plans = math.inf, []
     for j in order:

@@ -12,6 +12,7 @@ from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
 from rubberband.plan.compile import plan_markets, plan_on_table
 from rubberband.plan.policies import POLICIES
+from rubberband.plan.search import Progress
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
 from rubberband.profiles.distributions import Constant
@@ -45,7 +46,7 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
            vary: Mapping[str, Sequence[Any]], policies: Sequence[str] = tuple(POLICIES), samples: int = 200,
            seed: int = 0, spec_for_trials: Callable[[int], ExperimentSpec] | None = None,
            cloud_for_type: Callable[[str], CloudProfile] | None = None,
-           trace_file: str | None = None) -> list[Scenario]:
+           trace_file: str | None = None, progress: Progress | None = None) -> list[Scenario]:
     """Plan the job for every combination of the swept values, with every policy.
 
     Args:
@@ -59,6 +60,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             ``trace_file``, replayed), ``notice_s`` (the interruption notice).
         policies: policy names to compare.
         trace_file: the spot availability traces ``zone`` reads (default: the cloud's own).
+        progress: called as each scenario's search goes (``compile_plan``'s, with the scenario
+            number and count filled in).
 
     Returns:
         One ``Scenario`` per combination, in sweep order.
@@ -104,7 +107,10 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
                 table_work(largest.trials, base), tables)
     out = []
     tables: dict[tuple, StageTable] = {}     # the deadline does not change a table: share it
-    for combo in itertools.product(*(vary[a] for a in axes)):
+    combos = list(itertools.product(*(vary[a] for a in axes)))
+    for number, combo in enumerate(combos, 1):
+        tell = None if progress is None else (
+            lambda p, number=number: progress(replace(p, scenario=number, scenarios=len(combos))))
         values = dict(zip(axes, combo))
         s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
@@ -119,8 +125,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             tables[key] = StageTable(s, m, c.replace(market=Market.ON_DEMAND) if auto else c, samples=samples, seed=seed)
         for name in policies:
             try:
-                plan = plan_markets(s, m, c, d, name, samples, seed, None, tables[key]) if auto \
-                    else plan_on_table(tables[key], d, name)
+                plan = plan_markets(s, m, c, d, name, samples, seed, None, tables[key], progress=tell) if auto \
+                    else plan_on_table(tables[key], d, name, progress=tell)
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
             except InfeasibleDeadlineError:
                 pass
