@@ -119,7 +119,8 @@ class PackedWorker(DDPWorker):
 
         if not torch.cuda.is_available():
             return None
-        # What the caching allocator held at most: a trial's footprint as other processes see it.
+        # What the caching allocator held at most: a trial's footprint as other processes see
+        # it, less the process's CUDA context (a few hundred MB without MPS).
         return torch.cuda.max_memory_reserved() / 1e9 or None
 
 
