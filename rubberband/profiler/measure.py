@@ -484,8 +484,10 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                     progress(f"{m} GPU(s)/trial, repeat {done_repeats[m]}/{req.repeats}: "
                              f"{statistics.fmean(est_iter):.4f}s per iteration ({repeat_s[m]:.1f}s)")
             if req.max_packing > 1 and 1 in durations:
-                budget_left = (lambda: req.max_seconds is None
-                               or time.time() - t_start + repeat_s[1] + reserve_s <= req.max_seconds)
+                def budget_left() -> bool:
+                    return req.max_seconds is None or (time.time() - t_start + repeat_s[1] + reserve_s
+                                                       <= req.max_seconds)
+
                 if budget_left():
                     packing = measurement.packing(progress, budget_left)
                 else:

@@ -37,7 +37,7 @@ def most_packed(demands: dict[Hashable, PackedDemand], nodes: Sequence[GpuNode])
     left = [sum(need[j:]) for j in range(len(trials) + 1)]
     best = [(0, 0)]
 
-    def rec(j: int, units: int, count: int, used: int) -> None:
+    def rec(j: int, units: int, count: int) -> None:
         if (units, count) > best[0]:
             best[0] = (units, count)
         if j == len(trials):
@@ -61,13 +61,13 @@ def most_packed(demands: dict[Hashable, PackedDemand], nodes: Sequence[GpuNode])
                 compute[x] -= need[j]
                 mem[x] -= d.gpu_memory_gb
                 cpu[i] -= d.vcpus
-                rec(j + 1, units + need[j], count + 1, used)
+                rec(j + 1, units + need[j], count + 1)
                 compute[x] += need[j]
                 mem[x] += d.gpu_memory_gb
                 cpu[i] += d.vcpus
-        rec(j + 1, units, count, used)     # or leave trial j out
+        rec(j + 1, units, count)     # or leave trial j out
 
-    rec(0, 0, 0, 0)
+    rec(0, 0, 0)
     return best[0][0] / unit, best[0][1]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -138,6 +140,25 @@ def test_occupancy_is_within_3_percent_of_the_exact_search_on_hypersack_like_cas
         ratios.append(placed / best)
     assert np.mean(ratios) >= 0.97
     assert np.quantile(ratios, 0.1) >= 0.85
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2), st.integers(1, 2), st.lists(
+    st.builds(PackedDemand, st.sampled_from([1, 2, 4]), st.sampled_from([0.0, 5.0, 9.0]), st.sampled_from([0, 2, 3])),
+    max_size=6))
+def test_the_exact_search_agrees_with_plain_enumeration(n_nodes, gpus, ds):
+    """Its pruning and symmetry breaking lose nothing: every assignment, tried one by one."""
+    nodes = [GpuNode(i, gpus, 16.0, 4 * gpus) for i in range(n_nodes)]
+    demands = {f"t{i}": d for i, d in enumerate(ds)}
+    slots = [None] + [(i, g) for i in range(n_nodes) for g in range(gpus)]
+    best = (0.0, 0)
+    for combo in itertools.product(slots, repeat=len(ds)):
+        placed = {t: s for t, s in zip(demands, combo) if s is not None}
+        p = PackedPlacement(placed, demands, tuple(t for t in demands if t not in placed))
+        if not check_packed(p, nodes):
+            best = max(best, (round(p.compute_placed(), 9), len(placed)))
+    found = most_packed(demands, nodes)
+    assert (round(found[0], 9), found[1]) == best
 
 
 def test_the_exact_search_finds_what_greedy_orders_miss():
