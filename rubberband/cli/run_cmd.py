@@ -18,7 +18,7 @@ from rubberband.cli.plan_cmd import plan_from_args, plan_table
 from rubberband.cli.rehearse import rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
-from rubberband.providers.spot_emulation import PLAN_MODEL
+from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
 from rubberband.units import parse_duration
 
 
@@ -68,6 +68,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.launch_attempts < 1:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
+    if args.spot_emulation is not None:
+        require_local(args.provider)
     planning = [f for f, v in (("--market", args.market), ("--confidence", args.confidence),
                                ("--instance-type", args.instance_type)) if v is not None]
     if planning and (args.plan or args.allocation):

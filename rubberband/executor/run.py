@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver, DriverOutcome, best_trial
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult
@@ -18,7 +17,7 @@ from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
 from rubberband.providers import base
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
-from rubberband.providers.spot_emulation import SpotEmulation, spot_emulation
+from rubberband.providers.spot_emulation import SpotEmulation, require_local, spot_emulation
 
 UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
 
@@ -83,9 +82,7 @@ def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, see
     """The spot emulation to run with (``None``: none), checked against the plan and provider."""
     if given is None or isinstance(given, SpotEmulation):
         return given
-    if provider != "local":
-        raise SpecError(f"--spot-emulation: only the local provider emulates reclaims (the {provider} provider's "
-                        "spot instances are reclaimed by the cloud); drop the flag or run with --provider local")
+    require_local(provider)
     return spot_emulation(given, plan.cloud, plan.spot_counts, seed=seed)
 
 
@@ -98,6 +95,9 @@ def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_d
 
     watcher = _ProviderWatcher(session.read_events, on_event)
     watcher.start()
+    emulation = session.config if isinstance(session.config, SpotEmulation) else None
+    if on_event and emulation is not None:
+        on_event("emulation", {"text": emulation.describe()})
     try:
         driver = Driver(plan, session.port, session.runner, search_space, metric, mode, seed=seed,
                         checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
@@ -211,8 +211,12 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
         stages.append({
             "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
             "promoted": rec.promoted,
-            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
-            "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index]},
+            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
+                          "spot_instances": plan.spot_counts[rec.index]},
+            "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index],
+                       "spot_instances": rec.spot_instances,
+                       "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == rec.index
+                                        and r.release_reason == Release.INTERRUPTED)},
         })
     best = best_trial(outcome.trials, mode)
     result = RunResult(
@@ -266,6 +270,8 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "emulation":
+            print(f"{stamp} {data['text']}", file=stream, flush=True)
         elif kind == "notice":
             print(f"{stamp}   instance {data['instance']} will be reclaimed in {data['reclaim_at'] - data['at']:.0f}s "
                   "(spot notice); its replacement is requested", file=stream, flush=True)

@@ -95,6 +95,17 @@ def _duration(value: str, key: str, zero: bool = False) -> float:
     return parse_duration(value, f"{FLAG}: {key}")
 
 
+def require_local(provider: str) -> None:
+    """Only the local provider emulates reclaims.
+
+    Raises:
+        SpecError: for any other provider, naming the flag and the fix.
+    """
+    if provider != "local":
+        raise SpecError(f"{FLAG}: only the local provider emulates reclaims (the {provider} provider's spot instances "
+                        "are reclaimed by the cloud, or by its own model); drop the flag or run with --provider local")
+
+
 def spot_emulation(override: str | None, cloud: Any, spot_instances: tuple[int, ...], seed: int = 0) -> SpotEmulation:
     """The emulation for a plan: its cloud's spot model, with ``override`` (``key=value,...``:
     ``rate=2/h``, ``life=30s``, ``zone=us-east-1a``, ``notice=20s``, ``max=1``) applied

@@ -47,6 +47,10 @@ def test_a_reclaimed_spot_node_is_replaced_and_its_trial_resumes_from_the_checkp
     assert reclaimed["cost_usd"] == pytest.approx(60 * 0.3 / 3600)
     assert ledger["markets"]["spot"]["reclaimed"] == 1 and ledger["markets"]["on-demand"]["reclaimed"] == 0
     assert ledger["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in ledger["instances"]))
+    (stage,) = result.stages
+    assert (stage["predicted"]["spot_instances"], stage["actual"]["spot_instances"], stage["actual"]["reclaimed"]) == (1, 1, 1)
+    assert ("emulation", {"text": "spot emulation: each spot instance reclaimed 14s after it runs, 4s notice, "
+                                  "at most 1 reclaim(s)"}) in seen
 
     # The watcher's notice reached the driver before the reclaim, and the replacement was
     # requested then (before the reclaim).

@@ -93,5 +93,12 @@ def test_spot_emulation_is_for_the_local_provider_only(tmp_path, capsys, monkeyp
     plan = plan_allocation(rb.ExperimentSpec.from_stages([(2, 1)]), (2,), model.replace(iter_latency_s={1: model.iter_latency_s[1]}),
                            cloud, deadline_s=600, samples=5)
     with pytest.raises(SpecError, match=r"^--spot-emulation: only the local provider emulates reclaims \(the aws "
-                                        r"provider's spot instances are reclaimed by the cloud\); drop the flag"):
+                                        r"provider's spot instances are reclaimed by the cloud, or by its own model\); "
+                                        r"drop the flag"):
         execute(plan, "x:Y", {}, provider="aws", spot_emulation="rate=1/h", runs_dir=tmp_path)
+
+
+def test_spot_emulation_with_a_rehearsal_is_one_line_not_ignored(tmp_path, capsys):
+    code, _, err = run(capsys, "run", local_spot_experiment(tmp_path), "--provider", "sim", "--spot-emulation")
+    assert code != 0
+    assert_one_line_error(err, "--spot-emulation: only the local provider emulates reclaims (the sim provider")

@@ -57,6 +57,13 @@ def test_a_type_without_a_preemption_model_needs_one_to_be_emulated():
         spot_emulation(None, with_spot(), (1,))
 
 
+def test_the_emulation_says_what_it_does():
+    assert SpotEmulation(rate_per_hour=2.0, notice_s=20).describe() == \
+        "spot emulation: 2 reclaims per instance-hour, 20s notice"
+    assert SpotEmulation(trace_file="f.json", zone="us-east-1a", max_reclaims=2).describe() == \
+        "spot emulation: zone us-east-1a replayed, 0s notice, at most 2 reclaim(s)"
+
+
 def test_reclaim_times_follow_the_model():
     assert Reclaimer(SpotEmulation(life_s=30.0), started_at=0.0).reclaim_at(100.0) == 130.0
     assert Reclaimer(SpotEmulation(rate_per_hour=0.0), 0.0).reclaim_at(5.0) == math.inf
