@@ -35,7 +35,7 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.result import SimResult
 from rubberband.simulator.engine import simulate
 from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
-from rubberband.simulator.spot import PositionSchedule, run_stage, trace_offsets
+from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -82,6 +82,11 @@ class StageEntry:
     need: int                 # fewest instances
     train_s: float            # E[makespan]
     busy_usd: float           # per-function TRAIN cost, E[m * sum(durations)] * price / G
+    # Spot stages that may be reclaimed, per instance held: instance-seconds alive beyond the
+    # stage's TRAIN + SYNC (a replacement launched at the notice overlaps the instance it
+    # replaces; one that is still provisioning leaves a gap), and replacement launches.
+    reclaim_s: float = 0.0
+    relaunches: float = 0.0
 
 
 class StageTable:
@@ -93,11 +98,15 @@ class StageTable:
         allocations: optional candidate allocations per stage (default: ``valid_allocations``).
         markets: the market of each stage (default: the cloud's market for every stage). A
             stage on a spot market with a reclaim rate has its mean TRAIN makespan from the
-            spot kernel (``simulator/spot.py``), on instances fresh at the stage's start: a
-            surrogate within a stated tolerance of the full simulation (3% JCT, 5% cost at
-            notices up to 120 s; a longer notice overlaps more replacements than it bills),
-            which ``choose`` runs on every plan it keeps; on a traced market the stage means
-            are those without reclaims. A stage on another market than the one before it
+            spot kernel (``simulator/spot.py``), on instances fresh at the stage's start, and
+            its cost bills the stage's window as the simulator does (replacements that overlap
+            or leave gaps, relaunches; ``StageEntry.reclaim_s``): a surrogate within a stated
+            tolerance of the full simulation — mean JCT within 2%, mean cost within 3% at
+            notices up to 120 s and within 15% at 600 s (fresh instances cut short the notices
+            of a stage's first reclaims, so the overlap of a replacement with the instance it
+            replaces is undercounted: 7% to 12% at 2 reclaims per hour) — which ``choose`` runs
+            on every plan it keeps; on a traced market the stage means are those without
+            reclaims. A stage on another market than the one before it
             launches all its instances (the old ones are released at the SYNC).
     """
 
@@ -223,29 +232,38 @@ class StageTable:
         if entry is None:
             stage = self.spec.stages[i]
             shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
+            reclaim_s = relaunches = 0.0
             if self.reclaimed[i]:
-                makespan, total = self._spot_train(i, shape)
+                makespan, total, reclaim_s, relaunches = self._spot_train(i, shape)
             else:
                 # StageDraws.train's numbers, with a queue list scheduled a round at a time.
                 durations = self.draws[i].train_durations(self.model, shape)
                 total = durations.sum(axis=0)
                 makespan = list_schedule(durations, shape.running)
             busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
-            entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy)
+            entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy,
+                               reclaim_s, relaunches)
             self.entries[i][int(allocation)] = entry
             self._entries_by_market[self.markets[i]][i][int(allocation)] = entry   # shared (an optimistic view's are copies)
         return entry
 
-    def _spot_train(self, i: int, shape) -> tuple[np.ndarray, np.ndarray]:
+    def _spot_train(self, i: int, shape) -> tuple[np.ndarray, np.ndarray, float, float]:
         """TRAIN makespan and summed TRAIN time of stage ``i`` on spot instances that may be
-        reclaimed, started together and fresh at the stage's start."""
+        reclaimed, started together and fresh at the stage's start, with what its instances
+        are billed beyond ``instances * (TRAIN + SYNC)`` and relaunched, per instance (see
+        ``StageEntry``): the stage's window billed as the simulator bills it."""
         samples = self.samples
         need = shape.instances_needed
         zeros = np.zeros((need, samples))
         schedule = PositionSchedule(self.cloud, self.cloud.spot, self.seed, i, np.zeros(samples), zeros, zeros,
                                     np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples))
         latency, startup = self.draws[i].train_parts(self.model, shape)
-        return run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup, rounds=True)
+        makespan, total = run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup,
+                                    rounds=True)
+        end = makespan + self.draws[i].sync(self.model)
+        bill = bill_window(schedule, np.arange(need), np.zeros(samples), end, self.cloud.billing, np.zeros(need, dtype=bool))
+        return (makespan, total, float((bill.instance_seconds - need * end).mean()) / need,
+                float(bill.launches.mean()) / need)
 
     def previous_held(self, i: int, previous):
         """What stage ``i`` keeps of the instances held before it: nothing across a market switch."""
@@ -278,10 +296,10 @@ class StageTable:
         if new:
             duration += self.scale_s[i] + self.init_s(i, new)
         if self.per_instance:
-            cost = self.stage_usd_per_s[i] * (held * duration - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held * (duration + entry.reclaim_s) - new * self.scale_s[i])
         else:
             cost = entry.busy_usd
-        return duration, cost + new * self.data_usd
+        return duration, cost + (new + held * entry.relaunches) * self.data_usd
 
     def stage_grid(self, i: int, allocations: np.ndarray, held: np.ndarray,
                    previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -302,11 +320,12 @@ class StageTable:
             init[n] = self.init_s(i, int(n))
         duration = np.array([e.train_s for e in entries])[column] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
+        reclaim_s = np.array([e.reclaim_s for e in entries])[column]
         if self.per_instance:
-            cost = self.stage_usd_per_s[i] * (held * duration - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held * (duration + reclaim_s) - new * self.scale_s[i])
         else:
             cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column], duration.shape)
-        return duration, cost + new * self.data_usd
+        return duration, cost + (new + held * np.array([e.relaunches for e in entries])[column]) * self.data_usd
 
     def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``evaluate`` for many plans, one per row of ``allocations`` and ``held`` (same values)."""
@@ -355,16 +374,20 @@ class StageTable:
         """Lower bounds on stage ``i``'s mean duration and surrogate cost under ``allocation``,
         whatever instances it holds or launches (SCALE, INIT and data only add), from the
         same random numbers, without list scheduling a queue or running the spot kernel
-        (``_train_bounds``)."""
+        (``_train_bounds``). On a stage that may be reclaimed, its instances are alive at least
+        while they train (``busy_usd`` at the instance price), whatever the gaps and overlaps
+        of replacements."""
         if self.simulated_cheaply(i, allocation):
             entry = self.entry(i, allocation)
-            train, busy = entry.train_s, entry.busy_usd
-        else:
-            stage = self.spec.stages[i]
-            train, busy = self._train_bounds(i, stage_shape(i, stage.num_trials, stage.iters, int(allocation),
-                                                           self.model, self.cloud))
+            duration = entry.train_s + self.sync_s[i]
+            if self.per_instance:
+                return duration, self.stage_usd_per_s[i] * entry.need * max(0.0, duration + entry.reclaim_s)
+            return duration, entry.busy_usd
+        stage = self.spec.stages[i]
+        train, busy = self._train_bounds(i, stage_shape(i, stage.num_trials, stage.iters, int(allocation),
+                                                       self.model, self.cloud))
         duration = train + self.sync_s[i]
-        if self.per_instance:
+        if self.per_instance and not self.reclaimed[i]:
             return duration, self.stage_usd_per_s[i] * self.need(i, allocation) * duration
         return duration, busy
 
