@@ -268,6 +268,11 @@ class PositionSchedule:
             self._later.append((np.zeros(size, dtype=bool), np.empty(size), np.empty(size), np.empty(size)))
         drawn, starts, ups, downs = self._later[k - 1]
         missing = flat[~drawn[flat]]
+        if missing.size > 4096:
+            # Trials packed on one instance ask for its pairs several times over: draw each once.
+            seen = np.zeros(drawn.size, dtype=bool)
+            seen[missing] = True
+            missing = np.flatnonzero(seen)
         if missing.size:
             self._fill(k, missing, *self.incarnation(k - 1, missing))
         return starts[flat], ups[flat], downs[flat]
@@ -382,7 +387,8 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
         finish = np.multiply(per_iter, float(iters))
         finish += boot
         finish += begin
-        active = finish > schedule.down0[rows]
+        reclaim = schedule.down0[rows]
+        active = finish > reclaim
         if log is not None:
             trial, sample = np.nonzero(~active)
             log.append((trial, sample, begin[trial, sample], finish[trial, sample], finish[trial, sample],
@@ -391,8 +397,11 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     else:
         finish = np.full((n, S), np.inf)
         active = np.ones((n, S), dtype=bool)
+        begin = None
     # Then element by element, only the (trial, sample) pairs a reclaim interrupted.
     idx = np.flatnonzero(active)
+    # Their first up period is the one the first look just tried.
+    first = None if begin is None else (begin.ravel()[idx], reclaim.ravel()[idx])
     trial, sample = np.divmod(idx, S)
     pos = positions[trial, :, sample]                                  # (E, c)
     at, lat, b = now[trial, sample], per_iter[trial, sample], boot[trial, sample]
@@ -401,8 +410,12 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     k = 0
     while idx.size:
         if c == 1:          # one position: its k-th incarnation is the next up period to try
-            _, up, end = schedule.incarnation(k, pos[:, 0] * S + sample)
-            u, k = np.maximum(up, at), k + 1
+            if k == 0 and first is not None:
+                u, end = first
+            else:
+                _, up, end = schedule.incarnation(k, pos[:, 0] * S + sample)
+                u = np.maximum(up, at)
+            k += 1
         else:
             u, end = schedule.joint_window(pos, sample, at)
         before = left.copy() if log is not None else None
