@@ -24,10 +24,11 @@ up. Interrupted at ``r`` it keeps its completed iterations, loses the one in pro
 resumes on the replacements once they are up, paying ``trial_startup_s`` again. On-demand
 positions are never interrupted (``down = inf``).
 
-Random numbers. Incarnation ``k`` of the ``j``-th spot position in Monte-Carlo sample ``s``
-draws its lifetime, SCALE and INIT from a counter-based generator: a SplitMix64 hash of
-``(seed, stage, component, k)`` and ``(j, s)``, turned into the distribution by its inverse
-CDF. Each number depends only on those indices, so incarnations are drawn lazily and only
+Random numbers. The first lifetime of the ``j``-th spot position in a stage is row ``j`` of a
+numpy stream of the stage. A replacement, incarnation ``k >= 1`` of that position in
+Monte-Carlo sample ``s``, draws its lifetime, SCALE and INIT from a counter-based generator:
+a SplitMix64 hash of ``(seed, stage, component, k)`` and ``(j, s)``, turned into the
+distribution by its inverse CDF. Each number depends only on those indices, so incarnations are drawn lazily and only
 for the (position, sample) pairs that reach them — a replacement exists in a few per cent of
 pairs — and plans that hold more instances, or a replay of one sample, read the very same
 numbers for the positions they have in common.
@@ -57,8 +58,10 @@ _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E
 
 
 def _rng(seed: int, stage: int, component: int) -> np.random.Generator:
-    """The numpy stream of one component of one stage's spot draws (the trace offsets)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stage, component))))
+    """The numpy stream of one component of one stage's spot draws (trace offsets, first lives)."""
+    # The trailing 0 keeps the streams these numbers were drawn from before replacements were
+    # counter-based: a seed's samples without a replacement in a stage read what they read then.
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(stage, component, 0))))
 
 
 @lru_cache(maxsize=4096)
@@ -195,7 +198,7 @@ class PositionSchedule:
 
     def __init__(self, cloud: CloudProfile, market: SpotMarket, seed: int, stage: int, t0: np.ndarray,
                  start: np.ndarray, up: np.ndarray, spot: np.ndarray, offset: np.ndarray,
-                 sample_ids: np.ndarray | None = None):
+                 sample_ids: np.ndarray | None = None, sample_count: int | None = None):
         """
         Args:
             t0: the stage's start per sample, ``(samples,)``.
@@ -205,6 +208,7 @@ class PositionSchedule:
             offset: each sample's offset into the zone's trace (trace market only).
             sample_ids: which Monte-Carlo samples the columns are (default ``0..samples-1``):
                 a replay of one sample passes its number and reads that sample's draws.
+            sample_count: how many samples the run they are from has (default: the columns).
         """
         self.cloud, self.market, self.seed, self.stage = cloud, market, int(seed), int(stage)
         self.spot = np.asarray(spot, dtype=bool)
@@ -235,9 +239,12 @@ class PositionSchedule:
             else:
                 first_down[rows] = zone_next(market, since, self.offset, up=False, need=self._need[rows][:, None])
         elif market.rate_per_hour > 0 and len(rows):
-            grid = np.broadcast_to(rows[:, None], (len(rows), self.samples))
-            (life,) = self._draw((_LIFE,), 0, self._counter(grid, np.broadcast_to(np.arange(self.samples), grid.shape)))
-            first_down[rows] = np.maximum(start[rows], t0) + life.standard_exponential(grid.shape) * self._mean_life
+            # Every position's first life is needed: one numpy stream, row j for the j-th spot position.
+            total = self.samples if sample_count is None else int(sample_count)
+            life = _rng(seed, stage, _LIFE).standard_exponential((len(rows), total))
+            if sample_ids is not None:
+                life = life[:, self.ids]
+            first_down[rows] = np.maximum(start[rows], t0) + life * self._mean_life
         self.start0 = np.asarray(start, dtype=float)
         self.up0 = np.minimum(up, first_down)          # reclaimed before it was ever ready: never up
         self.down0 = first_down

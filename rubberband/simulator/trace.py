@@ -233,7 +233,7 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, 
     up = np.array([[-np.inf]] * (n_od - new_o) + [[r] for r in od_ready] + [[h.ready] for h in spot_hosts])
     is_spot = np.arange(len(start)) >= n_od
     schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, np.array([now]), start, up, is_spot,
-                                offsets[k:k + 1], sample_ids=[k])
+                                offsets[k:k + 1], sample_ids=[k], sample_count=len(offsets))
     latency, startup = d.train_parts(model, shape)
     boot = startup if np.ndim(startup) == 0 else startup[:, k:k + 1]
     log: list = []

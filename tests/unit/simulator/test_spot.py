@@ -115,7 +115,7 @@ def test_one_sample_on_its_own_reads_the_numbers_it_reads_in_the_whole_run(marke
     whole = PositionSchedule(NOISY, market, 5, 2, np.zeros(40), start, up, spot, offset)
     for k in (17, 33):
         one = PositionSchedule(NOISY, market, 5, 2, np.zeros(1), start[:, k:k + 1], up[:, k:k + 1], spot,
-                               offset[k:k + 1], sample_ids=[k])
+                               offset[k:k + 1], sample_ids=[k], sample_count=40)
         for position in range(3):
             assert one.chain(position, 0, 5000.0) == whole.chain(position, k, 5000.0)
     assert len(whole.chain(2, 17, 5000.0)) > 3           # replacements were compared, not just first lives
