@@ -132,7 +132,9 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
     best_usd = math.inf
-    for k, markets in enumerate(market_vectors(spec.num_stages())):
+    vectors = market_vectors(spec.num_stages())
+    screened = _screen_zone(base, vectors, deadline_s, confidence) if cloud.spot.trace is not None else {}
+    for k, markets in enumerate(vectors):
         if Market.SPOT in markets and not spot_billable(cloud):
             plans[markets] = InfeasibleDeadlineError(deadline_s, math.inf, (), detail=", spot under per-function billing")
             continue
@@ -140,6 +142,9 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         # Stage means with reclaims (on a traced market, without them) are a surrogate, not a
         # bound: weigh the cheapest few in full.
         budget = SPOT_SIMULATIONS if Market.SPOT in markets and cloud.spot.at_risk else MAX_FULL_SIMULATIONS
+        if markets in screened:
+            plans[markets] = screened[markets] if k < 2 else None
+            continue
         if k < 2:      # all on-demand and all spot: listed in the considered plans, so planned in full
             try:
                 plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget, progress)
@@ -172,6 +177,46 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         warnings += (f"market auto: {cloud.instance_type} has no spot preemption model, so spot instances were "
                      "planned as never reclaimed; set cloud.overrides.spot.preemption (rate_per_hour, trace or advisor)",)
     return replace(best, considered=tuple(rows), warnings=warnings)
+
+
+def _screen_zone(base: StageTable, vectors: list[tuple[Market, ...]], deadline_s: float,
+                 confidence: float | None) -> dict[tuple[Market, ...], InfeasibleDeadlineError | None]:
+    """The market vectors with spot stages that a traced zone cannot carry (``_fastest_misses``),
+    screened from the fewest spot stages up: a vector whose spot stages include all of one that
+    failed is exposed to the same outages for longer, and fails without a simulation of its own
+    (all spot, listed among the considered plans, is always simulated for its reason)."""
+    out: dict[tuple[Market, ...], InfeasibleDeadlineError | None] = {}
+    failed: list[set[int]] = []
+    everything = (Market.SPOT,) * base.num_stages
+    for markets in sorted((v for v in vectors if Market.SPOT in v), key=lambda v: v.count(Market.SPOT)):
+        spot = {i for i, m in enumerate(markets) if m is Market.SPOT}
+        if markets != everything and any(f <= spot for f in failed):
+            out[markets] = None
+            continue
+        missed = _fastest_misses(base.for_markets(markets), deadline_s, confidence)
+        if missed is not None:
+            failed.append(spot)
+            out[markets] = missed
+    return out
+
+
+def _fastest_misses(table: StageTable, deadline_s: float, confidence: float | None) -> InfeasibleDeadlineError | None:
+    """On a traced market: why a market vector cannot carry the job, if its fastest plan (of
+    the allocations that run every trial at once) misses the constraint in full simulation,
+    else ``None``. A zone reclaims all its spot instances at once, however many, so a slower
+    plan of the same markets spends longer exposed to the same outages with less slack: the
+    screen that spares simulating plan after plan of a zone that cannot carry the job (the
+    stage means it is searched on know nothing of the trace)."""
+    allocations = [[a for a in table.candidates(i) if a >= s.num_trials] for i, s in enumerate(table.spec.stages)]
+    fastest = StageGraph(table, allocations=allocations).fastest()
+    result = table.simulate(fastest.allocation, fastest.instances)
+    jct = np.sort(result.jct_s)
+    needed = result.mean_jct_s if confidence is None else float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+    if needed <= deadline_s * (1 + 1e-9):
+        return None
+    return InfeasibleDeadlineError(deadline_s, result.mean_jct_s, fastest.allocation,
+                                   detail=f" on {table.cloud.instance_type} with spot stages in its zone",
+                                   confidence=confidence, needed_s=needed)
 
 
 def market_label(plan: Plan) -> str:

@@ -293,13 +293,13 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # reclaimed) at its lower bounds, for an incumbent; then only the costly allocations that
     # its cost and Lagrangian weight cannot rule out (``costly_survivors``) are simulated.
     graph = StageGraph(table.optimistic(), deadline_s, progress=progress)
-    incumbents = [_incumbent(table, graph, deadline_s, confidence)]
+    incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
     costly = costly_survivors(table, deadline_s, cap, lam)
     graph = StageGraph(table, deadline_s, [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)]
                                            + costly[i] for i in range(table.num_stages)], progress)
-    incumbents.append(_incumbent(table, graph, deadline_s, confidence))
+    incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap))
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
     front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress)
@@ -315,20 +315,23 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
 _INCUMBENT_TRIES = 4
 
 
-def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float,
-               confidence: float | None) -> tuple[PathPlan, float, float] | None:
+def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confidence: float | None,
+               cost_cap: float = math.inf) -> tuple[PathPlan, float, float] | None:
     """A plan that meets the constraint in full simulation, its billed cost, and the
     Lagrangian weight that found it: the cheapest plan of the lower convex hull of ``graph``'s
     front that meets the deadline, or, when its full simulation misses the constraint (the
     graph's values may be optimistic; a confidence asks for more than the mean), the one that
     meets a deadline tightened by the overshoot (a few tries). ``None`` when none is found
-    (the search then runs uncapped)."""
+    (the search then runs uncapped), or when the plan's surrogate cost is at least
+    ``cost_cap`` (a cost in hand already: no use simulating it)."""
     target = deadline_s
     for _ in range(_INCUMBENT_TRIES):
         hull = graph.hull_plan(target)
         if hull is None:
             return None
         plan, lam = hull
+        if plan.cost_usd >= cost_cap:
+            return None
         result = table.simulate(plan.allocation, plan.instances)
         if confidence is None:
             if result.mean_jct_s <= deadline_s * (1 + 1e-9):

@@ -138,6 +138,7 @@ class StageTable:
         self.data_usd = cloud.data.usd_per_launch
         # Stage means per market, shared by every table ``for_markets`` derives from this one.
         self._entries_by_market: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
+        self._bounds_by_market: dict[Market, list[dict[int, tuple[float, float]]]] = {m: [{} for _ in spec.stages] for m in Market}
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self._init_cache: dict[tuple[int, int], float] = {}
@@ -377,6 +378,12 @@ class StageTable:
         (``_train_bounds``). On a stage that may be reclaimed, its instances are alive at least
         while they train (``busy_usd`` at the instance price), whatever the gaps and overlaps
         of replacements."""
+        cache = self._bounds_by_market[self.markets[i]][i]
+        if allocation not in cache:
+            cache[allocation] = self._stage_bounds(i, allocation)
+        return cache[allocation]
+
+    def _stage_bounds(self, i: int, allocation: int) -> tuple[float, float]:
         if self.simulated_cheaply(i, allocation):
             entry = self.entry(i, allocation)
             duration = entry.train_s + self.sync_s[i]

@@ -75,3 +75,33 @@ def test_bad_zone_choices_are_one_line_errors():
         zone_candidates(traced().replace(region="eu-west-1"))
     with pytest.raises(SpecError, match=r"^--zone: zones differ in their spot markets only; plan with --market spot or auto"):
         plan_zones(exp.spec, exp.model, traced(), 3600, market="on-demand", **KW)
+
+
+def test_a_zone_that_cannot_carry_the_job_is_screened_from_the_fewest_spot_stages_up():
+    """us-east-1a has capacity 17% of the time: the fastest plan of every market vector with spot
+    stages misses the deadline there. Only all spot and the vectors not containing the spot
+    stages of one that failed are simulated; the rest fail without a simulation (``None``)."""
+    from rubberband.plan.compile import _screen_zone, market_vectors
+    from rubberband.plan.table import StageTable
+
+    exp = experiment()
+    cloud = traced("us-east-1a")
+    base = StageTable(exp.spec, exp.model, cloud.replace(market=Market.ON_DEMAND), **KW)
+    vectors = market_vectors(exp.spec.num_stages())
+    screened = _screen_zone(base, vectors, 3600, 0.9)
+    spot_vectors = [v for v in vectors if Market.SPOT in v]
+    assert set(screened) == set(spot_vectors)
+    simulated = [v for v, why in screened.items() if why is not None]
+    assert all(isinstance(screened[v], InfeasibleDeadlineError) for v in simulated)
+    assert (Market.SPOT,) * 4 in simulated and len(simulated) < len(spot_vectors) / 2
+    plan = compile_plan(exp.spec, exp.model, cloud, 3600, confidence=0.9, market="auto", **KW)
+    assert not any(plan.spot_counts) and any("all spot cannot meet the deadline" in w for w in plan.warnings)
+
+
+def test_a_zone_that_can_carry_the_job_is_not_screened_out():
+    from rubberband.plan.compile import _screen_zone, market_vectors
+    from rubberband.plan.table import StageTable
+
+    exp = experiment()
+    base = StageTable(exp.spec, exp.model, traced("us-west-2b").replace(market=Market.ON_DEMAND), **KW)
+    assert (Market.SPOT,) * 4 not in _screen_zone(base, market_vectors(4), 3600, 0.9)
