@@ -371,7 +371,7 @@ class Driver:
                 continue
             self.doomed.add(notice.instance)
             self.cluster.replace(notice.instance)
-            log.warning("instance %s will be reclaimed in %.0fs; requested its replacement", notice.instance,
+            log.info("instance %s will be reclaimed in %.0fs; requested its replacement", notice.instance,
                         notice.reclaim_at - self.clock())
             self._emit("notice", instance=notice.instance, reclaim_at=notice.reclaim_at, at=self.clock())
         self._release_vacated(index)

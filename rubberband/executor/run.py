@@ -286,7 +286,8 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp}   launch of {data.get('instance')} given up: {data.get('error')}", file=stream, flush=True)
         elif kind == "provider" and data.get("event") == ProviderEvent.TERMINATED:
             what = "was interrupted (spot reclaim)" if data.get("reason") == Release.INTERRUPTED else "was lost"
-            print(f"{stamp}   instance {data.get('instance')} {data.get('ec2_id') or ''} {what}; a replacement is on its way",
+            name = " ".join(x for x in (data.get("instance"), data.get("ec2_id")) if x)
+            print(f"{stamp}   instance {name} {what}; a replacement is on its way",
                   file=stream, flush=True)
         elif kind == "nodes" and "spend_usd" in data:
             print(f"{stamp}   {len(data['instances'])} instance(s) ready, spent ${data['spend_usd']:.4f} so far",
