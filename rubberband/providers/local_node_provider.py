@@ -109,22 +109,19 @@ class LocalNodeProvider(FakeMultiNodeProvider):
     # --- spot emulation ------------------------------------------------------------------
     def _schedule_reclaim(self, node_id, instance, running_at):
         at = self._reclaimer.reclaim_at(running_at)
-        if at == float("inf"):
-            return
-        notice_at = max(running_at, at - self._reclaimer.emu.notice_s)
-        with self.lock:
-            if not self._reclaimer.take():
-                return
-        if self._reclaimer.emu.notice_s > 0:
-            schedule(notice_at, lambda: self._notice(node_id, instance, at))
-        schedule(at, lambda: self._reclaim(node_id, instance))
+        if at != float("inf"):
+            schedule(max(running_at, at - self._reclaimer.emu.notice_s), lambda: self._notice(node_id, instance, at))
 
     def _notice(self, node_id, instance, at):
+        """The notice (none with ``notice_s: 0``), then the reclaim: for an instance still up
+        and within the cap on reclaims."""
         with self.lock:
-            if node_id not in self._nodes:
+            if node_id not in self._nodes or not self._reclaimer.take():
                 return
-        self._metadata.notify(instance, at)
-        self._event(event=ProviderEvent.NOTICE, node_id=node_id, instance=instance, reclaim_at=at)
+        if self._reclaimer.emu.notice_s > 0:
+            self._metadata.notify(instance, at)
+            self._event(event=ProviderEvent.NOTICE, node_id=node_id, instance=instance, reclaim_at=at)
+        schedule(at, lambda: self._reclaim(node_id, instance))
 
     def _reclaim(self, node_id, instance):
         """The cloud takes the instance back: its Ray processes die with it (logged when it is

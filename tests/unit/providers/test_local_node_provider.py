@@ -103,10 +103,8 @@ def test_a_raylet_that_dies_is_logged_lost_and_its_node_is_gone(provider):
     assert (lost["instance"], lost["reason"]) == (instance, "lost")
 
 
-def test_spot_emulation_gives_notice_on_the_metadata_endpoint_then_reclaims_the_node(tmp_path, monkeypatch):
-    from rubberband.executor.spot_notice import instance_action
-    from rubberband.providers.spot_emulation import SpotEmulation
-
+def emulating(tmp_path, monkeypatch, emulation):
+    """A provider with an on-demand and a spot node type that emulates spot reclaims."""
     monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
     started: dict[str, FakeNode] = {}
 
@@ -116,9 +114,17 @@ def test_spot_emulation_gives_notice_on_the_metadata_endpoint_then_reclaims_the_
 
     types = {"fake_gpu": {"market": "on-demand"}, "fake_gpu_spot": {"market": "spot"}}
     p = LocalNodeProvider({"state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0, "gcs_address": "127.0.0.1:1",
-                           "launch_multiple": True, "node_types": types,
-                           "spot_emulation": SpotEmulation(life_s=1.0, notice_s=0.6).to_dict()},
+                           "launch_multiple": True, "node_types": types, "spot_emulation": emulation.to_dict()},
                           "rb-test", start_node=start_node)
+    p.started = started
+    return p, started
+
+
+def test_spot_emulation_gives_notice_on_the_metadata_endpoint_then_reclaims_the_node(tmp_path, monkeypatch):
+    from rubberband.executor.spot_notice import instance_action
+    from rubberband.providers.spot_emulation import SpotEmulation
+
+    p, started = emulating(tmp_path, monkeypatch, SpotEmulation(life_s=1.0, notice_s=0.6))
     for node_type in ("fake_gpu", "fake_gpu_spot"):
         p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: node_type}, 1, {"CPU": 1, "GPU": 2}, {})
     deadline = time.time() + 5
@@ -144,3 +150,21 @@ def test_spot_emulation_gives_notice_on_the_metadata_endpoint_then_reclaims_the_
     assert len(workers(p)) == 1 and p.node_tags(workers(p)[0])["rb-instance"] != spot      # on-demand untouched
     spot_node = next(n for n in started.values() if n.killed)
     assert spot_node.killed and sum(n.killed for n in started.values()) == 1
+
+
+def test_the_cap_on_reclaims_counts_only_instances_still_up_at_their_notice(tmp_path, monkeypatch):
+    from rubberband.providers.spot_emulation import SpotEmulation
+
+    p, _ = emulating(tmp_path, monkeypatch, SpotEmulation(life_s=0.6, max_reclaims=1))
+    for _ in range(2):
+        p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "fake_gpu_spot"}, 1, {"CPU": 1, "GPU": 2}, {})
+    deadline = time.time() + 5
+    while sum(e["event"] == "ready" for e in events(p)) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    first, second = sorted(workers(p), key=lambda n: p.node_tags(n)["rb-instance"])
+    p.terminate_node(first)                                  # released before its reclaim: not one of the cap
+    while not any(e.get("reason") == "interrupted" for e in events(p)) and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    ended = [(e["instance"], e["reason"]) for e in events(p) if e["event"] == "terminated"]
+    assert ended == [("rb-instance-1", "released"), ("rb-instance-2", "interrupted")]
