@@ -58,11 +58,15 @@ from rubberband.scheduler import (
     RequestInstances,
     ResizeTrial,
     RunSync,
+    SafetyNet,
+    SafetySwitch,
     Scheduler,
     StartTrial,
     StopTrial,
     SyncDone,
+    Tick,
     TrainFinished,
+    Wake,
 )
 
 # Stream ids of the rehearsal's random components (one generator each, from the seed).
@@ -121,6 +125,7 @@ class SimRun:
     scheduler: Scheduler
     seed: int
     reclaims: int = 0
+    stopped: str | None = None       # the one-line reason the job stopped early (the budget)
 
 
 @dataclass
@@ -140,7 +145,8 @@ class SimCluster:
     """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
 
     def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
-                 mode: str = "min", replan_with: ModelProfile | None = None):
+                 mode: str = "min", replan_with: ModelProfile | None = None,
+                 safety_net: ModelProfile | None = None, budget_usd: float | None = None):
         """
         Args:
             plan: the plan to run (its cloud's prices are what instances are billed at).
@@ -150,11 +156,17 @@ class SimCluster:
             mode: ``min`` or ``max``: what the scheduler ranks by.
             replan_with: the profile the plan was made from: re-plan at every SYNC on it,
                 corrected by what the rehearsal shows (``None``: follow the plan as it is).
+            safety_net: the profile the plan was made from: run the scheduler's spot safety
+                net estimating with it (and the plan's cloud); ``None``: no safety net.
+            budget_usd: the scheduler's hard budget (``None``: none).
         """
         self.plan, self.model, self.cloud = plan, model, cloud or plan.cloud
         self.seed = int(seed)
         replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
-        self.scheduler = Scheduler(plan, mode, replanner)
+        net = None
+        if safety_net is not None and math.isfinite(plan.deadline_s):
+            net = SafetyNet(safety_net, plan.cloud, plan.deadline_s)
+        self.scheduler = Scheduler(plan, mode, replanner, safety_net=net, budget_usd=budget_usd)
         self.curves = LearningCurves(seed, mode)
         self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
                      for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
@@ -170,8 +182,10 @@ class SimCluster:
         self.train_runs: list[dict[str, Any]] = []
         self.windows: list[tuple[float, float]] = []
         self._stage_start = 0.0
+        self._wake = 0             # the token of the one Tick due (a later Wake replaces it)
         self.reclaims = 0
         self.done = False
+        self.stopped: str | None = None
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, max_events: int = 10_000_000) -> SimRun:
@@ -192,7 +206,7 @@ class SimCluster:
         else:
             raise SpecError(f"sim: more than {max_events} events; the rehearsal does not end")
         return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler,
-                      self.seed, self.reclaims)
+                      self.seed, self.reclaims, self.stopped)
 
     def _push(self, t: float, kind: str, data: Any) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), kind, data))
@@ -230,6 +244,8 @@ class SimCluster:
             self.windows.append((self._stage_start, t))
             self._stage_start = t
             return SyncDone(data)
+        if kind == "tick":
+            return Tick() if data == self._wake else None
         raise SpecError(f"sim: unknown happening {kind!r}")
 
     def _record(self, trial: str, run: _Train, end: float, iters: int) -> None:
@@ -254,12 +270,17 @@ class SimCluster:
                 self._train(d)
             elif isinstance(d, StopTrial):
                 self._trains.pop(d.trial, None)
-            elif isinstance(d, (ResizeTrial, Replan)):
-                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); a re-plan is the scheduler's
+            elif isinstance(d, (ResizeTrial, Replan, SafetySwitch)):
+                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); a re-plan, a switch the scheduler's
+            elif isinstance(d, Wake):
+                self._wake += 1
+                self._push(max(d.at_s, self.now), "tick", self._wake)
             elif isinstance(d, RunSync):
                 self._push(self.now + float(self.model.sync_s.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
             elif isinstance(d, JobDone):
-                self.done = True
+                self.done, self.stopped = True, d.stopped
+                if d.stopped and self._stage_start < self.now:      # the stage it stopped in
+                    self.windows.append((self._stage_start, self.now))
             else:
                 raise SpecError(f"sim: unknown decision {d!r}")
 
@@ -317,10 +338,12 @@ class SimCluster:
 
 
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
-                  mode: str = "min", replan_with: ModelProfile | None = None) -> SimRun:
+                  mode: str = "min", replan_with: ModelProfile | None = None,
+                  safety_net: ModelProfile | None = None, budget_usd: float | None = None) -> SimRun:
     """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's),
-    re-planning on ``replan_with`` (the planning profile) when given."""
-    return SimCluster(plan, model, cloud, seed, mode, replan_with).run()
+    re-planning on ``replan_with`` (the planning profile) when given, with the spot safety net
+    estimating on ``safety_net`` (the planning profile) and a hard budget when asked."""
+    return SimCluster(plan, model, cloud, seed, mode, replan_with, safety_net, budget_usd).run()
 
 
 def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:

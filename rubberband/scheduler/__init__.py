@@ -11,15 +11,20 @@ from rubberband.scheduler.events import (
     RequestInstances,
     ResizeTrial,
     RunSync,
+    SafetySwitch,
     StartTrial,
     StopTrial,
     SyncDone,
+    Tick,
     TrainFinished,
     TrialFailed,
+    Wake,
 )
 from rubberband.scheduler.replan import Replan, Replanner
+from rubberband.scheduler.safety import Budget, SafetyNet
 from rubberband.scheduler.scheduler import Scheduler, TrialInfo
 
-__all__ = ["Decision", "Event", "InstanceLost", "InstanceReady", "JobDone", "ReclaimNotice", "ReleaseInstances",
-           "Replan", "Replanner", "RequestInstances", "ResizeTrial", "RunSync", "Scheduler", "StartTrial", "StopTrial", "SyncDone",
-           "TrainFinished", "TrialFailed", "TrialInfo"]
+__all__ = ["Budget", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone", "ReclaimNotice",
+           "ReleaseInstances", "Replan", "Replanner", "RequestInstances", "ResizeTrial", "RunSync", "SafetyNet",
+           "SafetySwitch", "Scheduler", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished", "TrialFailed",
+           "TrialInfo", "Wake"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from rubberband.placement import Slot
 from rubberband.profiles.cloud import Market
 from rubberband.scheduler.replan import Replan
+from rubberband.units import format_duration
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -67,7 +68,12 @@ class SyncDone:
     stage: int
 
 
-Event = InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone
+@dataclass(frozen=True)
+class Tick:
+    """The clock reached the time a ``Wake`` asked for (the safety net's or the budget's check)."""
+
+
+Event = InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone | Tick
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -130,9 +136,45 @@ class RunSync:
 
 @dataclass(frozen=True)
 class JobDone:
-    """The last SYNC is over and every instance released; ``best`` is the winning trial."""
+    """The last SYNC is over and every instance released; ``best`` is the winning trial.
+
+    ``stopped``: the job stopped early, with every instance released and ``best`` the best
+    trial so far (the budget ran out); this one-line reason says why."""
 
     best: str | None
+    stopped: str | None = None
 
 
-Decision = RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone | Replan
+@dataclass(frozen=True)
+class Wake:
+    """Report a ``Tick`` at ``at_s`` (virtual or wall seconds, as ``now``); it replaces any
+    earlier ``Wake`` not yet due. Nothing else happening by then may still call for a decision."""
+
+    at_s: float
+
+
+@dataclass(frozen=True)
+class SafetySwitch:
+    """The spot safety net moved stages ``first_stage..last_stage`` to on-demand (log it; the
+    requests and releases it takes follow as their own decisions)."""
+
+    at_s: float
+    first_stage: int
+    last_stage: int
+    slack_s: float                   # deadline - now - the on-demand finish estimate
+    needed_s: float                  # what the slack must cover: twice SCALE + INIT
+
+    def line(self) -> str:
+        """``safety net: 3m12s slack < 4m40s needed; stages 2-3 move to on-demand``"""
+        stages = (f"stage {self.first_stage}" if self.first_stage == self.last_stage
+                  else f"stages {self.first_stage}-{self.last_stage}")
+        slack = ("-" if self.slack_s < 0 else "") + format_duration(abs(self.slack_s))
+        return (f"safety net: {slack} slack < {format_duration(self.needed_s)} needed; "
+                f"{stages} move to on-demand")
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "line": self.line()}
+
+
+Decision = (RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone | Replan
+            | Wake | SafetySwitch)

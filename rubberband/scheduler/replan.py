@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from rubberband.errors import InfeasibleDeadlineError
 from rubberband.plan import compile_plan, plan_allocation
 from rubberband.plan.plan import Plan
+from rubberband.profiles.cloud import Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator import simulate
 from rubberband.spec.experiment import ExperimentSpec
@@ -58,6 +59,7 @@ class Replan:
     cost_delta_usd: float            # new minus old predicted cost of the remaining stages
     p_meet: float                    # the new plan's P(remaining JCT <= remaining deadline)
     reason: str
+    trigger: str = "sync"            # or "reclaim in stage": a spot reclaim during stage ``sync``
 
     def line(self) -> str:
         """``sync 1: 1.27x slower than profiled; stages 2-3 re-planned 12,8→16,12 GPUs, +$0.42, P(meet) 0.93``"""
@@ -69,7 +71,7 @@ class Replan:
             pace = f"{1 / self.factor:.2f}x faster than profiled"
         sign = "+" if self.cost_delta_usd >= 0 else "-"
         stages = f"{self.first_stage}" if self.first_stage == self.last_stage else f"{self.first_stage}-{self.last_stage}"
-        return (f"sync {self.sync}: {pace}; stages {stages} re-planned "
+        return (f"{self.trigger} {self.sync}: {pace}; stages {stages} re-planned "
                 f"{','.join(map(str, self.old_allocation))}→{','.join(map(str, self.new_allocation))} GPUs, "
                 f"{sign}${abs(self.cost_delta_usd):.2f}, P(meet) {self.p_meet:.2f} ({self.reason})")
 
@@ -120,9 +122,10 @@ class Replanner:
         return remaining_s + cloud.provision_latency_s.mean + cloud.init_latency_s.mean
 
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
-               spot: list[int]) -> tuple[Plan, Replan] | None:
+               spot: list[int], market: Market | None = None, trigger: str = "sync") -> tuple[Plan, Replan] | None:
         """At the SYNC ending stage ``sync`` (at ``now``), the plan of stages ``sync+1..`` to
-        switch to, with its ``Replan`` record, or ``None`` to keep the current one."""
+        switch to, with its ``Replan`` record, or ``None`` to keep the current one; ``market``
+        overrides the plan's (the safety net has moved the job to on-demand)."""
         first = sync + 1
         remaining = self.plan.deadline_s - now
         if first >= self.plan.spec.num_stages() or not math.isfinite(remaining) or remaining <= 0:
@@ -138,7 +141,7 @@ class Replanner:
         try:
             new = compile_plan(sub, model, cloud, self._time_left(remaining, 0, instances[sync]), policy=policy,
                                samples=self.samples, seed=self.seed, confidence=self.plan.confidence,
-                               market="auto" if mixed else cloud.market)
+                               market=market or ("auto" if mixed else cloud.market))
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed)
         if tuple(new.allocation) == tuple(allocation[first:]) and tuple(new.instances) == tuple(instances[first:]):
@@ -154,5 +157,5 @@ class Replanner:
         else:
             return None
         record = Replan(sync, self.factor, first, self.plan.spec.num_stages() - 1, tuple(allocation[first:]),
-                        tuple(new.allocation), -saving, new.predicted.p_meet(new_left), reason)
+                        tuple(new.allocation), -saving, new.predicted.p_meet(new_left), reason, trigger)
         return new, record

@@ -26,7 +26,22 @@ It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
 * **Re-planning** (with a ``Replanner``): at each SYNC, before anything is released, the
   stages still to come may switch to a new plan from the normal planner, made on the
   profile corrected by what the TRAINs so far took (``replan.py``: the estimator and the
-  anti-flapping rule); the ``Replan`` decision reports it.
+  anti-flapping rule); the ``Replan`` decision reports it. The first spot reclaim of a stage
+  re-plans the stages after it too, as if the stage's SYNC came when the safety net's
+  estimate of its remaining work says (several instances lost at once are one reclaim).
+* **Spot safety net** (with a ``SafetyNet``, ``safety.py``: the rule and its estimate of the
+  on-demand finish time): reclaimed spot is replaced with spot until the slack left no
+  longer covers finishing on on-demand plus two replacement delays; then, once, every
+  stage from the current one runs on on-demand (``SafetySwitch``): spot requests not yet
+  granted are cancelled, each spot position gets an on-demand instance (one scale-up), and
+  a spot instance still up is *retired* — nothing new is placed on it, the trial on it
+  finishes its TRAIN (a checkpoint) and the instance is released. The scheduler asks for a
+  ``Tick`` (``Wake``) when the slack would run out if nothing progressed.
+* **Budget** (``budget_usd``): no instance is requested whose minimum charge (with what is
+  already committed, ``safety.Budget``) would break the budget, and a run whose spend would
+  reach it within one more billing granule stops (woken by a ``Tick`` if need be): every
+  trial stopped, every instance released, ``JobDone`` with the best trial so far and a
+  one-line reason in ``stopped``. ``budget_left`` is what remains, for the status line.
 
 How the driver uses it (``executor/driver.py`` moves onto it in a later change): it calls
 ``start(now)`` and applies each returned decision through its ports — ``RequestInstances``
@@ -65,13 +80,18 @@ from rubberband.scheduler.events import (
     RequestInstances,
     ResizeTrial,
     RunSync,
+    SafetySwitch,
     StartTrial,
     StopTrial,
     SyncDone,
+    Tick,
     TrainFinished,
     TrialFailed,
+    Wake,
 )
 from rubberband.scheduler.replan import Replan, Replanner
+from rubberband.scheduler.safety import WAKE_RESOLUTION_S, Budget, SafetyNet
+from rubberband.units import format_usd
 
 
 @dataclass
@@ -95,8 +115,10 @@ class _Instance:
     market: Market
     position: int
     gpus: int = 0
+    requested_s: float = 0.0
     ready: bool = False
-    doomed: bool = False             # reclaim notice received
+    doomed: bool = False             # reclaim notice received, or retired
+    retired: bool = False            # spot the safety net moved off: released once its trial stops
     launched_s: float = math.inf
 
 
@@ -120,13 +142,25 @@ class Scheduler:
         mode: ``min`` or ``max``: how trials rank by metric.
         replanner: re-plan the stages still to come at each SYNC (``None``: never).
         keep_warm: release nothing after the last SYNC (back-to-back runs reuse the instances).
+        safety_net: move the rest of the job to on-demand when spot would make it late (``None``: never).
+        budget_usd: a hard budget in dollars (``None``: none).
     """
 
-    def __init__(self, plan: Plan, mode: str = "min", replanner: Replanner | None = None, keep_warm: bool = False):
+    def __init__(self, plan: Plan, mode: str = "min", replanner: Replanner | None = None, keep_warm: bool = False,
+                 safety_net: SafetyNet | None = None, budget_usd: float | None = None):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self.plan, self.spec, self.mode, self.replanner = plan, plan.spec, mode, replanner
-        self.keep_warm = keep_warm
+        self.keep_warm, self.net = keep_warm, safety_net
+        self.budget = Budget(plan.cloud, budget_usd) if budget_usd is not None else None
+        # How long the current stage has left, for a re-plan at a reclaim: the net's estimate.
+        self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s)
+                                        if replanner is not None and math.isfinite(plan.deadline_s) else None)
+        self.switches: list[SafetySwitch] = []
+        self.stopped: str | None = None
+        self._wake_at: float | None = None
+        self._scale_began = 0.0
+        self._reclaim_replanned: set[int] = set()
         # The plan being followed, stage by stage (a re-plan rewrites the stages still to come).
         self.allocation, self.held = list(plan.allocation), list(plan.instances)
         self.gpus_per_trial, self.spot = list(plan.gpus_per_trial), list(plan.spot_counts)
@@ -152,16 +186,19 @@ class Scheduler:
         if self.phase != "idle":
             raise SpecError("scheduler: start() was already called")
         self._now = now
-        return self._begin_stage(0)
+        return self._guard(self._begin_stage(0))
 
     def on(self, event: Event, now: float) -> list[Decision]:
         """The decisions ``event`` (happening at ``now``) calls for, in the order to apply them."""
         self._now = now
         handler = {InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
-                   TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync}.get(type(event))
+                   TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync,
+                   Tick: lambda ev: []}.get(type(event))
         if handler is None:
             raise SpecError(f"scheduler: unknown event {event!r}")
-        return handler(event)
+        if self.phase == "done":
+            return []
+        return self._guard(handler(event))
 
     @property
     def done(self) -> bool:
@@ -176,13 +213,190 @@ class Scheduler:
         top = [t for t in finished if t.step == most]
         return min(top, key=lambda t: t.metric if self.mode == "min" else -t.metric).id
 
+    def budget_left(self) -> float | None:
+        """Dollars left of the budget at the last event (``None``: no budget), for the status line."""
+        if self.budget is None:
+            return None
+        spent = self.budget.closed_usd + sum(self._open_usd(self.budget, x) for x in self.instances.values())
+        return self.budget.usd - spent
+
+    def _open_usd(self, budget: Budget, x: _Instance) -> float:
+        return budget.instance_usd(x.market, x.launched_s if x.ready else x.requested_s, self._now)
+
+    # --- the guards ------------------------------------------------------------------------------
+    def _guard(self, out: list[Decision]) -> list[Decision]:
+        """After every event: the budget's and the safety net's checks (``safety.py``), the
+        retired spot instances that can go, and when to be woken next."""
+        if self.phase in ("done", "idle"):
+            return out
+        wakes: list[float] = []
+        if self.budget is not None:
+            left = self.budget_left()
+            markets = [x.market for x in self.instances.values()]
+            granule = self.budget.granularity_usd(markets)
+            if left < 2 * granule:
+                return out + self._stop(f"budget: {format_usd(self.budget.usd - left)} of {format_usd(self.budget.usd)} "
+                                        "spent; one more billing second would break it")
+            if markets:
+                rate = granule / max(self.budget.cloud.billing.granularity_s, WAKE_RESOLUTION_S)
+                wakes.append(self._now + max((left - 2 * granule) / rate, WAKE_RESOLUTION_S))
+        if self.net is not None and not self.switches and self._on_spot():
+            slack = self.net.deadline_s - self._now - self._finish_on_demand_s()
+            if slack < self.net.needed_s + WAKE_RESOLUTION_S:
+                out += self._switch(slack)
+                if self.phase == "done":
+                    return out
+            else:
+                wakes.append(self._now + slack - self.net.needed_s)
+        out += self._release_retired()
+        if wakes and min(wakes) != self._wake_at:
+            self._wake_at = min(wakes)
+            out.append(Wake(self._wake_at))
+        return out
+
+    def _on_spot(self) -> bool:
+        return (any(p.market is Market.SPOT for p in self.positions.values())
+                or any(s > 0 for s in self.spot[self.stage:]))
+
+    def _factor(self) -> float:
+        return self.replanner.factor if self.replanner is not None else 1.0
+
+    def _stage_left(self, net: SafetyNet) -> tuple[float, float]:
+        """The current stage's expected remaining time on the instances it has, and its variance
+        (``safety.py``)."""
+        if self.phase == "sync":
+            return net.sync_s, 0.0
+        f, m, n = self._factor(), self.gpus_per_trial[self.stage], self.spec.stages[self.stage].num_trials
+        busy, most = [], 0.0
+        for tid, (start, iters, gpus) in self._began.items():
+            if self.trials[tid].running:
+                busy.append(max(start + net.train_s(gpus, iters, n, f) - self._now, 0.0))
+                pace = self.replanner.model.latency(gpus).mean if self.replanner else net.model.latency(gpus).mean
+                most = max(most, iters - max(self._now - start, 0.0) / (pace * f))
+        queued = [self.trials[t].target - self.trials[t].step for t in self.queue]
+        left = net.stage_s(busy, [net.train_s(m, k, n, f) for k in queued], self._concurrency())
+        if self.phase == "scaling":        # what is left of the scale-up, on on-demand
+            left += max(net.scale_s - (self._now - self._scale_began), 0.0)
+        waves = math.ceil(len(queued) / max(self._concurrency(), 1))
+        var = net.train_var(m, max(most, 0.0), f) + waves * net.train_var(m, max(queued, default=0), f)
+        return left, var
+
+    def _stage_left_s(self, net: SafetyNet) -> float:
+        """The current stage's remaining time, estimated late (a re-plan at a reclaim)."""
+        return net.late(*self._stage_left(net))
+
+    def _finish_on_demand_s(self) -> float:
+        """``T_od`` of ``safety.py``: the remaining work's time on on-demand instances."""
+        net, spec, f = self.net, self.spec, self._factor()
+        total, var = self._stage_left(net)
+        for j in range(self.stage + 1, spec.num_stages()):
+            n, k, m = spec.stages[j].num_trials, spec.stages[j].iters, self.gpus_per_trial[j]
+            slots = min(self.allocation[j], n)
+            total += net.stage_s([], [net.train_s(m, k, n, f)] * n, slots)
+            var += math.ceil(n / slots) * net.train_var(m, k, f)
+            if self.held[j] > self.held[j - 1]:
+                total += net.scale_s
+        return net.late(total, var)
+
+    def _switch(self, slack: float) -> list[Decision]:
+        """The safety net's switch: the rest of the job on on-demand (module docstring)."""
+        i, last = self.stage, self.spec.num_stages() - 1
+        spot = sorted((p for p in self.positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
+        refused = self._afford(len(spot), Market.ON_DEMAND)
+        if refused:
+            return self._stop(refused)
+        record = SafetySwitch(self._now, i, last, slack, self.net.needed_s)
+        self.switches.append(record)
+        self.spot[i:] = [0] * (last + 1 - i)
+        out: list[Decision] = [record]
+        cancel, fresh = [], []
+        for pos in spot:
+            pos.market = Market.ON_DEMAND
+            cur = self.instances[pos.current]
+            if cur.ready:
+                cur.doomed = cur.retired = True
+                pos.old.append(cur.name)
+            else:
+                cancel.append(cur.name)
+            name = self._replacement(pos)
+            if cur.name in self.waiting:
+                self.waiting.add(name)
+            fresh.append(name)
+        if cancel:
+            out.append(self._release(cancel))
+        if fresh:
+            out.append(RequestInstances(tuple(fresh), self.plan.instance_type, Market.ON_DEMAND, i))
+        return out
+
+    def _replacement(self, pos: _Position) -> str:
+        """A new instance for ``pos`` on its market, now its current one."""
+        self.replacements += 1
+        name = f"i{pos.seq:03d}.{self.replacements}"
+        self.instances[name] = _Instance(name, pos.market, pos.seq, requested_s=self._now)
+        pos.current = name
+        return name
+
+    def _release_retired(self) -> list[Decision]:
+        """Release retired spot instances no trial runs on any more."""
+        out: list[Decision] = []
+        gone = []
+        for x in [x for x in self.instances.values() if x.retired]:
+            on = [t for t, s in self.placement.items() if any(n == x.name for n, _ in s)]
+            if any(self.trials[t].running for t in on):
+                continue
+            for tid in on:
+                del self.placement[tid]
+                out.append(StopTrial(tid, eliminated=False))
+            self.positions[x.position].old.remove(x.name)
+            gone.append(x.name)
+        if gone:
+            out.append(self._release(gone))
+        return out
+
+    def _release(self, names: list[str]) -> ReleaseInstances:
+        """Release (or cancel) these instances, closing what each cost."""
+        for name in names:
+            x = self.instances.pop(name, None)
+            if x is not None and self.budget is not None:
+                self.budget.closed_usd += self._open_usd(self.budget, x)
+            self.waiting.discard(name)
+        return ReleaseInstances(tuple(names), self.stage)
+
+    def _afford(self, count: int, market: Market) -> str | None:
+        """Why ``count`` more instances on ``market`` would break the budget (``None``: they would not)."""
+        if self.budget is None or count <= 0:
+            return None
+        need = count * self.budget.minimum_usd(market)
+        left = self.budget_left()
+        # The instances held keep billing while the new ones come up: keep a granule for them.
+        if need <= left - self.budget.granularity_usd([x.market for x in self.instances.values()]):
+            return None
+        return (f"budget: {format_usd(left)} left of {format_usd(self.budget.usd)} cannot pay the minimum charge of "
+                f"{count} more {self.plan.instance_type} ({market.value}): {format_usd(need)}")
+
+    def _stop(self, reason: str) -> list[Decision]:
+        """Stop the job now: every trial stopped, every instance released, the best so far reported."""
+        out: list[Decision] = []
+        for tid in [*self.placement, *(t for t, x in self.trials.items() if x.running and t not in self.placement)]:
+            self.trials[tid].running = False
+            out.append(StopTrial(tid, eliminated=False))
+        self.placement.clear()
+        self.queue.clear()
+        self._began.clear()
+        names = [n for p in sorted(self.positions.values(), key=lambda p: -p.seq) for n in (p.current, *p.old)]
+        if names:
+            out.append(self._release(names))
+        self.positions.clear()
+        self.phase, self.stopped = "done", reason
+        return out + [JobDone(self.best(), reason)]
+
     # --- stages --------------------------------------------------------------------------------
     def _want(self, i: int) -> dict[Market, int]:
         return {Market.ON_DEMAND: self.held[i] - self.spot[i], Market.SPOT: self.spot[i]}
 
     def _begin_stage(self, i: int) -> list[Decision]:
         spec = self.spec
-        self.stage, self.phase = i, "scaling"
+        self.stage, self.phase, self._scale_began = i, "scaling", self._now
         if i in spec.bracket_starts:
             bracket = spec.bracket_starts.index(i)
             multi = len(spec.bracket_starts) > 1
@@ -194,10 +408,15 @@ class Scheduler:
             trial.target = trial.step + spec.stages[i].iters
         self.finished, self.queue = set(), list(self.active)
         out: list[Decision] = []
-        for market, count in self._want(i).items():
-            fresh = count - sum(1 for p in self.positions.values() if p.market is market)
-            if fresh > 0:
-                names = tuple(self._new_position(market) for _ in range(fresh))
+        fresh = {market: count - sum(1 for p in self.positions.values() if p.market is market)
+                 for market, count in self._want(i).items()}
+        for market, count in fresh.items():
+            refused = self._afford(count, market)
+            if refused:
+                return self._stop(refused)
+        for market, count in fresh.items():
+            if count > 0:
+                names = tuple(self._new_position(market) for _ in range(count))
                 self.waiting.update(names)
                 out.append(RequestInstances(names, self.plan.instance_type, market, i))
         if not self.waiting:
@@ -208,7 +427,7 @@ class Scheduler:
         seq = next(self._seq)
         name = f"i{seq:03d}"
         self.positions[seq] = _Position(seq, market, name)
-        self.instances[name] = _Instance(name, market, seq)
+        self.instances[name] = _Instance(name, market, seq, requested_s=self._now)
         return name
 
     def _start_training(self) -> list[Decision]:
@@ -284,11 +503,11 @@ class Scheduler:
         pos = self.positions[inst.position]
         if pos.current != ev.name:
             return []
+        refused = self._afford(1, pos.market)
+        if refused:
+            return self._stop(refused)
         pos.old.append(ev.name)
-        fresh = f"i{pos.seq:03d}.{self.replacements + 1}"
-        self.replacements += 1
-        pos.current = fresh
-        self.instances[fresh] = _Instance(fresh, pos.market, pos.seq)
+        fresh = self._replacement(pos)
         if ev.name in self.waiting:
             self.waiting.discard(ev.name)
             self.waiting.add(fresh)
@@ -299,7 +518,9 @@ class Scheduler:
         if inst is None:
             return []
         out = self._notice(ReclaimNotice(ev.name)) if not inst.doomed else []
-        del self.instances[ev.name]
+        if self.phase == "done":           # the budget could not pay the replacement
+            return out
+        self._release([ev.name])           # gone (nothing to tell the backend): what it cost is closed
         self.positions[inst.position].old.remove(ev.name)
         interrupted = [t for t, s in self.placement.items() if any(n == ev.name for n, _ in s)]
         resume = []
@@ -312,6 +533,9 @@ class Scheduler:
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
         self.queue[:0] = [t for t in resume if t not in self.queue]
+        if inst.market is Market.SPOT and self.stage not in self._reclaim_replanned and self.phase != "sync":
+            self._reclaim_replanned.add(self.stage)
+            out += self._replan(self.stage, reclaim=True)
         return out + (self._fill() if self.phase == "training" else [])
 
     def _failed(self, ev: TrialFailed) -> list[Decision]:
@@ -377,12 +601,16 @@ class Scheduler:
             return out + [JobDone(self.best())]
         return out + self._begin_stage(i + 1)
 
-    def _replan(self, i: int) -> list[Decision]:
-        """At the SYNC ending stage ``i``: switch the stages still to come to a new plan if the
-        replanner says so (``replan.py``), and report it."""
-        if self.replanner is None:
+    def _replan(self, i: int, reclaim: bool = False) -> list[Decision]:
+        """At the SYNC ending stage ``i`` (or at a reclaim during it: its SYNC is then when the
+        estimate of its remaining work says): switch the stages still to come to a new plan if
+        the replanner says so (``replan.py``), and report it."""
+        if self.replanner is None or (reclaim and self._estimate is None):
             return []
-        found = self.replanner.replan(i, self._now, self.allocation, self.held, self.spot)
+        at = self._now + (self._stage_left_s(self._estimate) if reclaim else 0.0)
+        found = self.replanner.replan(i, at, self.allocation, self.held, self.spot,
+                                      market=Market.ON_DEMAND if self.switches else None,
+                                      trigger="reclaim in stage" if reclaim else "sync")
         if found is None:
             return []
         new, record = found
@@ -427,10 +655,7 @@ class Scheduler:
                     out.append(StopTrial(tid, eliminated=False))
         names: list[str] = []
         for pos in sorted(gone, key=lambda p: -p.seq):       # newest first
-            for name in [pos.current, *pos.old]:
-                self.instances.pop(name, None)
-                self.waiting.discard(name)
-                names.append(name)
+            names += [pos.current, *pos.old]
             del self.positions[pos.seq]
-        out.append(ReleaseInstances(tuple(names), self.stage))
+        out.append(self._release(names))
         return out

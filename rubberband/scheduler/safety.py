@@ -1,0 +1,119 @@
+"""The scheduler's two guards: the spot safety net and the hard budget.
+
+**Safety net** (after "Can't Be Late", Wu et al., NSDI '24). A plan on spot keeps replacing
+reclaimed spot instances with spot until the job could no longer finish on on-demand in
+time. After every event (and at a ``Tick`` it asks for) the scheduler computes::
+
+    slack  = deadline - now - T_od
+    needed = REPLACEMENTS * (E[SCALE] + E[INIT])      # two replacement delays (cloud profile)
+
+and, once ``slack < needed``, moves the rest of the job to on-demand for good (see
+``Scheduler``). ``T_od``, the time to finish the remaining work on on-demand instances, is a
+deterministic estimate that leans late (``finish_s``):
+
+* every TRAIN of a stage of ``n`` trials lasts ``E[startup] + k * (mean(m) + z_n std(m)) * c``:
+  a stage waits for its slowest trial, and ``z_n`` is the expected largest of ``n`` standard
+  normal draws (Blom's ``Phi^-1((n - 0.375) / (n + 0.25))``, 0 for one trial); ``c`` is the
+  re-planner's observed pace correction (``replan.py``; 1 without re-planning);
+* a stage's TRAINs are list-scheduled on its ``min(a_i, n_i)`` slots in queue order, the
+  running ones for what is left of them (a running TRAIN is assumed to have begun on time);
+* each stage adds ``E[SYNC]``; a stage that holds more instances than the one before, or the
+  current stage while it still waits for instances, adds ``E[SCALE] + E[INIT]`` (what is left of it);
+* to that sum of expectations, ``LATE_STDS`` (3) standard deviations of the sum are added:
+  the stages are independent, and a stage's duration varies about as much as one TRAIN of it
+  (``k * std(m) * c``, per wave when trials queue), so ``T_od`` is exceeded about once in 700.
+
+The margin of two replacement delays pays for the switch itself (on-demand instances to
+provision) and for one more reclaim of a spot instance whose trial is still finishing on it.
+Since nothing may happen for a long time (a spot request waiting for a zone's capacity), the
+scheduler asks to be woken (``Wake``) when ``slack`` would reach ``needed`` if no work got done.
+
+**Budget.** ``Budget`` counts what the run has committed, by the billing rules of DESIGN §4:
+each instance from its launch to its release (or now), rounded up to the granularity and at
+least the minimum, plus the data charge per launch. An instance not yet ready is counted from
+its request (its launch is after that, so this never undercounts), and a request cancelled
+before it launched at its minimum charge (the scheduler cannot tell it was never launched):
+the count errs high, so the budget holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from statistics import NormalDist
+
+from rubberband.errors import SpecError
+from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
+from rubberband.profiles.model import ModelProfile
+from rubberband.simulator.model import billed_seconds
+
+REPLACEMENTS = 2.0        # the slack must cover this many replacement delays (SCALE + INIT)
+LATE_STDS = 3.0           # T_od: the expected on-demand finish plus this many standard deviations
+WAKE_RESOLUTION_S = 1.0   # the guards act this close to their limits (no storm of Ticks)
+
+
+class SafetyNet:
+    """``T_od`` and the switching rule of the module docstring for one job."""
+
+    def __init__(self, model: ModelProfile, cloud: CloudProfile, deadline_s: float,
+                 replacements: float = REPLACEMENTS):
+        if not math.isfinite(deadline_s):
+            raise SpecError("safety net: the plan has no deadline to keep; plan with --deadline")
+        self.model, self.cloud, self.deadline_s = model, cloud, float(deadline_s)
+        self.scale_s = cloud.provision_latency_s.mean + cloud.init_latency_s.mean
+        self.needed_s = replacements * self.scale_s
+        self.sync_s = model.sync_s.mean
+
+    def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0) -> float:
+        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs in a stage of ``trials`` trials,
+        as long as the stage's slowest is expected to be (module docstring)."""
+        d = self.model.latency(gpus)
+        z = NormalDist().inv_cdf((trials - 0.375) / (trials + 0.25)) if trials > 1 else 0.0
+        return self.model.trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
+
+    def train_var(self, gpus: int, iters: float, factor: float = 1.0) -> float:
+        """The variance of one TRAIN's ``iters`` iterations (``L`` is drawn once per TRAIN)."""
+        return (iters * self.model.latency(gpus).std * factor) ** 2
+
+    def late(self, expected_s: float, variance: float) -> float:
+        """``T_od`` from its expectation and variance (module docstring)."""
+        return expected_s + LATE_STDS * math.sqrt(variance)
+
+    def stage_s(self, busy: list[float], queued: list[float], slots: int) -> float:
+        """A stage's TRAINs list-scheduled on ``slots``: ``busy`` are the running ones' times
+        left, ``queued`` the durations of those still to start (in order); plus its SYNC."""
+        free = sorted(busy) + [0.0] * max(slots - len(busy), 0)
+        heapq.heapify(free)
+        for d in queued:
+            heapq.heappush(free, heapq.heappop(free) + d)
+        return max(free, default=0.0) + self.sync_s
+
+
+class Budget:
+    """What a run has committed against a hard budget (the module docstring's count)."""
+
+    def __init__(self, cloud: CloudProfile, budget_usd: float):
+        if not budget_usd > 0:
+            raise SpecError(f"--budget: expected a positive amount of dollars, got {budget_usd}")
+        if cloud.billing.model is BillingModel.PER_FUNCTION:
+            raise SpecError("--budget: the budget guard counts instance time; this cloud profile bills per function")
+        self.cloud, self.usd = cloud, float(budget_usd)
+        self.closed_usd = 0.0           # instances already released or lost
+
+    def hourly(self, market: Market) -> float:
+        if market is Market.SPOT and self.cloud.spot_price_usd_per_hour is not None:
+            return float(self.cloud.spot_price_usd_per_hour)
+        return float(self.cloud.price_usd_per_hour)
+
+    def minimum_usd(self, market: Market) -> float:
+        """The least one more instance on ``market`` costs: its minimum charge and its data."""
+        return self.hourly(market) * self.cloud.billing.minimum_s / 3600.0 + self.cloud.data.usd_per_launch
+
+    def instance_usd(self, market: Market, since_s: float, until_s: float) -> float:
+        billed = float(billed_seconds(max(until_s - since_s, 0.0), self.cloud.billing))
+        return billed * self.hourly(market) / 3600.0 + self.cloud.data.usd_per_launch
+
+    def granularity_usd(self, markets: list[Market]) -> float:
+        """What one more billing granule (at least a second) of these instances costs."""
+        step = max(self.cloud.billing.granularity_s, WAKE_RESOLUTION_S)
+        return step * sum(self.hourly(m) for m in markets) / 3600.0
