@@ -117,3 +117,31 @@ class Budget:
         """What one more billing granule (at least a second) of these instances costs."""
         step = max(self.cloud.billing.granularity_s, WAKE_RESOLUTION_S)
         return step * sum(self.hourly(m) for m in markets) / 3600.0
+
+
+def cheapest_run_usd(spec, model: ModelProfile, cloud: CloudProfile) -> float:
+    """A lower bound on what any run of ``spec`` costs: every trial's iterations of every stage
+    on the GPU count that needs the fewest GPU-seconds for them (at the profile's mean
+    latency), at the cheapest market's price per GPU-second, plus one instance's minimum
+    charge. Start-ups, SYNCs, SCALEs, INITs and idle GPUs only add to it."""
+    prices = [cloud.price_usd_per_hour] + ([cloud.spot_price_usd_per_hour] if cloud.spot_price_usd_per_hour else [])
+    per_gpu_s = min(prices) / 3600.0 / cloud.gpus_per_instance
+    gpu_s_per_iter = min(m * model.latency(m).mean for m in model.iter_latency_s)
+    iters = sum(stage.num_trials * stage.iters for stage in spec.stages)
+    minimum = min(prices) * cloud.billing.minimum_s / 3600.0 + cloud.data.usd_per_launch
+    return iters * gpu_s_per_iter * per_gpu_s + minimum
+
+
+def check_budget(budget_usd: float, spec, model: ModelProfile, cloud: CloudProfile) -> float:
+    """``--budget`` must be positive and at least ``cheapest_run_usd``.
+
+    Raises:
+        SpecError: naming ``--budget``, with the cheapest possible run.
+    """
+    if not budget_usd > 0 or not math.isfinite(budget_usd):
+        raise SpecError(f"--budget: expected a positive amount of dollars, got {budget_usd}")
+    cheapest = cheapest_run_usd(spec, model, cloud)
+    if budget_usd < cheapest:
+        raise SpecError(f"--budget: ${budget_usd:.2f} is below the cheapest possible run of this job, ${cheapest:.2f} "
+                        "(its iterations alone on the fewest GPU-seconds at the cheapest price); raise it")
+    return budget_usd

@@ -1,0 +1,131 @@
+"""The spot safety net and the hard budget in the scheduler: scripted event streams, no simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from rubberband import ExperimentSpec, Market, SpecError
+from rubberband.plan import plan_allocation
+from rubberband.scheduler import (
+    InstanceLost,
+    InstanceReady,
+    JobDone,
+    ReleaseInstances,
+    RequestInstances,
+    SafetyNet,
+    SafetySwitch,
+    Scheduler,
+    StartTrial,
+    StopTrial,
+    Tick,
+    TrainFinished,
+    Wake,
+)
+from rubberband.scheduler.safety import check_budget
+from tests.unit.scheduler.test_scheduler import MODEL, cloud, of
+
+# SHA(4, 1, 2): 4 trials of 1 iteration, then 2. With MODEL (10 s an iteration on 1 GPU, 1 s
+# start-up, 1 s SYNC, no variance) and SCALE = INIT = 5 s, on-demand from the start takes
+# SCALE+INIT 10 + (1 + 10) + 1 + (1 + 10) + 1 = 34 s; the net needs 2 x 10 = 20 s of slack.
+SPEC = ExperimentSpec.sha(4, 1, 2, eta=2)
+
+
+def spot_plan(deadline: float, allocation=(4, 2), instances=None):
+    return plan_allocation(SPEC, list(allocation), MODEL, cloud("spot"), deadline, instances=instances, samples=4)
+
+
+def netted(plan, **kw) -> Scheduler:
+    return Scheduler(plan, mode="min", safety_net=SafetyNet(MODEL, plan.cloud, plan.deadline_s), **kw)
+
+
+def test_the_net_switches_to_on_demand_when_the_slack_runs_out_while_spot_waits_for_capacity():
+    sched = netted(spot_plan(100.0))
+    first = sched.start(0.0)
+    (spot,) = of(first, RequestInstances)
+    assert spot.market is Market.SPOT
+    # slack 100 - 34 = 66 s: woken when it would be down to 20 s if nothing progressed.
+    assert of(first, Wake) == [Wake(46.0)]
+    # At 46 s the spot request still waits; the scale-up it waited for is over, so on-demand
+    # would take 24 s: slack 30 s, not yet; woken again at 56 s.
+    assert sched.on(Tick(), 46.0) == [Wake(56.0)]
+    out = sched.on(Tick(), 56.0)
+    switch = of(out, SafetySwitch)
+    assert switch == [SafetySwitch(56.0, 0, 1, 20.0, 20.0)]
+    assert switch[0].line() == "safety net: 20.0s slack < 20.0s needed; stages 0-1 move to on-demand"
+    # The spot request is cancelled and the position asks for on-demand instead.
+    assert of(out, ReleaseInstances) == [ReleaseInstances(spot.names, 0)]
+    (od,) = of(out, RequestInstances)
+    assert od.market is Market.ON_DEMAND and len(od.names) == 1
+    # The stage starts on the on-demand instance; nothing asks for spot again.
+    out = sched.on(InstanceReady(od.names[0], 4, 61.0), 66.0)
+    assert {s.trial for s in of(out, StartTrial)} == {"t000", "t001", "t002", "t003"}
+    assert sched.spot == [0, 0] and not of(sched.on(Tick(), 70.0), SafetySwitch)
+
+
+def test_without_the_net_the_same_wait_only_waits():
+    sched = Scheduler(spot_plan(100.0))
+    assert not of(sched.start(0.0), Wake)
+    assert sched.on(Tick(), 56.0) == []
+
+
+def test_a_reclaim_that_eats_the_slack_retires_the_spot_instance_still_training():
+    # Two spot instances of 2 GPUs hold stage 0 (4 trials on 1 GPU each).
+    plan = spot_plan(62.0, instances=[2, 1])
+    sched = netted(plan)
+    (req,) = of(sched.start(0.0), RequestInstances)
+    a, b = req.names
+    out = sched.on(InstanceReady(a, 2, 5.0), 10.0) + sched.on(InstanceReady(b, 2, 5.0), 10.0)
+    on_b = [s.trial for s in of(out, StartTrial) if s.slots[0][0] == b]
+    assert len(on_b) == 2 and not of(out, SafetySwitch)
+    # a is reclaimed 9 s into the TRAINs: its two trials start over, 11 s more each, and the
+    # slack (62 - 19 - 11 - 1 - 11 - 1 = 19 s) no longer covers 20 s: the net switches.
+    out = sched.on(InstanceLost(a, {}), 19.0)
+    assert of(out, SafetySwitch) and sched.spot == [0, 0]
+    # a's spot replacement, asked for before the switch, is cancelled; both positions go on-demand.
+    (spot_again,) = [r for r in of(out, RequestInstances) if r.market is Market.SPOT]
+    assert spot_again.replaces == a
+    (od,) = [r for r in of(out, RequestInstances) if r.market is Market.ON_DEMAND]
+    assert len(od.names) == 2
+    assert of(out, ReleaseInstances) == [ReleaseInstances(spot_again.names, 0)]   # b trains on: kept for now
+    out = sched.on(TrainFinished(on_b[0], 1, 0.5), 21.0)
+    assert not of(out, ReleaseInstances) and not of(out, StartTrial)   # nothing new is placed on b
+    out = sched.on(TrainFinished(on_b[1], 1, 0.6), 21.0)
+    assert of(out, ReleaseInstances) == [ReleaseInstances((b,), 0)]
+
+
+def test_a_request_the_budget_cannot_pay_stops_the_job_before_it_is_made():
+    # One on-demand p3.8xlarge at $12/h bills at least 60 s: $0.20; $0.15 cannot pay it.
+    plan = plan_allocation(SPEC, [4, 2], MODEL, cloud(), 100.0, samples=4)
+    out = Scheduler(plan, budget_usd=0.15).start(0.0)
+    assert not of(out, RequestInstances)
+    (done,) = of(out, JobDone)
+    assert done.best is None and done.stopped.startswith("budget: $0.1500 left of $0.1500 cannot pay the minimum charge")
+
+
+def test_a_budget_running_out_mid_stage_stops_cleanly_with_everything_released():
+    plan = plan_allocation(SPEC, [4, 2], MODEL, cloud(), 100.0, samples=4)
+    sched = Scheduler(plan, budget_usd=0.30)
+    first = sched.start(0.0)
+    (req,) = of(first, RequestInstances)
+    out = sched.on(InstanceReady(req.names[0], 4, 5.0), 10.0)
+    assert len(of(out, StartTrial)) == 4
+    assert sched.budget_left() == pytest.approx(0.30 - 0.20)      # the minimum charge so far
+    # $0.30 at $12/h is 90 s from the launch at 5 s: woken (early, as if billing grew from
+    # now) until two billing seconds are left, at 93 s.
+    while not of(out, JobDone):
+        (wake,) = of(out, Wake)
+        at = wake.at_s
+        out = sched.on(Tick(), at)
+    assert at == pytest.approx(93.0)
+    assert {s.trial for s in of(out, StopTrial)} == {"t000", "t001", "t002", "t003"}
+    assert of(out, ReleaseInstances) == [ReleaseInstances(req.names, 0)]
+    (done,) = of(out, JobDone)
+    assert "budget: $0.29" in done.stopped and sched.done and sched.budget_left() >= 0
+
+
+def test_bad_budgets_are_one_line_naming_the_flag():
+    with pytest.raises(SpecError, match=r"--budget: expected a positive amount of dollars, got 0"):
+        check_budget(0, SPEC, MODEL, cloud())
+    # 6 trial-iterations of 10 GPU-seconds at $4/h spot over 4 GPUs, plus a 60 s minimum: $0.0167 + $0.0667.
+    with pytest.raises(SpecError, match=r"--budget: \$0\.05 is below the cheapest possible run of this job, \$0\.08"):
+        check_budget(0.05, SPEC, MODEL, cloud("spot"))
