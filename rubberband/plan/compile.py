@@ -240,7 +240,7 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
     """Plan with an already built ``StageTable`` (what-if sweeps share one across deadlines)."""
     plan = cheaper_plan(table, deadline_s, policy, confidence, max_simulations, progress=progress)
     if plan is None:
-        spec, cloud = table.spec, table.cloud
+        cloud = table.cloud
         fastest = fastest_plan(table)
         needed = None
         if confidence is not None:

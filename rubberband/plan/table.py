@@ -11,12 +11,17 @@ Stage ``i``'s mean duration and surrogate cost, holding ``H`` instances after ho
 ``H'`` in the stage before (``Δ = max(0, H - H')`` new instances):
 
     D_i(a, Δ) = [Δ > 0] (E[SCALE] + E[max of Δ INIT]) + E[makespan_i(a)] + E[SYNC]
-    C_i(a, H, Δ) = p (H · D_i(a, Δ) − Δ · E[SCALE]) + Δ · data_usd       (per instance)
-    C_i(a)       = p / G · m · E[sum of TRAIN durations_i(a)] + Δ · data_usd   (per function)
+    C_i(a, H, Δ) = p (H · (D_i(a, Δ) + R_i(a)) − Δ · E[SCALE]) + (Δ + H · L_i(a)) · data_usd   (per instance)
+    C_i(a)       = p / G · m · E[sum of TRAIN durations_i(a)] + Δ · data_usd                 (per function)
 
-with ``p`` the price per instance-second. The true per-instance cost also rounds each
-instance's billed lifetime up to the granularity and to at least the minimum, which only
-adds (at most ``max(granularity_s, minimum_s)`` per launch): the surrogate is a lower bound.
+with ``p`` the price per instance-second. ``R`` and ``L`` are 0 unless the stage's spot
+instances may be reclaimed: then they are what each instance is billed beyond the stage's
+span (replacement overlaps and gaps) and relaunched, from the spot kernel (``StageEntry``).
+The true per-instance cost also rounds each instance's billed lifetime up to the granularity
+and to at least the minimum, which only adds (at most ``max(granularity_s, minimum_s)`` per
+launch): on-demand, the surrogate is a lower bound. ``stage_bounds`` bounds a stage from
+below without list scheduling its queue or running the spot kernel, which is what lets the
+search (``rubberband.plan.search``) skip most of them.
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from rubberband.limits import check_samples_seed, check_table
 from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.result import SimResult
 from rubberband.simulator.engine import simulate
 from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
+from rubberband.simulator.result import SimResult
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
 
@@ -351,18 +356,6 @@ class StageTable:
             cost += c
             previous = h
         return jct, cost
-
-    def queue_bound_s(self, allocation: Sequence[int]) -> float:
-        """A cheap lower bound on a plan's mean JCT, computed without simulating its stages.
-
-        Each stage lasts at least its average load per GPU slot, ``n * E[duration] / slots``,
-        which prunes hopelessly small allocations before their queues are simulated.
-        """
-        total = 0.0
-        for i, a in enumerate(allocation):
-            entry = self.entries[i].get(a)
-            total += entry.train_s + self.sync_s[i] if entry is not None else self.queue_bound_s_stage(i, a)
-        return total
 
     def simulated_cheaply(self, i: int, allocation: int) -> bool:
         """Whether stage ``i``'s means under ``allocation`` are known, or cost no more than

@@ -57,7 +57,7 @@ def test_stage_bounds_are_below_the_simulated_means_for_queues_and_spot_stages()
     cloud = exp.cloud.replace(spot_price_usd_per_hour=3.0, spot=SpotMarket(notice_s=120, rate_per_hour=2.0))
     base = StageTable(spec, exp.model, cloud, samples=50, seed=1)
     for table in (base, base.for_markets((Market.SPOT,) * spec.num_stages())):
-        for i, stage in enumerate(spec.stages):
+        for i in range(spec.num_stages()):
             for a in table.candidates(i):
                 t, c = table.stage_bounds(i, a)
                 e = table.entry(i, a)
