@@ -3,6 +3,9 @@
 The ``sim`` provider (``rubberband.providers.sim``) plays the cluster; this module turns a
 rehearsal into the same ``RunResult`` a real run reports (the ledger priced by the executor's
 own ``Ledger``), repeats it over seeds, and prints or emits it.
+
+Exit codes: 0 the job ran to its end, ``EXIT_BUDGET`` (3) a rehearsal stopped because the
+``--budget`` ran out (with the best trial so far); errors exit 1 or 2 as every command does.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ def rehearse_args(p: argparse.ArgumentParser) -> None:
                    help="sim: follow the plan as it is (default: re-plan the remaining stages at each SYNC)")
 
 
-SIM_ONLY = ("truth_model", "truth_cloud", "repeat", "no_replan")
+    p.add_argument("--no-safety-net", action="store_true",
+                   help="sim: keep replacing reclaimed spot with spot to the end (default: move the rest of the "
+                        "job to on-demand once the slack left no longer covers finishing there)")
+
+
+SIM_ONLY = ("truth_model", "truth_cloud", "repeat", "no_replan", "no_safety_net")
+EXIT_BUDGET = 3       # the budget ran out: stopped cleanly, not failed
 
 
 def wants_rehearsal(args: argparse.Namespace) -> bool:
@@ -72,16 +81,19 @@ def truth_of(args: argparse.Namespace, exp, plan):
 
 
 def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
-             replan_with=None):
+             replan_with=None, safety_net=None, budget_usd: float | None = None):
     """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
-    re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given.
+    re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given,
+    with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget.
 
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
     """
     from rubberband.providers.sim import rehearse_once
 
-    return result_of(plan, rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with), seed, metric)
+    run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
+                        budget_usd=budget_usd)
+    return result_of(plan, run, seed, metric)
 
 
 def result_of(plan, run, seed: int, metric: str):
@@ -105,7 +117,8 @@ def result_of(plan, run, seed: int, metric: str):
     ledger.trials = [TrialRun(**r) for r in run.train_runs]
     costs = ledger.stage_costs(now=run.jct_s)
     sched = run.scheduler
-    ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)] for i in range(len(windows))}
+    ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)]
+           for i in range(len(windows) + 1)}
     stages = []
     for i, ((a, b), pred) in enumerate(zip(windows, plan.predicted.stages)):
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
@@ -138,9 +151,12 @@ def result_of(plan, run, seed: int, metric: str):
 def run_dict(result, plan, run) -> dict[str, Any]:
     """A rehearsal's ``RunResult`` fields plus what the closed loop reports of a run."""
     out = result.to_dict()
-    out.update(deadline_s=plan.deadline_s, met_deadline=result.actual["jct_s"] <= plan.deadline_s + 1e-9,
-               replans=[r.to_dict() for r in run.scheduler.replans], seed=run.seed, reclaims=run.reclaims,
-               provider="sim")
+    sched = run.scheduler
+    out.update(deadline_s=plan.deadline_s,
+               met_deadline=run.stopped is None and result.actual["jct_s"] <= plan.deadline_s + 1e-9,
+               replans=[r.to_dict() for r in sched.replans], safety_net=[s.to_dict() for s in sched.switches],
+               stopped=run.stopped, budget_usd=sched.budget.usd if sched.budget else None,
+               budget_left_usd=sched.budget_left(), seed=run.seed, reclaims=run.reclaims, provider="sim")
     return out
 
 
@@ -151,11 +167,14 @@ def summary(runs: list[dict[str, Any]], deadline_s: float) -> dict[str, float]:
     return {"runs": len(runs), "deadline_s": deadline_s, "p_meet": float(np.mean(jct <= deadline_s + 1e-9)),
             "jct_s_mean": float(jct.mean()), "jct_s_p90": float(np.percentile(jct, 90)),
             "cost_usd_mean": float(cost.mean()), "cost_usd_p90": float(np.percentile(cost, 90)),
-            "replans_mean": float(np.mean([len(r["replans"]) for r in runs]))}
+            "replans_mean": float(np.mean([len(r["replans"]) for r in runs])),
+            "safety_net_share": float(np.mean([bool(r["safety_net"]) for r in runs])),
+            "stopped_on_budget": int(sum(r["stopped"] is not None for r in runs))}
 
 
-def rehearse_cmd(args: argparse.Namespace, exp, plan) -> int:
-    """``run --provider sim``: one rehearsal (or ``--repeat N``), printed like a run or as JSON."""
+def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None = None) -> int:
+    """``run --provider sim``: one rehearsal (or ``--repeat N``), printed like a run or as JSON;
+    ``EXIT_BUDGET`` when a rehearsal stopped on the budget."""
     from rubberband.cli.common import emit
     from rubberband.providers.sim import rehearse_once
     from rubberband.units import format_duration, format_usd
@@ -165,23 +184,30 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan) -> int:
     seed = args.seed if args.seed is not None else exp.seed
     runs, results = [], []
     replan_with = None if args.no_replan else exp.model
+    net = None if args.no_safety_net else exp.model
     for k in range(repeat):
-        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode, replan_with=replan_with)
+        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode, replan_with=replan_with,
+                            safety_net=net, budget_usd=budget_usd)
         result = result_of(plan, run, seed + k, exp.metric)
         results.append(result)
         runs.append(run_dict(result, plan, run))
+    code = EXIT_BUDGET if any(r["stopped"] for r in runs) else 0
     if args.repeat is None:
         one, result = runs[0], results[0]
         verdict = "met" if one["met_deadline"] else "missed"
-        emit(args, one, "".join(r["line"] + "\n" for r in one["replans"]) + result.table() +
+        lines = [*one["replans"], *one["safety_net"]]
+        budget = "" if budget_usd is None else f"; {format_usd(one['budget_left_usd'])} of {format_usd(budget_usd)} left"
+        stopped = f"\nstopped: {one['stopped']} (best so far: {one['best'].get('trial')})" if one["stopped"] else ""
+        emit(args, one, "".join(r["line"] + "\n" for r in lines) + result.table() +
              f"\nrehearsal (sim, seed {seed}): {verdict} the deadline {format_duration(plan.deadline_s)}; "
-             f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s)")
-        return 0
+             f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s){budget}{stopped}")
+        return code
     s = summary(runs, plan.deadline_s)
     emit(args, {"summary": s, "runs": runs},
          f"{repeat} rehearsals (sim, seeds {seed}..{seed + repeat - 1}):\n"
          f"P(JCT <= {format_duration(plan.deadline_s)}) = {s['p_meet']:.1%}\n"
          f"JCT  mean {format_duration(s['jct_s_mean'])}  p90 {format_duration(s['jct_s_p90'])}\n"
          f"cost mean {format_usd(s['cost_usd_mean'])}  p90 {format_usd(s['cost_usd_p90'])}\n"
-         f"re-planned {s['replans_mean']:.2f} times per rehearsal on average")
-    return 0
+         f"re-planned {s['replans_mean']:.2f} times per rehearsal on average; safety net used in "
+         f"{s['safety_net_share']:.0%}" + (f"; {s['stopped_on_budget']} stopped on the budget" if budget_usd else ""))
+    return code

@@ -34,6 +34,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance-type", help="plan for this instance type of the cloud profile, or `auto` for the cheapest")
     p.add_argument("--market", choices=["on-demand", "spot", "auto"],
                    help="plan on this market; auto chooses spot or on-demand per stage (default: the experiment's)")
+    p.add_argument("--budget", type=float, metavar="USD",
+                   help="a hard budget in dollars: no instance is launched whose minimum charge would break it, and "
+                        "the run stops cleanly with the best trial so far (exit code 3) when it runs out "
+                        "(enforced by --provider sim; local and aws refuse it until their driver runs on the scheduler)")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -100,8 +104,16 @@ def run_cmd(args: argparse.Namespace) -> int:
         print(plan_table(plan))
         print(summary_line(plan.predicted, plan.deadline_s))
         print()
+    budget = None
+    if args.budget is not None:
+        from rubberband.scheduler.safety import check_budget
+
+        budget = check_budget(args.budget, exp.spec, exp.model, plan.cloud)
+        if not wants_rehearsal(args):
+            raise SpecError("--budget: only --provider sim enforces a budget so far (the local and aws drivers move "
+                            "onto the scheduler that does in a later change); drop it or rehearse with --provider sim")
     if wants_rehearsal(args):
-        return rehearse_cmd(args, exp, plan)
+        return rehearse_cmd(args, exp, plan, budget)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
                      latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),

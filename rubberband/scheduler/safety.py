@@ -46,6 +46,7 @@ from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import billed_seconds
+from rubberband.units import format_usd
 
 REPLACEMENTS = 2.0        # the slack must cover this many replacement delays (SCALE + INIT)
 LATE_STDS = 3.0           # T_od: the expected on-demand finish plus this many standard deviations
@@ -142,6 +143,7 @@ def check_budget(budget_usd: float, spec, model: ModelProfile, cloud: CloudProfi
         raise SpecError(f"--budget: expected a positive amount of dollars, got {budget_usd}")
     cheapest = cheapest_run_usd(spec, model, cloud)
     if budget_usd < cheapest:
-        raise SpecError(f"--budget: ${budget_usd:.2f} is below the cheapest possible run of this job, ${cheapest:.2f} "
+        raise SpecError(f"--budget: {format_usd(budget_usd)} is below the cheapest possible run of this job, "
+                        f"{format_usd(cheapest)} "
                         "(its iterations alone on the fewest GPU-seconds at the cheapest price); raise it")
     return budget_usd

@@ -120,3 +120,49 @@ def test_a_rehearsal_replans_a_slow_job_one_line_per_replan_unless_told_not_to(c
     code, _, err = run(capsys, "run", EXP, "--provider", "local", "--no-replan")
     assert code != 0
     assert_one_line_error(err, "--no-replan: only a rehearsal takes it")
+
+
+def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8", "--json")
+    assert code == 3, err
+    result = json.loads(out)
+    assert result["stopped"].startswith("budget: ") and not result["met_deadline"]
+    assert result["actual"]["cost_usd"] <= 8.0 and result["budget_left_usd"] >= 0 and result["budget_usd"] == 8.0
+    assert result["best"]["trial"]       # stage 0 finished: the best trial so far
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8")
+    assert code == 3, err
+    assert "\nstopped: budget: $7.9" in out and " left" in out
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "30", "--json")
+    assert code == 0, err
+    assert json.loads(out)["stopped"] is None
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--budget", "0"], ["--budget: expected a positive amount of dollars, got 0.0"]),
+    (["--budget", "0.5"], ["--budget: $0.5000 is below the cheapest possible run of this job, $1.14"]),
+])
+def test_bad_budgets_are_one_line_naming_the_flag(capsys, argv, needles):
+    code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", *argv)
+    assert code != 0
+    assert_one_line_error(err, *needles)
+
+
+def test_a_budget_is_refused_where_the_driver_cannot_enforce_it_yet(capsys):
+    code, _, err = run(capsys, "run", str(ROOT / "experiments" / "demo.yaml"), "--budget", "30")
+    assert code != 0
+    assert_one_line_error(err, "--budget: only --provider sim enforces a budget so far")
+
+
+def test_a_rehearsal_prints_the_safety_nets_switch_unless_told_not_to(capsys, tmp_path):
+    exp = spot_experiment(tmp_path, rate_per_hour=12.0)
+    argv = ["run", exp, "--provider", "sim", "--allocation", "32,20,12,12", "--deadline", "22m", "--no-replan"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    (line,) = [x for x in out.splitlines() if x.startswith("safety net: ")]
+    assert " slack < 1m30s needed; stage" in line     # twice SCALE (30 s) + INIT (15 s) and line.endswith(" move to on-demand")
+    code, out, err = run(capsys, *argv, "--no-safety-net", "--json")
+    assert code == 0, err
+    assert json.loads(out)["safety_net"] == []
+    code, _, err = run(capsys, "run", EXP, "--provider", "local", "--no-safety-net")
+    assert code != 0
+    assert_one_line_error(err, "--no-safety-net: only a rehearsal takes it")

@@ -168,3 +168,38 @@ def test_a_truth_model_must_be_the_plans_model_and_cover_its_gpu_counts(resnet10
     small = exp.model.replace(iter_latency_s={g: d for g, d in exp.model.iter_latency_s.items() if g <= 2})
     with pytest.raises(SpecError, match=r"covers 1\.\.2 GPUs per trial, but the plan runs trials on 4, 8 GPUs"):
         check_truth(plan, small, exp.model)
+
+
+def test_a_high_reclaim_rate_misses_the_deadline_without_the_safety_net_and_meets_it_with(resnet101):
+    """12 reclaims per instance-hour and no notice: the 20-minute plan's allocation on spot,
+    with 22 minutes to finish. Replacing spot with spot misses on every one of these seeds; the
+    net moves the rest to on-demand in time and meets the deadline, paying more for it."""
+    exp = resnet101
+    cloud = exp.catalog.get("p3.8xlarge", Market.SPOT,
+                            {**exp.cloud_overrides, "spot": {"notice_s": 0, "preemption": {"rate_per_hour": 12.0}}})
+    plan = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, cloud, 1320.0, samples=50, seed=0)
+    for seed in range(3):
+        bare = rehearse(plan, exp.model, seed=seed, mode=exp.mode)
+        net = rehearse(plan, exp.model, seed=seed, mode=exp.mode, safety_net=exp.model)
+        assert bare.actual["jct_s"] > 1320.0 >= net.actual["jct_s"]
+        assert net.actual["cost_usd"] > bare.actual["cost_usd"]
+        markets = {i["market"] for i in net.ledger["instances"]}
+        assert markets == {"spot", "on-demand"}
+        assert all(i["released_s"] is not None for i in net.ledger["instances"])
+
+
+def test_a_budget_stops_a_rehearsal_cleanly_within_it(resnet101):
+    exp = resnet101
+    from rubberband.providers.sim import rehearse_once
+
+    plan = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, exp.cloud, 1200.0, samples=50, seed=0)
+    full = rehearse(plan, exp.model, seed=0, mode=exp.mode)
+    budget = 0.6 * full.actual["cost_usd"]
+    run = rehearse_once(plan, exp.model, seed=0, mode=exp.mode, budget_usd=budget)
+    result = rehearse(plan, exp.model, seed=0, mode=exp.mode, budget_usd=budget)
+    assert run.stopped.startswith("budget: ")
+    # The count errs high (an instance not yet ready counts from its request), by cents.
+    assert budget - 0.05 < result.actual["cost_usd"] <= budget
+    # Nothing is left running, and the best trial so far is reported (stage 0 or 1 finished).
+    assert all(i["released_s"] is not None and i["released_s"] <= result.actual["jct_s"] for i in result.ledger["instances"])
+    assert result.best["trial"] and result.actual["jct_s"] < full.actual["jct_s"]

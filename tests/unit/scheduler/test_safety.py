@@ -127,5 +127,5 @@ def test_bad_budgets_are_one_line_naming_the_flag():
     with pytest.raises(SpecError, match=r"--budget: expected a positive amount of dollars, got 0"):
         check_budget(0, SPEC, MODEL, cloud())
     # 6 trial-iterations of 10 GPU-seconds at $4/h spot over 4 GPUs, plus a 60 s minimum: $0.0167 + $0.0667.
-    with pytest.raises(SpecError, match=r"--budget: \$0\.05 is below the cheapest possible run of this job, \$0\.08"):
+    with pytest.raises(SpecError, match=r"--budget: \$0\.0500 is below the cheapest possible run of this job, \$0\.0833"):
         check_budget(0.05, SPEC, MODEL, cloud("spot"))
