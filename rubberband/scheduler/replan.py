@@ -70,8 +70,9 @@ class Replan:
         else:
             pace = f"{1 / self.factor:.2f}x faster than profiled"
         sign = "+" if self.cost_delta_usd >= 0 else "-"
-        stages = f"{self.first_stage}" if self.first_stage == self.last_stage else f"{self.first_stage}-{self.last_stage}"
-        return (f"{self.trigger} {self.sync}: {pace}; stages {stages} re-planned "
+        stages = (f"stage {self.first_stage}" if self.first_stage == self.last_stage
+                  else f"stages {self.first_stage}-{self.last_stage}")
+        return (f"{self.trigger} {self.sync}: {pace}; {stages} re-planned "
                 f"{','.join(map(str, self.old_allocation))}→{','.join(map(str, self.new_allocation))} GPUs, "
                 f"{sign}${abs(self.cost_delta_usd):.2f}, P(meet) {self.p_meet:.2f} ({self.reason})")
 

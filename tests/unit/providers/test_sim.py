@@ -203,3 +203,21 @@ def test_a_budget_stops_a_rehearsal_cleanly_within_it(resnet101):
     # Nothing is left running, and the best trial so far is reported (stage 0 or 1 finished).
     assert all(i["released_s"] is not None and i["released_s"] <= result.actual["jct_s"] for i in result.ledger["instances"])
     assert result.best["trial"] and result.actual["jct_s"] < full.actual["jct_s"]
+
+
+def test_a_spot_reclaim_re_plans_the_stages_after_it(resnet101):
+    """A truth 25% slower and 4 reclaims per instance-hour: the first reclaim of stage 0
+    (seed 2) comes before its SYNC, and re-plans stages 1-3 right then, at the pace seen so far."""
+    exp = resnet101
+    from rubberband.plan import compile_plan
+    from rubberband.providers.sim import rehearse_once
+
+    slow = exp.model.replace(iter_latency_s={g: Normal(d.mean * 1.25, d.std * 1.25) for g, d in exp.model.iter_latency_s.items()})
+    cloud = exp.catalog.get("p3.8xlarge", Market.SPOT,
+                            {**exp.cloud_overrides, "spot": {"notice_s": 120, "preemption": {"rate_per_hour": 4.0}}})
+    plan = compile_plan(exp.spec, exp.model, cloud, 1500, samples=200, seed=0, confidence=0.9, market="spot")
+    run = rehearse_once(plan, slow, seed=2, mode=exp.mode, replan_with=exp.model)
+    first = run.scheduler.replans[0]
+    assert (first.trigger, first.sync, first.first_stage) == ("reclaim in stage", 0, 1)
+    assert first.line().startswith("reclaim in stage 0: 1.2") and first.factor > 1.1
+    assert run.jct_s <= 1500

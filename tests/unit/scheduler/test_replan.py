@@ -56,7 +56,9 @@ def test_the_replan_line_reads_like_the_issue():
     assert line == ("sync 1: 1.27x slower than profiled; stages 2-3 re-planned 12,8→16,12 GPUs, +$0.42, "
                     "P(meet) 0.93 (to meet the deadline)")
     assert Replan(0, 0.8, 1, 1, (4,), (2,), -1.5, 1.0, "saves 20%").line().startswith(
-        "sync 0: 1.25x faster than profiled; stages 1 re-planned 4→2 GPUs, -$1.50")
+        "sync 0: 1.25x faster than profiled; stage 1 re-planned 4→2 GPUs, -$1.50")
+    assert Replan(2, 1.22, 3, 3, (8,), (12,), 0.14, 1.0, "to meet the deadline", "reclaim in stage").line().startswith(
+        "reclaim in stage 2: 1.22x slower than profiled; stage 3 re-planned 8→12 GPUs, +$0.14")
 
 
 def drive(sched: Scheduler, slowdown: float) -> list:
