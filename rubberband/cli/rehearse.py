@@ -192,6 +192,9 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
         results.append(result)
         runs.append(run_dict(result, plan, run))
     code = EXIT_BUDGET if any(r["stopped"] for r in runs) else 0
+    if budget_usd is not None and plan.predicted.mean_cost_usd > budget_usd and not args.json:
+        print(f"note: the plan is predicted to cost {format_usd(plan.predicted.mean_cost_usd)}, more than the budget "
+              f"{format_usd(budget_usd)}: expect it to stop before its end")
     if args.repeat is None:
         one, result = runs[0], results[0]
         verdict = "met" if one["met_deadline"] else "missed"
