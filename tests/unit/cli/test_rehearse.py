@@ -132,7 +132,7 @@ def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8")
     assert code == 3, err
     assert "\nstopped: budget: $7.9" in out and " left" in out
-    assert "note: the plan is predicted to cost $13.22, more than the budget $8.00: expect it to stop" in out
+    assert "note: the plan is predicted to cost $14.06, more than the budget $8.00: expect it to stop" in out
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "30", "--json")
     assert code == 0, err
     assert json.loads(out)["stopped"] is None
