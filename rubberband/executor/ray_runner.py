@@ -222,7 +222,11 @@ class RayClusterPort:
 
     def __init__(self, gpus_per_instance: int, types: Sequence[NodeType] = (), events: Any = None, poll_s: float = 0.2,
                  release_file: str | None = None, require_ready: bool | None = None,
-                 metadata_url: str | None = None, watch_poll_s: float = 1.0):
+                 metadata_url: str | None = None, watch_poll_s: float = 1.0, request: Any = None):
+        """``request(bundles=...)``: how the demand reaches the autoscaler (Ray's ``request_resources``)."""
+        from ray.autoscaler.sdk import request_resources
+
+        self._request = request or request_resources
         self.G = gpus_per_instance
         self.types = {t.slot: t for t in types}
         self.release_file = release_file
@@ -267,8 +271,6 @@ class RayClusterPort:
 
     def _push(self, alive: list[Node] | None = None) -> None:
         """Ask the autoscaler for the wanted instances plus the noticed ones still up."""
-        from ray.autoscaler.sdk import request_resources
-
         if alive is None:
             alive = self._alive() if self.noticed else []
         up = {n.name for n in alive}
@@ -279,7 +281,7 @@ class RayClusterPort:
                 want[node_type] = want.get(node_type, 0) + 1
         bundles = [{t.slot: 1} for t, n in sorted(want.items()) for _ in range(n)]
         if bundles != self._pushed:
-            request_resources(bundles=bundles)
+            self._request(bundles=bundles)
             self._pushed = bundles
 
     def scale_to(self, request: Request, stage: int) -> None:

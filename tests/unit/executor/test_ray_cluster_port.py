@@ -1,0 +1,52 @@
+"""The Ray cluster port's demand by node type: one slot bundle per wanted instance, plus one
+per noticed instance still up until shortly before its reclaim (so its replacement launches
+beside it, and is not launched twice)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rubberband.executor.ports import Node
+from rubberband.executor.ray_runner import RayClusterPort
+from rubberband.providers.node_types import NodeType
+
+OD, SPOT = NodeType("local.2gpu"), NodeType("local.2gpu", "spot")
+
+
+class Port(RayClusterPort):
+    """The port over a fixed list of live nodes instead of a Ray cluster."""
+
+    def __init__(self, alive: list[Node]):
+        self.asked: list[list[dict]] = []
+        super().__init__(2, [OD, SPOT], request=lambda bundles: self.asked.append(bundles))
+        self.live = alive
+
+    def _alive(self, events=None):
+        return [n for n in self.live if n.name not in self.released]
+
+
+def test_the_request_names_each_node_types_slot():
+    port = Port([])
+    port.scale_to({OD: 1, SPOT: 2}, stage=0)
+    assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}] + [{"rb-slot-local_2gpu_spot": 1}] * 2
+    port.scale_to({OD: 1, SPOT: 2}, stage=0)
+    assert len(port.asked) == 1                                 # an unchanged demand is not sent again
+
+
+def test_a_noticed_instance_counts_until_half_its_notice_before_the_reclaim():
+    nodes = [Node("rb-instance-1", 2, OD), Node("rb-instance-2", 2, SPOT)]
+    port = Port(nodes)
+    port.scale_to({OD: 1, SPOT: 1}, stage=0)
+    port._reclaim_times["rb-instance-2"] = time.time() + 4.0       # what the watcher's notice said
+    port.replace("rb-instance-2")
+    assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}] + [{"rb-slot-local_2gpu_spot": 1}] * 2   # its replacement
+    assert port.nodes() == [nodes[0]] and port.doomed() == ["rb-instance-2"]
+    until = port.noticed["rb-instance-2"][1]
+    assert until - time.time() == pytest.approx(2.0, abs=0.1)    # half the 4 s notice
+    port.noticed["rb-instance-2"] = (SPOT, time.time() - 0.01)      # that moment has passed
+    port._push()
+    assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}, {"rb-slot-local_2gpu_spot": 1}]
+    port.release(["rb-instance-2"], stage=0)                        # let go: no longer noticed
+    assert port.doomed() == [] and port.noticed == {}
