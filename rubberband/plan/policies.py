@@ -296,7 +296,10 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
-    costly = costly_survivors(table, deadline_s, cap, lam)
+    if lam is None and math.isfinite(cap):      # a cap from elsewhere: the hull's weight still bounds
+        hull = graph.hull_plan(deadline_s)
+        lam = hull[1] if hull is not None else None
+    costly = costly_survivors(graph, deadline_s, cap, lam)
     graph = StageGraph(table, deadline_s, [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)]
                                            + costly[i] for i in range(table.num_stages)], progress)
     incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap))

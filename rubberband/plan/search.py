@@ -118,6 +118,7 @@ class StageGraph:
         later = [np.zeros(0, dtype=np.int64)] * n
         for i in range(n - 2, -1, -1):
             later[i] = np.union1d(later[i + 1], needs[i + 1])
+        self.later = later                    # per stage: the counts it may hold for a later stage
         self.alloc: list[np.ndarray] = []     # per stage, per option: allocation
         self.held: list[np.ndarray] = []      # per stage, per option: instances held
         self.states: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]   # per stage: held counts before it
@@ -149,6 +150,17 @@ class StageGraph:
         for i in range(self.num_stages - 1, -1, -1):
             total = cost_weight * self.cost[i] + time_weight * self.dur[i] + out[i + 1][self.next[i]][None, :]
             out[i] = total.min(axis=1)
+        return out
+
+    def to_reach(self, time_weight: float, cost_weight: float) -> list[np.ndarray]:
+        """Per stage ``i`` and state before it: the least ``cost_weight·cost + time_weight·time``
+        of stages ``0..i-1`` that ends in that state (``inf`` where none does)."""
+        out = [np.zeros(1)]
+        for i in range(self.num_stages):
+            total = (out[i][:, None] + cost_weight * self.cost[i] + time_weight * self.dur[i]).min(axis=0)
+            reach = np.full(len(self.states[i + 1]), np.inf)
+            np.minimum.at(reach, self.next[i], total)
+            out.append(reach)
         return out
 
     def _walk(self, pick: Callable[[int, int], int]) -> PathPlan:
@@ -209,32 +221,45 @@ class StageGraph:
         return best, hi
 
 
-def costly_survivors(table: StageTable, deadline_s: float, cost_cap: float = math.inf,
+def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = math.inf,
                      lam: float | None = None) -> list[list[int]]:
     """Per stage, the candidate allocations that are costly to simulate (a queue to list
     schedule, a stage the spot kernel runs) and that some plan meeting ``deadline_s`` at a
-    surrogate cost of at most ``cost_cap`` may use, judged by ``StageTable.stage_bounds``
-    alone: one goes if its bounds plus the least every other stage can take exceed the
-    deadline, the cap, or (with ``lam``) the Lagrangian ``cost_cap + lam * deadline_s``."""
-    n = table.num_stages
-    options = [[a for a in table.candidates(i, deadline_s) if not table.simulated_cheaply(i, a)] for i in range(n)]
-    bounds = [np.array([table.stage_bounds(i, a) for a in table.candidates(i, deadline_s)]) for i in range(n)]
-    least_t = np.array([b[:, 0].min() for b in bounds])
-    least_c = np.array([b[:, 1].min() for b in bounds])
-    weight = lam or 0.0
-    least_w = np.array([(b[:, 1] + weight * b[:, 0]).min() for b in bounds])
+    surrogate cost of at most ``cost_cap`` may use.
+
+    ``graph`` is laid out on ``StageTable.optimistic()``: every value in it is at most the true
+    one (costly allocations at their ``stage_bounds``), so the least time, cost and (with
+    ``lam``) ``cost + lam·time`` to reach each state and to go from each state bound every plan
+    from below. An allocation goes unless, for some state before its stage and some count it
+    may hold, all three bounds of a plan through it are within the deadline, the cap and the
+    Lagrangian ``cost_cap + lam·deadline_s``."""
+    view, n = graph.table, graph.num_stages
+    finite_c = math.isfinite(cost_cap)
     t_eps = _REL * max(1.0, deadline_s if math.isfinite(deadline_s) else 1.0)
-    c_eps = _REL * max(1.0, cost_cap if math.isfinite(cost_cap) else 1.0)
+    c_eps = _REL * max(1.0, cost_cap if finite_c else 1.0)
+    t_in, t_go = graph.to_reach(1.0, 0.0), graph.to_go(1.0, 0.0)
+    c_in, c_go = (graph.to_reach(0.0, 1.0), graph.to_go(0.0, 1.0)) if finite_c else (None, None)
+    use_v = bool(lam) and finite_c and math.isfinite(deadline_s)
+    v_in, v_go = (graph.to_reach(lam, 1.0), graph.to_go(lam, 1.0)) if use_v else (None, None)
     out = []
     for i in range(n):
         keep = []
-        for a in options[i]:
-            t, c = table.stage_bounds(i, a)
-            if t + least_t.sum() - least_t[i] > deadline_s + t_eps or c + least_c.sum() - least_c[i] > cost_cap + c_eps:
+        states = graph.states[i]
+        for a in view.candidates(i, deadline_s):
+            if view.simulated_cheaply(i, a):
                 continue
-            if lam and c + lam * t + least_w.sum() - least_w[i] > cost_cap + lam * deadline_s + c_eps + lam * t_eps:
-                continue
-            keep.append(a)
+            need = view.need(i, a)
+            held = np.array([need] + [int(v) for v in graph.later[i] if v > need], dtype=np.int64)
+            nxt = np.searchsorted(graph.states[i + 1], held) if i < n - 1 else np.zeros(len(held), dtype=np.int64)
+            d, c = view.stage_many(i, np.full(len(held), a)[None, :], held[None, :], states[:, None])
+            ok = t_in[i][:, None] + d + t_go[i + 1][nxt][None, :] <= deadline_s + t_eps
+            if finite_c:
+                ok &= c_in[i][:, None] + c + c_go[i + 1][nxt][None, :] <= cost_cap + c_eps
+            if use_v:
+                ok &= (v_in[i][:, None] + c + lam * d + v_go[i + 1][nxt][None, :]
+                       <= cost_cap + lam * deadline_s + c_eps + lam * t_eps)
+            if ok.any():
+                keep.append(a)
         out.append(keep)
     return out
 
