@@ -280,8 +280,8 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     (mean JCT, or P(JCT <= deadline) >= ``confidence``) at a billed cost ``B``. No plan of
     surrogate cost above ``B`` can beat it (the surrogate is a lower bound on the billed cost),
     so cutting the front there changes nothing ``choose`` returns. ``cost_cap``: a billed cost
-    already in hand elsewhere (e.g. another market's plan) cuts the search too. Mean JCT is exactly
-    additive over stages, so feasibility is exact for the given samples and seed. The
+    already in hand elsewhere (e.g. another market's plan) cuts the search too. Mean JCT is
+    exactly additive over stages, so feasibility is exact for the given samples and seed. The
     surrogate cost bills instance-seconds without rounding; the true cost adds at most
     ``max(granularity_s, minimum_s)`` of billing per instance launch, which ``choose``
     resolves by simulating the cheapest candidates in full.
@@ -306,10 +306,10 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
     front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress)
-    # Static clusters are in the search space already; they stay as named candidates so a
-    # plan that is one says so.
-    # The incumbents too: where stage means come from the spot kernel, a surrogate may exceed
-    # the billed cost and so fall outside the cut front.
+    # The incumbents are candidates too: where stage means come from the spot kernel, a
+    # surrogate may exceed the billed cost and so fall outside the cut front. Static clusters
+    # are in the search space already; they stay as named candidates so a plan that is one
+    # says so.
     front += [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
     return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s, cap)
 
