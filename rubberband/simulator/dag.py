@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import networkx as nx
 
 from rubberband.limits import check_dag
-from rubberband.profiles.cloud import CloudProfile, Market
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.engine import layout, spot_layout
-from rubberband.simulator.model import StageShape
+from rubberband.simulator.engine import launches, layout, spot_layout, stage_clouds
+from rubberband.simulator.model import StageShape, iter_latency
 from rubberband.simulator.spot import trial_positions
 from rubberband.spec.experiment import ExperimentSpec
 
@@ -18,31 +18,21 @@ SCALE, INIT_INSTANCE, TRAIN, SYNC = "SCALE", "INIT_INSTANCE", "TRAIN", "SYNC"
 ON_DEMAND, SPOT = Market.ON_DEMAND.value, Market.SPOT.value
 
 
-def launches(held: Sequence[int], spot: Sequence[int] | None = None) -> list[tuple[int, int]]:
-    """New (on-demand, spot) instances per stage: each market keeps what it held before (the
-    simulator's two pools), so a stage that changes market launches what it switches to."""
-    spot = spot or [0] * len(held)
-    out, prev_o, prev_s = [], 0, 0
-    for count, s in zip(held, spot):
-        o = count - s
-        out.append((max(0, o - prev_o), max(0, s - prev_s)))
-        prev_o, prev_s = o, s
-    return out
-
-
-def dag_size(shapes: Sequence[StageShape], held: Sequence[int], spot: Sequence[int] | None = None) -> tuple[int, int]:
+def dag_size(shapes: Sequence[StageShape], held: Sequence[int], spot: Sequence[int] | None = None,
+             types: Sequence[str] | None = None) -> tuple[int, int]:
     """Nodes of a plan's task graph, and a bound on its edges, without building it: a stage's
     running trials each wait on every instance it launches (or on the SYNC before)."""
     nodes = edges = 0
-    for shape, fresh in zip(shapes, launches(held, spot)):
+    for shape, fresh in zip(shapes, launches(held, spot, types)):
         new = sum(fresh)
         nodes += shape.num_trials + 1 + (new + 1 if new else 0)
         edges += shape.running * (new or 1) + 2 * shape.num_trials + 2 * new
     return nodes, edges
 
 
-def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
-              instances: Sequence[int] | None = None, spot_instances: Sequence[int] | None = None) -> nx.DiGraph:
+def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile | CloudCatalog,
+              instances: Sequence[int] | None = None, spot_instances: Sequence[int] | None = None,
+              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> nx.DiGraph:
     """Build the inspectable task graph of a plan.
 
     Every node carries ``type`` (SCALE, INIT_INSTANCE, TRAIN, SYNC), ``stage`` and the
@@ -60,6 +50,13 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     has its own. ``sample_timeline`` shows one sample's reclaims, lost work and replacements
     (its REPLACE: a new SCALE + INIT, then the TRAIN resumed from its last checkpoint).
 
+    Packing and instance types are ``simulate``'s. The graph carries ``trials_per_gpu`` and
+    ``instance_types`` (one per stage); SCALE and INIT_INSTANCE nodes carry the
+    ``instance_type`` they launch (a change of type launches every instance of the stage);
+    TRAIN nodes carry ``trials_per_gpu`` (``k``), ``gpu_slot`` (the running slot, ``k`` of
+    them to a GPU), ``gpu`` (which GPU of the stage, ``gpu_slot // k``) and the packed
+    ``iter_latency`` when ``k > 1``.
+
     Queued trials (allocation below the trial count) are chained per GPU slot in trial order
     (trial j after trial j - a): the graph of a deterministic run. With random latencies the
     simulator instead hands each freed GPU the next queued trial, as the executor does.
@@ -67,39 +64,45 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     Raises:
         SpecError: for an invalid allocation, instance or spot vector.
     """
-    shapes, held = layout(spec, allocation, model, cloud, instances)
-    spot = spot_layout(held, cloud, spot_instances)
-    check_dag(*dag_size(shapes, held, spot))
+    clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
+    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    spot = spot_layout(held, clouds, spot_instances)
+    types = [c.instance_type for c in clouds]
+    check_dag(*dag_size(shapes, held, spot, types))
+    first = next((c for c, n in zip(clouds, spot) if n), clouds[0])
     g = nx.DiGraph(allocation=tuple(s.allocation for s in shapes), instances=tuple(held),
-                   instance_type=cloud.instance_type, gpus_per_instance=cloud.gpus_per_instance,
-                   spot_instances=tuple(spot), preemption=cloud.spot.to_dict().get("preemption") if any(spot) else None)
+                   instance_type=clouds[0].instance_type, gpus_per_instance=clouds[0].gpus_per_instance,
+                   instance_types=tuple(types), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
+                   spot_instances=tuple(spot), preemption=first.spot.to_dict().get("preemption") if any(spot) else None)
     frontier: list = []
     launched = 0
-    for shape, count, s, (new_o, new_s) in zip(shapes, held, spot, launches(held, spot)):
+    for shape, count, s, (new_o, new_s), c in zip(shapes, held, spot, launches(held, spot, types), clouds):
         i = shape.index
         if new_o + new_s:
             scale = (SCALE, i)
-            g.add_node(scale, type=SCALE, stage=i, latency=cloud.provision_latency_s, new_instances=new_o + new_s,
-                       new_spot=new_s)
+            g.add_node(scale, type=SCALE, stage=i, latency=c.provision_latency_s, new_instances=new_o + new_s,
+                       new_spot=new_s, instance_type=c.instance_type)
             g.add_edges_from((f, scale) for f in frontier)
             inits = []
             for j in range(new_o + new_s):
                 node = (INIT_INSTANCE, i, j)
-                g.add_node(node, type=INIT_INSTANCE, stage=i, instance=launched + j, latency=cloud.init_latency_s,
-                           market=ON_DEMAND if j < new_o else SPOT)
+                g.add_node(node, type=INIT_INSTANCE, stage=i, instance=launched + j, latency=c.init_latency_s,
+                           market=ON_DEMAND if j < new_o else SPOT, instance_type=c.instance_type)
                 g.add_edge(scale, node)
                 inits.append(node)
             launched += new_o + new_s
             frontier = inits
-        lat = model.latency(shape.gpus_per_trial)
+        lat = iter_latency(model, shape)
         sync = (SYNC, i)
-        g.add_node(sync, type=SYNC, stage=i, latency=model.sync_s, instances_after=count)
-        slot_markets = [_market(p, count - s) for p in trial_positions(shape, cloud.gpus_per_instance)]
+        g.add_node(sync, type=SYNC, stage=i, latency=model.sync_s, instances_after=count, instance_type=c.instance_type)
+        slot_markets = [_market(p, count - s) for p in trial_positions(shape, c.gpus_per_instance)]
+        k = shape.trials_per_gpu
         for t in range(shape.num_trials):
             node = (TRAIN, i, t)
-            g.add_node(node, type=TRAIN, stage=i, trial=t, gpu_slot=t % shape.running, gpus=shape.gpus_per_trial,
-                       iters=shape.iters, iter_latency=lat, startup=model.trial_startup_s,
-                       market=slot_markets[t % shape.running])
+            slot = t % shape.running
+            g.add_node(node, type=TRAIN, stage=i, trial=t, gpu_slot=slot, gpu=slot // k, gpus=shape.gpus_per_trial,
+                       trials_per_gpu=k, iters=shape.iters, iter_latency=lat, startup=model.trial_startup_s,
+                       market=slot_markets[slot], instance_type=c.instance_type)
             if t < shape.running:
                 g.add_edges_from((f, node) for f in frontier)
             else:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_simulation
-from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
+from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
+from rubberband.schema import did_you_mean
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
@@ -23,13 +24,17 @@ from rubberband.simulator.spot import (
 from rubberband.spec.experiment import ExperimentSpec
 
 
-def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
-           instances: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
+def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+           cloud: CloudProfile | Sequence[CloudProfile], instances: Sequence[int] | None = None,
+           trials_per_gpu: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
     """Validate an allocation vector and return each stage's shape and held instance count.
 
+    ``cloud`` is one profile, or one per stage (``stage_clouds``): a stage's instances are
+    counted in its own type. ``trials_per_gpu`` packs stages (default: 1 everywhere).
+
     Raises:
-        SpecError: wrong length, non-integers, zero or out-of-profile allocations, or an
-            explicit instance count below what a stage needs.
+        SpecError: wrong length, non-integers, zero or out-of-profile allocations, an explicit
+            instance count below what a stage needs, or trials per GPU a stage cannot pack.
     """
     spec.validate()
     if isinstance(allocation, (str, bytes)) or not isinstance(allocation, Sequence | np.ndarray):
@@ -39,46 +44,135 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
             f"allocation: has {len(allocation)} entries but the experiment has {spec.num_stages()} stages "
             f"({spec.describe()}); give one GPU count per stage"
         )
-    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], model, cloud) for i, s in enumerate(spec.stages)]
+    clouds = [cloud] * len(allocation) if isinstance(cloud, CloudProfile) else list(cloud)
+    packing = _per_stage(trials_per_gpu, "trials_per_gpu", len(clouds), "trials per GPU") or [1] * len(clouds)
+    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], model, c, k)
+              for i, (s, c, k) in enumerate(zip(spec.stages, clouds, packing))]
     if instances is None:
         held = [s.instances_needed for s in shapes]
     else:
         if isinstance(instances, (str, bytes)) or not isinstance(instances, Sequence | np.ndarray) or len(instances) != len(shapes):
             raise SpecError(f"instances: expected {len(shapes)} instance counts, one per stage, got {instances!r}")
         held = []
-        for shape, count in zip(shapes, instances):
+        for shape, count, c in zip(shapes, instances, clouds):
             if isinstance(count, float) and count.is_integer():
                 count = int(count)
             if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < shape.instances_needed:
                 raise SpecError(
                     f"instances[{shape.index}]: {count!r} cannot hold stage {shape.index}; it needs at least "
-                    f"{shape.instances_needed} {cloud.instance_type} instances for {shape.allocation} GPUs"
+                    f"{shape.instances_needed} {c.instance_type} instances for {shape.allocation} GPUs"
                 )
             held.append(int(count))
-    G = cloud.gpus_per_instance
-    for shape, count in zip(shapes, held):
+    for shape, count, c in zip(shapes, held, clouds):
+        G = c.gpus_per_instance
         # floor(a / n) GPUs per trial can leave GPUs over that no instance holds (33 GPUs for
         # 32 one-GPU trials on eight 4-GPU instances): the plan would show GPUs it never pays for.
         if shape.allocation > count * G:
-            used = shape.running * shape.gpus_per_trial
+            packed = f" at {shape.trials_per_gpu} per GPU" if shape.trials_per_gpu > 1 else ""
             raise SpecError(
-                f"allocation[{shape.index}]: {shape.allocation} GPUs do not fit on the {count} {cloud.instance_type} "
+                f"allocation[{shape.index}]: {shape.allocation} GPUs do not fit on the {count} {c.instance_type} "
                 f"instances ({count * G} GPUs) that hold stage {shape.index}'s {shape.running} running trials of "
-                f"{shape.gpus_per_trial} GPU(s); give {used} GPUs, or hold more instances"
+                f"{shape.gpus_per_trial} GPU(s){packed}; give {shape.gpus_used} GPUs, or hold more instances"
             )
     return shapes, held
 
 
-def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
+def _per_stage(values, name: str, stages: int, what: str) -> list | None:
+    """A per-stage vector's entries (``None`` stays ``None``), or one error naming ``name``."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | np.ndarray) or len(values) != stages:
+        raise SpecError(f"{name}: expected {stages} {what}, one per stage, got {values!r}")
+    return list(values)
+
+
+def stage_clouds(cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile], instance_types: Sequence[str] | None,
+                 stages: int) -> list[CloudProfile]:
+    """Each stage's instance type profile: ``cloud`` itself, or ``instance_types[i]`` looked up
+    in ``cloud`` (a ``CloudCatalog``, on-demand, or a mapping of type name to profile).
+
+    Raises:
+        SpecError: naming ``instance_types[i]`` for a type ``cloud`` does not have, or when a
+            catalog comes without ``instance_types``.
+    """
+    types = _per_stage(instance_types, "instance_types", stages, "instance type names")
+    if types is None:
+        if not isinstance(cloud, CloudProfile):
+            raise SpecError("instance_types: a catalog of instance types needs the type of each stage, "
+                            "e.g. instance_types=['p3.2xlarge', 'p3.8xlarge']")
+        return [cloud] * stages
+    if isinstance(cloud, CloudProfile):
+        known: Mapping = {cloud.instance_type: cloud}
+    elif isinstance(cloud, CloudCatalog):
+        known = dict.fromkeys(cloud.instance_types)
+    else:
+        known = cloud
+    profiles: dict[str, CloudProfile] = {}    # one profile object per type: same type, same pools
+    for i, name in enumerate(types):
+        if not isinstance(name, str) or name not in known:
+            raise SpecError(f"instance_types[{i}]: {name!r} is not a known instance type"
+                            f"{did_you_mean(str(name), list(known))}; known: {', '.join(known)}")
+        if name not in profiles:
+            profiles[name] = cloud.get(name) if isinstance(cloud, CloudCatalog) else known[name]
+            if profiles[name].instance_type != name:
+                raise SpecError(f"instance_types[{i}]: {name!r} maps to a profile of {profiles[name].instance_type}; "
+                                "key each profile by its own instance type")
+    return [profiles[name] for name in types]
+
+
+def launches(held: Sequence[int], spot: Sequence[int] | None = None,
+             types: Sequence[str] | None = None) -> list[tuple[int, int]]:
+    """New (on-demand, spot) instances per stage: each market keeps what it held before (the
+    simulator's two pools), so a stage that changes market launches what it switches to, and
+    a stage that changes instance type launches all it holds."""
+    spot = spot or [0] * len(held)
+    types = types or [None] * len(held)
+    out, prev_o, prev_s, prev_t = [], 0, 0, types[0] if types else None
+    for count, s, t in zip(held, spot, types):
+        if t != prev_t:
+            prev_o = prev_s = 0
+        o = count - s
+        out.append((max(0, o - prev_o), max(0, s - prev_s)))
+        prev_o, prev_s, prev_t = o, s, t
+    return out
+
+
+def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+             cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
              samples: int = 1000, seed: int = 0, instances: Sequence[int] | None = None,
-             draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None) -> SimResult:
+             draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None,
+             trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
+
+    Packing (``trials_per_gpu[i] = k > 1``; ``docs/model.md``): only a stage whose trials get
+    1 GPU each packs. Its ``n`` trials on ``a`` GPUs run up to ``a * k`` at once, ``k`` to a
+    GPU (running slot ``j`` on GPU ``j // k``, so ``k * G`` slots to an instance), the rest
+    queued, each freed slot taking the next queued trial (list scheduling, as unpacked). Every
+    TRAIN of the stage lasts ``startup + iters * L`` with ``L`` drawn from
+    ``model.packed_latency(k)`` (row j of the stage's TRAIN stream, as unpacked), whether or
+    not its GPU is full at the time. The stage holds ``ceil(min(n, a * k) / (k * G))``
+    instances at least, and ``a`` may not exceed the GPUs its instances hold. ``k`` must have
+    a packed latency and fit the type's ``gpu_memory_gb`` (``max_trials_per_gpu``).
+    Per-function billing charges a packed TRAIN ``duration * price / (k * G)``. On spot, a
+    reclaim interrupts every trial on the instance, packed ones included. ``k = 1`` is the
+    unpacked model exactly.
+
+    Instance types (``instance_types[i]``, with ``cloud`` a ``CloudCatalog`` or a mapping of
+    type name to ``CloudProfile``): stage ``i`` runs on its type — GPUs per instance, prices,
+    billing, SCALE/INIT latencies, data cost and spot market — and ``instances[i]`` and
+    ``spot_instances[i]`` count instances of that type. Consecutive stages of one type are
+    the one-type model exactly. At a change of type, every instance of the old type (both
+    markets) is released at the SYNC before the new stage, billed to the stage before
+    (rounded up, at least the minimum, as any release), and the new stage launches all its
+    instances: one SCALE, an INIT each, the data cost per launch, on the new type. No
+    instance carries over a change; a later return to a type launches afresh.
 
     Args:
         spec: the job's stages.
         allocation: GPUs per stage.
         model: the model profile (iteration latency by GPUs per trial, start-up, SYNC).
-        cloud: the instance type's profile (GPUs, price, billing, latencies, data cost).
+        cloud: the instance type's profile (GPUs, price, billing, latencies, data cost), or
+            a ``CloudCatalog`` / mapping of type name to profile with ``instance_types``.
         samples: Monte-Carlo samples.
         seed: root seed; the same seed gives the same result, and plans simulated with the
             same seed share their random numbers stage by stage.
@@ -86,50 +180,61 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             e.g. the same count in every stage for a static cluster.
         draws: per-stage random streams to reuse (the planner passes its own).
         spot_instances: how many of each stage's held instances are spot, the rest on-demand
-            (DESIGN §4.1); default: all of them when ``cloud.market`` is spot, else none.
+            (DESIGN §4.1); default: all of them when the stage's type is a spot market, else none.
+        trials_per_gpu: trials sharing one GPU per stage (default: 1, no packing).
+        instance_types: the instance type of each stage (default: ``cloud``'s one type).
 
     Returns:
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
 
     Raises:
-        SpecError: for an invalid allocation or instance vector.
+        SpecError: for an invalid allocation, instance, spot, packing or type vector.
     """
     check_samples_seed(samples, seed)
-    shapes, held = layout(spec, allocation, model, cloud, instances)
-    launches = [max(0, h - p) for h, p in zip(held, [0, *held])]
-    check_simulation(spec.trials, [s.allocation for s in shapes], max(launches), samples)
+    clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
+    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    spot = spot_layout(held, clouds, spot_instances)
+    types = [c.instance_type for c in clouds]
+    check_simulation(spec.trials, [s.allocation for s in shapes], max(sum(n) for n in launches(held, spot, types)),
+                     samples)
     if draws is None:
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
-    spot = spot_layout(held, cloud, spot_instances)
-    check_trace_cap(cloud.spot, spot)
-    per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-    if any(spot) and not spot_billable(cloud):
-        raise SpecError("billing: per-function billing has no spot market to reclaim from; "
-                        "use per_instance billing or spot_instances=0")
-    data_usd = cloud.data.usd_per_launch
-    # Two pools, each released most recently launched first: on-demand and spot instances.
-    od, sp = _Pool(cloud.price_usd_per_hour / 3600.0), _Pool((cloud.spot_price_usd_per_hour or 0.0) / 3600.0)
-    offsets = trace_offsets(cloud.spot, seed, samples)
+    for i, (c, n_spot) in enumerate(zip(clouds, spot)):
+        check_trace_cap(c.spot, [n_spot], stages=[i])
+        if n_spot and not spot_billable(c):
+            raise SpecError("billing: per-function billing has no spot market to reclaim from; "
+                            "use per_instance billing or spot_instances=0")
 
     now = np.zeros(samples)
     stage_cost = np.zeros((len(shapes), samples))
     stage_duration = np.zeros((len(shapes), samples))
     reclaims = np.zeros((len(shapes), samples))
     launched = [0] * len(shapes)           # new instances per stage (both markets)
-    for shape, count, s in zip(shapes, held, spot):
+    prev: CloudProfile | None = None
+    for shape, count, s, c in zip(shapes, held, spot, clouds):
         i, d = shape.index, draws[shape.index]
+        per_instance = c.billing.model is BillingModel.PER_INSTANCE
+        if prev is None or c.instance_type != prev.instance_type:
+            if prev is not None and prev.billing.model is BillingModel.PER_INSTANCE:
+                # A change of type releases every old instance at the SYNC before this stage.
+                stage_cost[i - 1] += od.release(od.count, now, prev.billing) + sp.release(sp.count, now, prev.billing)
+            # Two pools, each released most recently launched first: on-demand and spot instances.
+            od, sp = _Pool(c.price_usd_per_hour / 3600.0), _Pool((c.spot_price_usd_per_hour or 0.0) / 3600.0)
+            offsets = trace_offsets(c.spot, seed, samples)
+        prev = c
+        data_usd = c.data.usd_per_launch
         start = now.copy()
         o = count - s
         for pool, keep in ((od, o), (sp, s)):    # scale down at the previous SYNC, newest first
             if keep < pool.count:
-                surcharge = pool.release(pool.count - keep, now, cloud.billing)
+                surcharge = pool.release(pool.count - keep, now, c.billing)
                 stage_cost[i - 1] += surcharge if per_instance else 0.0
         old_o, old_s = od.count, sp.count
         new_o, new_s = o - old_o, s - old_s
         new = new_o + new_s
         launched[i] = new
-        if s and cloud.spot.at_risk:
-            now, busy, bill = _spot_stage(d, model, cloud, shape, now, od, sp, new_o, new_s, offsets, seed)
+        if s and c.spot.at_risk:
+            now, busy, bill = _spot_stage(d, model, c, shape, now, od, sp, new_o, new_s, offsets, seed)
             stage_cost[i] += new * data_usd + bill.launches * data_usd
             stage_cost[i] += sp.usd_per_s * (bill.instance_seconds + bill.rounding_s)
             if o:
@@ -137,11 +242,11 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             reclaims[i] = bill.reclaims
         else:
             if new:
-                scale_end = now + d.scale(cloud)
+                scale_end = now + d.scale(c)
                 for pool, fresh in ((od, new_o), (sp, new_s)):
                     if fresh:
                         pool.push(fresh, scale_end)
-                now = scale_end + d.init_max(cloud, new)
+                now = scale_end + d.init_max(c, new)
                 stage_cost[i] += new * data_usd
             makespan, busy = d.train(model, shape)
             now = now + makespan + d.sync(model)
@@ -153,20 +258,23 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         if not per_instance:
             # TRAIN work at the stage's market price (its instances' share of each, when mixed).
             usd = mixed_usd_per_s(o, s, od.usd_per_s, sp.usd_per_s)
-            stage_cost[i] += busy * shape.gpus_per_trial * usd / cloud.gpus_per_instance
+            stage_cost[i] += busy * shape.gpu_share * usd / c.gpus_per_instance
         stage_duration[i] = now - start
-    if per_instance:
-        stage_cost[-1] += od.release(od.count, now, cloud.billing) + sp.release(sp.count, now, cloud.billing)
+    if prev.billing.model is BillingModel.PER_INSTANCE:
+        stage_cost[-1] += od.release(od.count, now, prev.billing) + sp.release(sp.count, now, prev.billing)
     jct = now
     cost = stage_cost.sum(axis=0)
+    several = len(set(types)) > 1 or instance_types is not None
     stats = tuple(
         StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h, launched[s.index],
                    float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()),
-                   spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()))
-        for s, h, n_spot in zip(shapes, held, spot)
+                   spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()),
+                   trials_per_gpu=s.trials_per_gpu, instance_type=c.instance_type)
+        for s, h, n_spot, c in zip(shapes, held, spot, clouds)
     )
     return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),
-                     spot_instances=tuple(spot))
+                     spot_instances=tuple(spot), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
+                     instance_types=tuple(types) if several else ())
 
 
 def mixed_usd_per_s(on_demand: int, spot: int, on_demand_usd: float, spot_usd: float) -> float:
@@ -185,11 +293,14 @@ def spot_billable(cloud: CloudProfile) -> bool:
     return cloud.billing.model is BillingModel.PER_INSTANCE or not cloud.spot.at_risk
 
 
-def spot_layout(held: Sequence[int], cloud: CloudProfile, spot_instances: Sequence[int] | None) -> list[int]:
+def spot_layout(held: Sequence[int], cloud: CloudProfile | Sequence[CloudProfile],
+                spot_instances: Sequence[int] | None) -> list[int]:
     """Spot instances per stage: as given (each between 0 and the stage's held count), or by
-    the cloud's market. Raises ``SpecError`` naming the stage, or when the type has no spot price."""
+    the cloud's market (``cloud``: one profile, or one per stage). Raises ``SpecError`` naming
+    the stage, or when a stage's type has no spot price."""
+    clouds = [cloud] * len(held) if isinstance(cloud, CloudProfile) else list(cloud)
     if spot_instances is None:
-        return [h if cloud.market is Market.SPOT else 0 for h in held]
+        return [h if c.market is Market.SPOT else 0 for h, c in zip(held, clouds)]
     if isinstance(spot_instances, (str, bytes)) or not isinstance(spot_instances, Sequence | np.ndarray) \
             or len(spot_instances) != len(held):
         raise SpecError(f"spot_instances: expected {len(held)} counts, one per stage, got {spot_instances!r}")
@@ -201,9 +312,10 @@ def spot_layout(held: Sequence[int], cloud: CloudProfile, spot_instances: Sequen
             raise SpecError(f"spot_instances[{i}]: expected a whole number of the stage's {h} instances "
                             f"(0..{h}), got {count!r}")
         out.append(int(count))
-    if any(out) and cloud.spot_price_usd_per_hour is None:
-        raise SpecError(f"spot_instances: {cloud.instance_type} has no spot_price_usd_per_hour; "
-                        f"add one to the cloud profile or plan on-demand only")
+    for count, c in zip(out, clouds):
+        if count and c.spot_price_usd_per_hour is None:
+            raise SpecError(f"spot_instances: {c.instance_type} has no spot_price_usd_per_hour; "
+                            f"add one to the cloud profile or plan on-demand only")
     return out
 
 

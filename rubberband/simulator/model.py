@@ -12,10 +12,14 @@ iterations. With ``G`` GPUs per instance:
   queueing, one draw) and one INIT_INSTANCE per new instance; its trials start once every
   new instance is ready. TRAIN of a trial lasts ``trial_startup_s + k * L`` with ``L`` drawn
   once per TRAIN node from ``iter_latency_s(m)``; a SYNC follows the last TRAIN.
+* Packing (``k = trials_per_gpu > 1``, only when ``m = 1``): up to ``a * k`` trials run at
+  once, ``k`` to a GPU (slots filled GPU by GPU, ``k * G`` to an instance), the rest queued;
+  every TRAIN of the stage draws ``L`` from ``packed_latency(k)``, also when its GPU happens
+  to hold fewer trials (the tail of a queue). ``k = 1`` is the unpacked model exactly.
 * Per-instance billing: an instance is billed from the end of the SCALE that launched it
   until the SYNC after which it is released (most recently launched first), rounded up to
   ``granularity_s`` and at least ``minimum_s``. Per-function billing charges only TRAIN
-  work: ``m * duration * price / G``. Each launch costs ``dataset_gb * price_usd_per_gb``.
+  work: ``m * duration * price / G`` (``duration * price / (k * G)`` packed). Each launch costs ``dataset_gb * price_usd_per_gb``.
 
 Random numbers are common across plans: every (seed, stage, component) has its own
 stream, and the j-th trial or j-th new instance of a stage always reads the j-th row of
@@ -43,17 +47,19 @@ def gpus_per_trial(num_trials: int, allocation: int) -> int:
     return allocation // num_trials if allocation >= num_trials else 1
 
 
-def running_trials(num_trials: int, allocation: int) -> int:
-    """How many trials run at the same time: all of them, or one per GPU when they queue."""
-    return num_trials if allocation >= num_trials else allocation
+def running_trials(num_trials: int, allocation: int, trials_per_gpu: int = 1) -> int:
+    """How many trials run at the same time: all of them, or ``k`` per GPU when they queue
+    (``k = trials_per_gpu``, 1 unless the stage packs)."""
+    return min(num_trials, allocation * trials_per_gpu)
 
 
-def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int) -> int:
-    """Fewest instances that hold the stage's running trials with each trial's workers together."""
+def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int, trials_per_gpu: int = 1) -> int:
+    """Fewest instances that hold the stage's running trials with each trial's workers together
+    (packed trials: ``k`` to a GPU, so ``k * G`` to an instance)."""
     m = gpus_per_trial(num_trials, allocation)
-    slots = running_trials(num_trials, allocation)
+    slots = running_trials(num_trials, allocation, trials_per_gpu)
     if m <= gpus_per_instance:
-        return math.ceil(slots / (gpus_per_instance // m))
+        return math.ceil(slots / (gpus_per_instance // m * trials_per_gpu))
     return slots * math.ceil(m / gpus_per_instance)
 
 
@@ -76,15 +82,34 @@ class StageShape:
     gpus_per_trial: int
     running: int
     instances_needed: int
+    trials_per_gpu: int = 1       # k trials sharing one GPU (packing; only 1-GPU trials)
+
+    @property
+    def gpus_used(self) -> int:
+        """GPUs the running trials occupy: ``ceil(running / k)`` packed, else ``running * m``."""
+        return -(-self.running // self.trials_per_gpu) * self.gpus_per_trial
+
+    @property
+    def gpu_share(self) -> float:
+        """The share of GPUs one trial holds (per-function billing): ``m``, or ``1 / k`` packed."""
+        return self.gpus_per_trial / self.trials_per_gpu
+
+
+def iter_latency(model: ModelProfile, shape: StageShape):
+    """The distribution of a stage's seconds per iteration: ``packed_latency(k)`` when ``k > 1``
+    trials share a GPU, else ``latency(m)``."""
+    return model.packed_latency(shape.trials_per_gpu) if shape.trials_per_gpu > 1 else model.latency(shape.gpus_per_trial)
 
 
 def stage_shape(index: int, num_trials: int, iters: int, allocation: object, model: ModelProfile,
-                cloud: CloudProfile) -> StageShape:
-    """Validate one stage's allocation and lay it out.
+                cloud: CloudProfile, trials_per_gpu: object = 1) -> StageShape:
+    """Validate one stage's allocation (and trials per GPU) and lay it out.
 
     Raises:
         SpecError: naming the stage and the valid range when the allocation is not a positive
-            integer or gives a GPU count per trial outside the model profile.
+            integer or gives a GPU count per trial outside the model profile; naming
+            ``trials_per_gpu[index]`` when ``k`` is not a whole number >= 1, has no packed
+            latency, is above what the type's GPU memory holds, or packs trials of more than 1 GPU.
     """
     low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
     # No more GPUs than the instances of the widest trials hold (``layout`` checks each count).
@@ -105,8 +130,36 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
         )
     m = gpus_per_trial(num_trials, allocation)
     model.latency(m)  # raises SpecError if m is outside the profile (e.g. a < n without a 1-GPU profile)
-    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation),
-                      instances_needed(num_trials, allocation, cloud.gpus_per_instance))
+    k = _trials_per_gpu(index, trials_per_gpu, m, model, cloud)
+    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation, k),
+                      instances_needed(num_trials, allocation, cloud.gpus_per_instance, k), k)
+
+
+def _trials_per_gpu(index: int, k: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:
+    """Validate one stage's trials per GPU (see ``stage_shape``)."""
+    where = f"trials_per_gpu[{index}]"
+    if isinstance(k, float) and k.is_integer():
+        k = int(k)
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise SpecError(f"{where}: expected a whole number of trials per GPU (1 = not packed), got {k!r}")
+    k = int(k)
+    if k == 1:
+        return 1
+    if m != 1:
+        raise SpecError(f"{where}: only 1-GPU trials are packed, and stage {index}'s allocation gives each trial "
+                        f"{m} GPUs; give at most as many GPUs as trials, or trials_per_gpu 1")
+    if k not in model.packed_iter_latency_s:
+        have = ", ".join(map(str, model.packing_counts)) or "none"
+        raise SpecError(f"{where}: {k} trials per GPU has no packed_iter_latency_s in model profile {model.name!r} "
+                        f"(profiled: {have}); profile it or choose a profiled count")
+    try:
+        cap = model.max_trials_per_gpu(cloud.gpu_memory_gb)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if k > cap:
+        raise SpecError(f"{where}: {k} trials of {model.gpu_memory_gb_per_trial:g} GB do not fit the "
+                        f"{cloud.gpu_memory_gb:g} GB of one {cloud.instance_type} GPU; pack at most {cap}")
+    return k
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -166,7 +219,7 @@ class StageDraws:
 
     def train_durations(self, model: ModelProfile, shape: StageShape) -> np.ndarray:
         """TRAIN durations, shape ``(num_trials, samples)``: ``startup + k * L``, L per node."""
-        key = ("train", model.latency(shape.gpus_per_trial), model.trial_startup_s, shape.num_trials, shape.iters)
+        key = ("train", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
         if key not in self._cache:
             latency, startup = self.train_parts(model, shape)
             durations = shape.iters * latency
@@ -177,10 +230,11 @@ class StageDraws:
     def train_parts(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray | float]:
         """Seconds per iteration ``L`` and start-up of each TRAIN node, ``(num_trials, samples)``
         (a constant start-up is one number): ``train_durations`` is ``startup + iters * L``."""
-        key = ("parts", model.latency(shape.gpus_per_trial), model.trial_startup_s, shape.num_trials)
+        dist = iter_latency(model, shape)
+        key = ("parts", dist, model.trial_startup_s, shape.num_trials)
         if key not in self._cache:
             size = (shape.num_trials, self.samples)
-            latency = _frozen(model.latency(shape.gpus_per_trial).sample(self._rng(_TRAIN), size))
+            latency = _frozen(dist.sample(self._rng(_TRAIN), size))
             startup = model.trial_startup_s
             boot = startup.mean if startup.is_constant else _frozen(startup.sample(self._rng(_STARTUP), size))
             self._cache[key] = (latency, boot)

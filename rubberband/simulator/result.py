@@ -23,6 +23,8 @@ class StageStats:
     mean_cost_usd: float
     spot_instances: int = 0          # of the stage's held instances (DESIGN §4.1)
     mean_reclaims: float = 0.0       # spot instances reclaimed during the stage, on average
+    trials_per_gpu: int = 1          # trials sharing one GPU (packing)
+    instance_type: str = ""          # the stage's instance type
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -43,6 +45,8 @@ class SimResult:
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     spot_instances: tuple[int, ...] = ()
+    trials_per_gpu: tuple[int, ...] = ()     # per stage (all 1 when nothing is packed)
+    instance_types: tuple[str, ...] = ()     # per stage, when the plan names a type per stage
 
     @property
     def samples(self) -> int:
@@ -94,6 +98,10 @@ class SimResult:
         }
         if any(self.spot_instances):
             out["spot_instances"] = list(self.spot_instances)
+        if any(k > 1 for k in self.trials_per_gpu):
+            out["trials_per_gpu"] = list(self.trials_per_gpu)
+        if self.instance_types:
+            out["instance_types"] = list(self.instance_types)
         if include_samples:
             out["jct_s"] = self.jct_s.tolist()
             out["cost_usd"] = self.cost_usd.tolist()

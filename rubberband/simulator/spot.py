@@ -509,11 +509,12 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
 
 def trial_positions(shape, gpus_per_instance: int) -> np.ndarray:
     """``(n, c)``: the instance positions of each of a stage's running trials (DESIGN §4's
-    packing: ``floor(G / m)`` trials to an instance, or ``ceil(m / G)`` whole instances each)."""
+    packing: ``floor(G / m)`` trials to an instance, ``k * G`` when ``k`` share a GPU, or
+    ``ceil(m / G)`` whole instances each). A reclaim interrupts every trial on the instance."""
     m, G = shape.gpus_per_trial, gpus_per_instance
     n = shape.running
     if m <= G:
-        return (np.arange(n) // (G // m))[:, None]
+        return (np.arange(n) // (G // m * shape.trials_per_gpu))[:, None]
     c = -(-m // G)
     return np.arange(n * c).reshape(n, c)
 

@@ -6,21 +6,25 @@ the stage runs on the simulator's own kernel for that one sample — its instanc
 incarnations are drawn by counter, the same numbers the whole run reads — and the timeline
 adds what the kernel saw: each reclaim, the work it cost, and the replacement's SCALE, INIT
 and resumed TRAIN.
+
+Packed trials (``trials_per_gpu``) share a GPU: the ``k`` running slots of one GPU are
+adjacent lanes of its instance's row. Each instance span names its ``instance_type``; a
+change of type at a SYNC releases every instance there and launches the new type's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import BillingModel, CloudProfile
+from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.dag import ON_DEMAND, SPOT
-from rubberband.simulator.engine import layout, mixed_usd_per_s, spot_billable, spot_layout
+from rubberband.simulator.engine import layout, mixed_usd_per_s, spot_billable, spot_layout, stage_clouds
 from rubberband.simulator.model import StageDraws, billed_seconds
 from rubberband.simulator.spot import (
     PositionSchedule,
@@ -43,6 +47,7 @@ class InstanceSpan:
     market: str = ON_DEMAND
     reclaimed_s: float | None = None    # when the cloud took it back (then ``released_s``)
     replaces: int | None = None         # the reclaimed instance this one replaces
+    instance_type: str = ""
 
     @property
     def cancelled(self) -> bool:
@@ -56,10 +61,16 @@ class TrialSpan:
     trial: int
     instances: tuple[int, ...]   # every instance the trial's GPUs are on (launch numbers)
     lane: int              # which of the instance's trial slots it takes (0 when it spans instances)
-    gpus: int
+    gpus: int              # GPUs per trial (1 when packed)
     start_s: float
     end_s: float
     lost_from_s: float | None = None    # interrupted by a reclaim at ``end_s``: work after this checkpoint is lost
+    trials_per_gpu: int = 1      # k trials share its GPU (lanes ``k * g .. k * g + k - 1`` are GPU ``g``)
+
+    @property
+    def gpu(self) -> int:
+        """Which GPU of its instance the trial is on (its first, when it has several)."""
+        return self.lane // self.trials_per_gpu * self.gpus
 
 
 @dataclass(frozen=True)
@@ -90,8 +101,8 @@ class _Held:
     """An instance while the replay holds it (mutable until it becomes an ``InstanceSpan``)."""
 
     def __init__(self, iid: int, market: str, requested: float, launched: float, ready: float,
-                 replaces: int | None = None):
-        self.iid, self.market, self.replaces = iid, market, replaces
+                 replaces: int | None = None, instance_type: str = ""):
+        self.iid, self.market, self.replaces, self.instance_type = iid, market, replaces, instance_type
         self.requested, self.launched, self.ready = requested, launched, ready
         self.released: float | None = None
         self.reclaimed: float | None = None
@@ -104,47 +115,61 @@ class _Held:
         # Released or reclaimed while still initialising: it never became ready.
         ready = min(max(self.ready, self.launched), released) if released > self.launched else self.ready
         return InstanceSpan(self.iid, self.requested, self.launched, ready, released, self.market, reclaimed,
-                            self.replaces)
+                            self.replaces, self.instance_type)
 
 
-def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
+def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+                    cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
                     seed: int = 0, instances: Sequence[int] | None = None, samples: int = 1,
-                    sample: int = 0, spot_instances: Sequence[int] | None = None) -> Timeline:
+                    sample: int = 0, spot_instances: Sequence[int] | None = None,
+                    trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> Timeline:
     """Replay one sample of the simulator event by event.
 
     Its JCT equals ``simulate(..., samples=samples, seed=seed).jct_s[sample]`` and its cost
     that sample's cost (to rounding in the last bits: sums run in another order); trials are
     laid on instances as the placement policy packs them (each trial's GPUs on one instance,
-    or on whole instances when it needs more than one), on-demand instances before spot ones.
-    ``spot_instances`` is ``simulate``'s: how many of each stage's instances are spot.
+    or on whole instances when it needs more than one; packed trials ``k`` to a GPU),
+    on-demand instances before spot ones. ``spot_instances``, ``trials_per_gpu`` and
+    ``instance_types`` are ``simulate``'s.
 
     Raises:
-        SpecError: for an invalid allocation or spot vector, or ``sample`` outside ``0..samples-1``.
+        SpecError: for an invalid allocation, spot, packing or type vector, or ``sample``
+            outside ``0..samples-1``.
     """
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or not 0 <= sample < samples:
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
-    shapes, held = layout(spec, allocation, model, cloud, instances)
-    spot = spot_layout(held, cloud, spot_instances)
-    check_trace_cap(cloud.spot, spot)
-    if any(spot) and not spot_billable(cloud):
-        raise SpecError("billing: per-function billing has no spot market to reclaim from; "
-                        "use per_instance billing or spot_instances=0")
+    clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
+    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    spot = spot_layout(held, clouds, spot_instances)
+    for i, (c, n_spot) in enumerate(zip(clouds, spot)):
+        check_trace_cap(c.spot, [n_spot], stages=[i])
+        if n_spot and not spot_billable(c):
+            raise SpecError("billing: per-function billing has no spot market to reclaim from; "
+                            "use per_instance billing or spot_instances=0")
     k = int(sample)
-    offsets = trace_offsets(cloud.spot, seed, samples)
-    usd_per_s = {ON_DEMAND: cloud.price_usd_per_hour / 3600.0, SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
-    per_function = cloud.billing.model is BillingModel.PER_FUNCTION
+    by_type = {c.instance_type: c for c in clouds}
     now, function_usd = 0.0, 0.0
     pools: dict[str, list[_Held]] = {ON_DEMAND: [], SPOT: []}     # oldest first, as the simulator's pools
     every: list[_Held] = []
     trials: list[TrialSpan] = []
     stages = []
+    prev: CloudProfile | None = None
 
-    def launch(market: str, requested: float, launched: float, ready: float, replaces: int | None = None) -> _Held:
-        h = _Held(len(every), market, requested, launched, ready, replaces)
-        every.append(h)
-        return h
+    for shape, count, s, c in zip(shapes, held, spot, clouds):
+        def launch(market: str, requested: float, launched: float, ready: float, replaces: int | None = None,
+                   c: CloudProfile = c) -> _Held:
+            h = _Held(len(every), market, requested, launched, ready, replaces, c.instance_type)
+            every.append(h)
+            return h
 
-    for shape, count, s in zip(shapes, held, spot):
+        if prev is None or c.instance_type != prev.instance_type:
+            # A change of type releases every instance of the old one at this SYNC.
+            for market in (ON_DEMAND, SPOT):
+                for h in pools[market]:
+                    h.released = now
+                pools[market] = []
+            offsets = trace_offsets(c.spot, seed, samples)
+        prev = c
         d = StageDraws(seed, shape.index, samples)
         start = now
         o = count - s
@@ -153,38 +178,45 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
                 pools[market].pop().released = now
         new_o, new_s = o - len(pools[ON_DEMAND]), s - len(pools[SPOT])
         new = new_o + new_s
-        if s and cloud.spot.at_risk:
-            now, busy, ready = _spot_stage(d, model, cloud, shape, now, k, pools, new_o, new_s, offsets, seed, launch,
+        if s and c.spot.at_risk:
+            now, busy, ready = _spot_stage(d, model, c, shape, now, k, pools, new_o, new_s, offsets, seed, launch,
                                            trials)
         else:
             if new:
-                scale_end = now + float(d.scale(cloud)[k])
-                ready = scale_end + float(d.init_max(cloud, new)[k])
+                scale_end = now + float(d.scale(c)[k])
+                ready = scale_end + float(d.init_max(c, new)[k])
                 for market, fresh in ((ON_DEMAND, new_o), (SPOT, new_s)):
                     pools[market] += [launch(market, now, scale_end, ready) for _ in range(fresh)]
                 now = ready
             ready = now
-            busy = _plain_trials(d, model, cloud, shape, now, k, pools[ON_DEMAND] + pools[SPOT], trials)
+            busy = _plain_trials(d, model, c, shape, now, k, pools[ON_DEMAND] + pools[SPOT], trials)
             now = max(t.end_s for t in trials if t.stage == shape.index) + float(d.sync(model)[k])
-        if per_function:
-            usd = mixed_usd_per_s(o, s, usd_per_s[ON_DEMAND], usd_per_s[SPOT])
-            function_usd += busy * shape.gpus_per_trial * usd / cloud.gpus_per_instance
+        if c.billing.model is BillingModel.PER_FUNCTION:
+            usd = mixed_usd_per_s(o, s, _usd_per_s(c, ON_DEMAND), _usd_per_s(c, SPOT))
+            function_usd += busy * shape.gpu_share * usd / c.gpus_per_instance
         stages.append((start, ready, now))
     for market in (ON_DEMAND, SPOT):
         for h in pools[market]:
             h.released = now
     spans = tuple(h.span() for h in every)
-    cost = function_usd if per_function else sum(_instance_usd(span, cloud, usd_per_s[span.market]) for span in spans)
+    cost = function_usd + sum(_instance_usd(span, by_type[span.instance_type]) for span in spans)
     return Timeline(spans, tuple(trials), tuple(stages), now, k, samples, cost)
 
 
-def _instance_usd(span: InstanceSpan, cloud: CloudProfile, usd_per_s: float) -> float:
-    """What one instance costs: its launch's data, and its billed life (rounded, at least the minimum)."""
+def _usd_per_s(cloud: CloudProfile, market: str) -> float:
+    return (cloud.price_usd_per_hour if market == ON_DEMAND else cloud.spot_price_usd_per_hour or 0.0) / 3600.0
+
+
+def _instance_usd(span: InstanceSpan, cloud: CloudProfile) -> float:
+    """What one instance costs: its launch's data, and under per-instance billing its billed
+    life (rounded, at least the minimum)."""
     if span.cancelled:
         return 0.0
+    if cloud.billing.model is BillingModel.PER_FUNCTION:
+        return cloud.data.usd_per_launch
     life = span.released_s - span.launched_s
     billed = float(billed_seconds(life, cloud.billing)) if life > 0 else 0.0
-    return cloud.data.usd_per_launch + billed * usd_per_s
+    return cloud.data.usd_per_launch + billed * _usd_per_s(cloud, span.market)
 
 
 def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, begin: float, k: int,
@@ -193,14 +225,15 @@ def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape
     order); returns their summed time."""
     durations = d.train_durations(model, shape)[:, k]
     positions = trial_positions(shape, cloud.gpus_per_instance)
-    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial
+    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial * shape.trials_per_gpu
     free = [begin] * shape.running
     for t in range(shape.num_trials):
         slot = t if t < shape.running else min(range(shape.running), key=lambda g: free[g])
         started = free[slot]
         free[slot] = started + float(durations[t])
         trials.append(TrialSpan(shape.index, t, tuple(hosts[p].iid for p in positions[slot]),
-                                slot % per_instance if per_instance else 0, shape.gpus_per_trial, started, free[slot]))
+                                slot % per_instance if per_instance else 0, shape.gpus_per_trial, started, free[slot],
+                                trials_per_gpu=shape.trials_per_gpu))
     return float(durations.sum())
 
 
@@ -259,10 +292,11 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, 
         carried.append(h)
     pools[SPOT] = carried
     positions = trial_positions(shape, cloud.gpus_per_instance)
-    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial
+    per_instance = cloud.gpus_per_instance // shape.gpus_per_trial * shape.trials_per_gpu
     for trial, slot, _, begin, stop, checkpoint, finished in log:
         for j, g, b, e, c, f in zip(trial, slot, begin, stop, checkpoint, finished):
             on = tuple(next(h.iid for h, u, dn in lives[p] if u <= b < dn) for p in positions[g])
             trials.append(TrialSpan(shape.index, int(j), on, int(g) % per_instance if per_instance else 0,
-                                    shape.gpus_per_trial, float(b), float(e), None if f else float(c)))
+                                    shape.gpus_per_trial, float(b), float(e), None if f else float(c),
+                                    shape.trials_per_gpu))
     return end, float(busy[0]), ready

@@ -54,25 +54,28 @@ def _billed_seconds(lifetime: float, granularity_s: float, minimum_s: float) -> 
     return max(granularity_s * math.ceil(round(lifetime / granularity_s, 9)), minimum_s)
 
 
-def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
-             rng: np.random.Generator, instances: Sequence[int] | None = None) -> ReferenceRun:
+def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+             cloud: CloudProfile | Sequence[CloudProfile], rng: np.random.Generator,
+             instances: Sequence[int] | None = None, trials_per_gpu: Sequence[int] | None = None) -> ReferenceRun:
     """Sample one run of the plan ``allocation`` (GPUs per stage) and return its JCT and cost.
 
     Args:
         spec: the job's stages.
         allocation: GPUs per stage; assumed valid (the simulator validates, this does not).
         model: the model profile.
-        cloud: the instance type's profile.
+        cloud: the instance type's profile, or one per stage: where the type changes, every
+            instance of the old type is released at the SYNC and the stage launches anew.
         rng: where every latency is drawn from.
         instances: optional instances held per stage (at least what each stage needs).
+        trials_per_gpu: optional trials sharing a GPU per stage (packing, 1-GPU trials only):
+            ``a * k`` slots, every TRAIN at ``packed_latency(k)``.
 
     Returns:
         A ``ReferenceRun``.
     """
-    G = cloud.gpus_per_instance
-    usd_per_s = cloud.hourly_usd / 3600.0
-    per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-    gran, minimum = cloud.billing.granularity_s, cloud.billing.minimum_s
+    clouds = [cloud] * spec.num_stages() if isinstance(cloud, CloudProfile) else list(cloud)
+    packing = list(trials_per_gpu) if trials_per_gpu is not None else [1] * spec.num_stages()
+    cloud = clouds[0]
 
     now = 0.0
     alive: list[float] = []          # billing start (end of the launching SCALE), oldest first
@@ -86,18 +89,25 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         usd = 0.0
         for _ in range(count):
             launched = alive.pop()   # the most recently launched goes first
-            if per_instance:
-                usd += _billed_seconds(now - launched, gran, minimum) * usd_per_s
+            if cloud.billing.model is BillingModel.PER_INSTANCE:
+                usd += _billed_seconds(now - launched, cloud.billing.granularity_s, cloud.billing.minimum_s) \
+                    * cloud.hourly_usd / 3600.0
         return usd
 
     for i, stage in enumerate(spec.stages):
-        n, k, a = stage.num_trials, stage.iters, int(allocation[i])
+        if clouds[i].instance_type != cloud.instance_type:
+            compute += release(len(alive))      # a new type: nothing carries over
+            cloud = clouds[i]
+        G = cloud.gpus_per_instance
+        usd_per_s = cloud.hourly_usd / 3600.0
+        per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
+        n, k, a, pack = stage.num_trials, stage.iters, int(allocation[i]), packing[i]
         if a >= n:
             m, running = a // n, n
         else:
-            m, running = 1, a
+            m, running = 1, min(n, a * pack)
         if m <= G:
-            need = math.ceil(running / (G // m))
+            need = math.ceil(running / (G // m * pack))
         else:
             need = running * math.ceil(m / G)
         held = need if instances is None else int(instances[i])
@@ -117,7 +127,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             data += new * cloud.data.dataset_gb * cloud.data.price_usd_per_gb
             now = ready
 
-        latency = model.latency(m)
+        latency = model.packed_latency(pack) if pack > 1 else model.latency(m)
         trains = [_draw(model.trial_startup_s, rng) + k * _draw(latency, rng) for _ in range(n)]
         nodes["TRAIN"] += n
         # Each of the `running` GPU slots takes the next queued trial as soon as it is free.
@@ -128,7 +138,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         now = max(t for t, _ in slots) + _draw(model.sync_s, rng)
         nodes["SYNC"] += 1
         if not per_instance:
-            compute += sum(trains) * m * usd_per_s / G
+            compute += sum(trains) * m * usd_per_s / (G * pack)
         durations_per_stage.append(now - stage_start)
         held_per_stage.append(held)
 
@@ -136,14 +146,15 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     return ReferenceRun(now, compute, data, tuple(durations_per_stage), tuple(held_per_stage), launches, nodes)
 
 
-def reference_simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile,
-                       samples: int, seed: int = 0,
-                       instances: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def reference_simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+                       cloud: CloudProfile | Sequence[CloudProfile], samples: int, seed: int = 0,
+                       instances: Sequence[int] | None = None,
+                       trials_per_gpu: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run ``run_once`` ``samples`` times from one seeded generator.
 
     Returns:
         ``(jct_s, cost_usd)``: numpy arrays with one value per sample.
     """
     rng = np.random.default_rng(seed)
-    runs = [run_once(spec, allocation, model, cloud, rng, instances) for _ in range(samples)]
+    runs = [run_once(spec, allocation, model, cloud, rng, instances, trials_per_gpu) for _ in range(samples)]
     return np.array([r.jct_s for r in runs]), np.array([r.cost_usd for r in runs])

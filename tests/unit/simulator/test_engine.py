@@ -722,7 +722,7 @@ def test_to_dict(result):
     assert data["samples"] == 500
     assert set(data["stages"][0]) == {
         "index", "num_trials", "iters", "allocation", "gpus_per_trial", "instances", "new_instances",
-        "mean_duration_s", "mean_cost_usd", "spot_instances", "mean_reclaims",
+        "mean_duration_s", "mean_cost_usd", "spot_instances", "mean_reclaims", "trials_per_gpu", "instance_type",
     }
     full = result.to_dict(include_samples=True)
     assert full["jct_s"] == result.jct_s.tolist()
