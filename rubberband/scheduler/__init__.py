@@ -17,6 +17,7 @@ from rubberband.scheduler.events import (
     SyncDone,
     Tick,
     TrainFinished,
+    TrialCheckpoint,
     TrialFailed,
     Wake,
 )
@@ -26,5 +27,5 @@ from rubberband.scheduler.scheduler import Scheduler, TrialInfo
 
 __all__ = ["Budget", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone", "ReclaimNotice",
            "ReleaseInstances", "Replan", "Replanner", "RequestInstances", "ResizeTrial", "RunSync", "SafetyNet",
-           "SafetySwitch", "Scheduler", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished", "TrialFailed",
+           "SafetySwitch", "Scheduler", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished", "TrialCheckpoint", "TrialFailed",
            "TrialInfo", "Wake"]

@@ -69,11 +69,22 @@ class SyncDone:
 
 
 @dataclass(frozen=True)
+class TrialCheckpoint:
+    """A trial on an instance under a reclaim notice checkpointed mid-TRAIN, now at ``step``:
+    a backend that checkpoints every iteration reports it so the trial can move off the
+    doomed instance before the reclaim rather than lose the iteration in progress."""
+
+    trial: str
+    step: int
+
+
+@dataclass(frozen=True)
 class Tick:
     """The clock reached the time a ``Wake`` asked for (the safety net's or the budget's check)."""
 
 
-Event = InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone | Tick
+Event = (InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone | Tick
+         | TrialCheckpoint)
 
 
 # --- decisions -------------------------------------------------------------------------------

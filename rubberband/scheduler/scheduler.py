@@ -86,6 +86,7 @@ from rubberband.scheduler.events import (
     SyncDone,
     Tick,
     TrainFinished,
+    TrialCheckpoint,
     TrialFailed,
     Wake,
 )
@@ -193,7 +194,7 @@ class Scheduler:
         self._now = now
         handler = {InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
                    TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync,
-                   Tick: lambda ev: []}.get(type(event))
+                   TrialCheckpoint: self._checkpoint, Tick: lambda ev: []}.get(type(event))
         if handler is None:
             raise SpecError(f"scheduler: unknown event {event!r}")
         if self.phase == "done":
@@ -537,6 +538,29 @@ class Scheduler:
             self._reclaim_replanned.add(self.stage)
             out += self._replan(self.stage, reclaim=True)
         return out + (self._fill() if self.phase == "training" else [])
+
+    def _checkpoint(self, ev: TrialCheckpoint) -> list[Decision]:
+        """A trial on a noticed instance checkpointed: it moves to good GPUs if there is room
+        now (else it trains on there until its next checkpoint or the reclaim), and a noticed
+        instance that nothing runs on any more is released before the provider reclaims it."""
+        trial, slots = self.trials.get(ev.trial), self.placement.get(ev.trial, ())
+        if trial is None or not trial.running or not any(self.instances[n].doomed for n, _ in slots):
+            return []
+        assigned = self._place([ev.trial])
+        if ev.trial not in assigned:
+            return []
+        trial.step = ev.step
+        self._began.pop(ev.trial, None)          # a TRAIN split by a move says nothing of the pace
+        out: list[Decision] = [self._start(ev.trial, assigned[ev.trial])]
+        busy = {n for s in self.placement.values() for n, _ in s}
+        vacated = [x for x in self.instances.values() if x.doomed and x.ready and not x.retired and x.name not in busy]
+        for x in vacated:
+            pos = self.positions.get(x.position)
+            if pos is not None and x.name in pos.old:
+                pos.old.remove(x.name)
+        if vacated:
+            out.append(self._release([x.name for x in vacated]))
+        return out
 
     def _failed(self, ev: TrialFailed) -> list[Decision]:
         trial = self.trials[ev.trial]
