@@ -1,4 +1,5 @@
-"""Draw a sampled timeline as a Gantt chart (instances over time, trials as bars, spot reclaims)."""
+"""Draw a sampled timeline as a Gantt chart (instances over time, trials as bars, spot reclaims,
+instance types and packed trials)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     since its last checkpoint is hatched red. A red line on the reclaimed instance's row runs
     from the replacement's request (at the notice) to the reclaim, and a dotted one leads from
     there to the replacement's row, whose SCALE and INIT follow; then the TRAIN resumes.
+    When a plan uses several instance types, each row is labelled with its type. Packed trials
+    (``k`` to a GPU) take ``k`` adjacent lanes of their GPU; the title says which stages pack.
     """
     try:
         import matplotlib
@@ -69,10 +72,15 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     for start, _, _ in timeline.stages:
         ax.axvline(start, color="black", linewidth=0.4, linestyle=":")
     markets = {span.instance: span.market for span in timeline.instances}
+    types = {span.instance: span.instance_type for span in timeline.instances}
+    several = len(set(types.values())) > 1
+    labels = {i: " ".join([str(i), *([types[i]] if several else []), *([markets[i]] if SPOT in markets.values() else [])])
+              for i in markets}
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    if SPOT in markets.values():
+    if several or SPOT in markets.values():
         ax.yaxis.set_major_formatter(FuncFormatter(
-            lambda y, _: f"{int(y)} {markets[int(y)]}" if float(y).is_integer() and int(y) in markets else ""))
+            lambda y, _: labels[int(y)] if float(y).is_integer() and int(y) in labels else ""))
+    if SPOT in markets.values():
         handles = [Patch(facecolor="none", edgecolor=SPOT_EDGE, label="spot instance"),
                    Line2D([], [], marker="x", color=RECLAIM, linestyle="none", markeredgewidth=2, label="reclaim"),
                    Patch(facecolor="white", hatch="////", edgecolor=RECLAIM, label="work lost"),
@@ -83,6 +91,9 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     head = title or f"sample {timeline.sample} of {timeline.samples}: JCT {format_duration(timeline.jct_s)}"
     if SPOT in markets.values():
         head += f", {timeline.reclaims} spot reclaim{'' if timeline.reclaims == 1 else 's'}"
+    packed = sorted({(t.stage, t.trials_per_gpu) for t in timeline.trials if t.trials_per_gpu > 1})
+    if packed:
+        head += ", packed: " + ", ".join(f"stage {i} {k}/GPU" for i, k in packed)
     ax.set_title(head + "\nlight grey: SCALE, dark grey: INIT, bars: trials coloured by stage", fontsize="medium")
     ax.invert_yaxis()
     fig.tight_layout()

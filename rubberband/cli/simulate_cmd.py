@@ -17,6 +17,7 @@ from rubberband.cli.common import (
     stage_cost_footnote,
     summary_line,
 )
+from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
@@ -28,7 +29,11 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instances", help="instances held per stage (default: the fewest that fit)")
     p.add_argument("--spot-instances", help="of those, spot instances per stage, e.g. 8,5,0,0 (default: all of them "
                                             "when the experiment's market is spot, else none)")
+    p.add_argument("--trials-per-gpu", help="trials sharing one GPU per stage, e.g. 4,2,1,1 (default: 1, no packing; "
+                                            "only stages of 1-GPU trials pack)")
     p.add_argument("--instance-type", help="instance type of the cloud profile (default: the experiment's)")
+    p.add_argument("--instance-types", help="instance type per stage, e.g. p3.2xlarge,p3.2xlarge,p3.8xlarge,p3.16xlarge: "
+                                            "a change of type releases every instance at the SYNC and launches anew")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--deadline", help="report P(JCT <= deadline), e.g. 20m")
@@ -41,28 +46,37 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     output_path(args.gantt, "--gantt", "run.png")
     exp = load_experiment_args(args)
     deadline = deadline_arg(args, exp)
-    cloud = cloud_for_args(exp, args.instance_type)
+    types = _instance_types(args.instance_types) if args.instance_types else None
+    if types and args.instance_type:
+        raise SpecError("--instance-types: give either --instance-type (one type) or --instance-types (one per stage)")
+    cloud = {t: exp.cloud_for(t) for t in types} if types else cloud_for_args(exp, args.instance_type)
+    first = cloud[types[0]] if types else cloud
     allocation = int_list(args.allocation, "--allocation")
     instances = int_list(args.instances, "--instances") if args.instances else None
     spot = int_list(args.spot_instances, "--spot-instances") if args.spot_instances else None
+    packing = int_list(args.trials_per_gpu, "--trials-per-gpu") if args.trials_per_gpu else None
     samples = args.samples if args.samples is not None else exp.samples
     seed = args.seed if args.seed is not None else exp.seed
-    result = simulate(exp.spec, allocation, exp.model, cloud, samples=samples, seed=seed, instances=instances,
-                      spot_instances=spot)
+    plan = dict(instances=instances, spot_instances=spot, trials_per_gpu=packing, instance_types=types)
+    result = simulate(exp.spec, allocation, exp.model, cloud, samples=samples, seed=seed, **plan)
     on_spot = any(s.spot_instances for s in result.stages)
-    payload = {"experiment": exp.name, "instance_type": cloud.instance_type, **result.to_dict()}
+    packed = any(k > 1 for k in result.trials_per_gpu)
+    payload = {"experiment": exp.name, "instance_type": first.instance_type, **result.to_dict()}
     if deadline:
         payload["deadline_s"] = deadline
         payload["p_meet"] = result.p_meet(deadline)
     spot_columns = ["spot", "reclaims"] if on_spot else []
+    on = ", ".join(dict.fromkeys(types)) if types else first.instance_type
     text = [render(
-        ["stage", "trials", "iters", "GPUs", "GPUs/trial", "instances", "new", *spot_columns, "mean time", "mean cost"],
-        [[s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, s.instances, s.new_instances,
+        ["stage", "trials", "iters", "GPUs", "GPUs/trial", *(["trials/GPU"] if packed else []),
+         *(["type"] if types else []), "instances", "new", *spot_columns, "mean time", "mean cost"],
+        [[s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, *([s.trials_per_gpu] if packed else []),
+          *([s.instance_type] if types else []), s.instances, s.new_instances,
           *([s.spot_instances, f"{s.mean_reclaims:.2f}"] if on_spot else []),
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in result.stages],
-        title=f"{exp.name} on {cloud.instance_type} ({cloud.market.value}, {cloud.billing.model.value} billing), "
+        title=f"{exp.name} on {on} ({first.market.value}, {first.billing.model.value} billing), "
               f"{result.samples} samples, seed {seed}",
-    ) + stage_cost_footnote(cloud, "mean cost"), ""]
+    ) + stage_cost_footnote(first, "mean cost"), ""]
     text.append(summary_line(result, deadline))
     if args.gantt:
         from rubberband.cli.gantt import draw_gantt
@@ -70,8 +84,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
 
         # The median run, not sample 0: that one may sit anywhere in the distribution.
         k = median_sample(result.jct_s)
-        timeline = sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, instances=instances,
-                                   samples=samples, sample=k, spot_instances=spot)
+        timeline = sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, samples=samples, sample=k, **plan)
         draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
         text.append(f"wrote {args.gantt}")
@@ -80,6 +93,15 @@ def simulate_cmd(args: argparse.Namespace) -> int:
             payload["gantt_reclaims"] = timeline.reclaims
     emit(args, payload, "\n".join(text))
     return 0
+
+
+def _instance_types(text: str) -> list[str]:
+    """``--instance-types``: comma-separated type names, one per stage."""
+    types = [t.strip() for t in text.split(",")]
+    if not all(types):
+        raise SpecError(f"--instance-types: expected comma-separated instance types such as "
+                        f"p3.2xlarge,p3.8xlarge, got {text!r}")
+    return types
 
 
 simulate_cmd.arguments = _simulate_args  # type: ignore[attr-defined]
