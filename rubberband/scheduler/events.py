@@ -3,7 +3,9 @@
 A backend — the real driver over Ray, or the virtual-clock ``sim`` cluster — turns what
 happens on its cluster into events, hands each to ``Scheduler.on`` with the time it happened,
 and applies the decisions returned, in order. Instances and trials are named by the
-scheduler; a backend maps its own node ids to those names.
+scheduler; a backend maps its own node ids to those names. The clock is an event too: a
+``Wake`` decision asks for a ``Tick`` at a time, for the checks that time alone can trigger
+(the spot safety net's slack running out, the budget running out).
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ How the driver uses it (``executor/driver.py`` moves onto it in a later change):
 order), ``StartTrial`` → ``TrialRunnerPort.start``/``reassign`` + ``train`` (kept when the
 gang already runs on those slots), ``ResizeTrial`` → stop and start from the checkpoint,
 ``StopTrial`` → ``stop``, ``ReleaseInstances`` → ``release_instance`` + ``release_to``,
-``RunSync`` → the evaluation barrier, ``Replan`` → log it, ``JobDone`` → report. What its ports observe it turns
+``RunSync`` → the evaluation barrier, ``Replan`` and ``SafetySwitch`` → log them, ``Wake`` →
+call ``on(Tick(), t)`` at that time (the latest ``Wake`` replaces earlier ones), ``JobDone`` →
+report (with ``stopped``: the budget's reason; exit code 3). What its ports observe it turns
 into events for ``on(event, now)``: a ready node (``InstanceReady``), a spot notice or a
 vanished node (``ReclaimNotice``, ``InstanceLost`` with each interrupted trial's
 checkpointed step), a dead gang (``TrialFailed``; more than ``MAX_TRIAL_RESTARTS`` of one
