@@ -3,7 +3,7 @@
 trace's count capping how many are held (``gang_trace_job``).
 
 ``one_instance_job``: the simplest job DESIGN §4.1 covers — every stage on a single one-GPU spot instance, trials one
-after another — simulated sample by sample with plain Python events and its own random
+after another, or ``k`` at once when packed — simulated sample by sample with plain Python events and its own random
 numbers, written without the vectorised simulator's schedules, so the two can be compared in
 distribution (mean JCT and cost). Lifetimes are exponential with rate λ from the end of each
 instance's SCALE; a reclaimed TRAIN keeps its completed iterations, loses the one in progress,
@@ -20,14 +20,19 @@ import numpy as np
 
 def one_instance_job(stages: list[tuple[int, int]], latency, startup, sync, provision, init, rate_per_hour: float,
                      notice_s: float, usd_per_hour: float, granularity_s: float, minimum_s: float,
-                     usd_per_launch: float, samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+                     usd_per_launch: float, samples: int, seed: int,
+                     trials_per_gpu: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """JCT and cost per sample of ``stages`` ((trials, iterations) each) on one spot instance.
 
-    ``latency``, ``startup``, ``sync``, ``provision`` and ``init`` are distributions with a
-    ``sample(rng, size)`` method (seconds).
+    ``latency`` (one, or one per stage), ``startup``, ``sync``, ``provision`` and ``init`` are
+    distributions with a ``sample(rng, size)`` method (seconds). ``trials_per_gpu`` (per
+    stage, default 1) packs ``k`` trials on the instance's GPU: ``k`` slots, each taking the
+    next trial in order when it frees up; a reclaim interrupts every trial running on it.
     """
     rng = np.random.default_rng(seed)
     mean_life = 3600.0 / rate_per_hour if rate_per_hour > 0 else math.inf
+    latencies = latency if isinstance(latency, (list, tuple)) else [latency] * len(stages)
+    packing = trials_per_gpu or [1] * len(stages)
     jct, cost = np.zeros(samples), np.zeros(samples)
 
     def draw(dist) -> float:
@@ -37,47 +42,57 @@ def one_instance_job(stages: list[tuple[int, int]], latency, startup, sync, prov
         return max(math.ceil(round(life / granularity_s, 9)) * granularity_s, minimum_s)
 
     for s in range(samples):
-        spent = 0.0
+        lives: list[tuple[float, float, float]] = []      # (billing start, ready, reclaim) of each incarnation
 
-        def launch(request: float) -> tuple[float, float, float]:
-            """(start of billing, ready, reclaim) of an instance requested at ``request``."""
-            nonlocal spent
+        def launch(request: float, after: float = -math.inf) -> None:
             start = request + draw(provision)
-            spent += usd_per_launch
-            return start, start + draw(init), start + rng.exponential(mean_life)
+            lives.append((start, max(start + draw(init), after), start + rng.exponential(mean_life)))
 
-        start, ready, down = launch(0.0)
+        def alive_at(t: float, strict: bool = True) -> tuple[float, float, float]:
+            """The first incarnation not reclaimed by ``t``, replacing reclaimed ones as needed
+            (each requested ``notice_s`` before its predecessor's reclaim, not before it started)."""
+            for life in lives:
+                if life[2] > t or (not strict and life[2] == t):
+                    return life
+            while True:
+                start, _, down = lives[-1]
+                launch(max(down - notice_s, start), after=down)
+                if lives[-1][2] > t or (not strict and lives[-1][2] == t):
+                    return lives[-1]
 
-        def replace(at_least: float) -> None:
-            """Reclaim the instance at ``down`` and bring up its replacement."""
-            nonlocal start, ready, down, spent
-            spent += billed(down - start) * usd_per_hour / 3600.0
-            old_down = down
-            start, ready, down = launch(max(down - notice_s, start))
-            ready = max(ready, old_down)
+        def train(t: float, lat: float, boot: float, left: int) -> float:
+            """When a TRAIN that can start at ``t`` finishes, through the reclaims it meets."""
+            while True:
+                _, ready, down = alive_at(t)
+                t = max(t, ready)
+                if t >= down:                    # gone before the work could start
+                    continue
+                if t + boot + left * lat <= down:
+                    return t + boot + left * lat
+                done = math.floor(max(down - t - boot, 0.0) / lat) if lat > 0 else left
+                left -= min(done, left)
+                t = down
 
+        launch(0.0)
         t = 0.0
-        for trials, iters in stages:
+        for (trials, iters), dist, k in zip(stages, latencies, packing):
+            free = [t] * min(trials, k)
             for _ in range(trials):
-                lat, boot = draw(latency), draw(startup)
-                left = iters
-                while True:
-                    t = max(t, ready)
-                    while down <= t:                 # gone before the work could start
-                        replace(t)
-                        t = max(t, ready)
-                    if t + boot + left * lat <= down:
-                        t += boot + left * lat
-                        break
-                    done = math.floor(max(down - t - boot, 0.0) / lat) if lat > 0 else left
-                    left -= min(done, left)
-                    t = down
-                    replace(t)
-            t += draw(sync)
-            while down < t:                          # reclaimed during the SYNC: replaced all the same
-                replace(t)
-        # Released at the end; a replacement still provisioning is cancelled, never launched.
-        spent += billed(t - start) * usd_per_hour / 3600.0 if start < t else -usd_per_launch
+                lat, boot = draw(dist), draw(startup)
+                slot = free.index(min(free))
+                free[slot] = train(free[slot], lat, boot, iters)
+            t = max(free) + draw(sync)
+            alive_at(t, strict=False)            # reclaimed during the SYNC: replaced all the same
+        # Reclaimed ones are billed their life; the last is released at the end, and a
+        # replacement still provisioning then is cancelled, never launched.
+        spent = usd_per_launch * len(lives)
+        for start, _, down in lives:
+            if down < t:
+                spent += billed(down - start) * usd_per_hour / 3600.0
+            elif start < t:
+                spent += billed(t - start) * usd_per_hour / 3600.0
+            else:
+                spent -= usd_per_launch
         jct[s], cost[s] = t, spent
     return jct, cost
 

@@ -273,3 +273,46 @@ def test_the_dag_of_a_packed_typed_plan_is_the_jct_on_a_deterministic_profile():
     assert [d["instance_type"] for d in inits] == ["small"] * 4 + ["big"] + ["small"]
     trains = [d for _, d in g.nodes(data=True) if d["type"] == "TRAIN" and d["stage"] == 0]
     assert {d["gpu"] for d in trains} == {0, 1, 2, 3} and all(d["trials_per_gpu"] == 4 for d in trains)
+
+
+# --- packed trials on one spot instance against an independent event-by-event oracle ------
+
+PACKED_ONE = ModelProfile({1: Normal(2.0, 0.3)}, trial_startup_s=Normal(5.0, 1.0), sync_s=Constant(2.0), name="one",
+                          packed_iter_latency_s={2: Normal(3.2, 0.4), 4: Normal(4.4, 0.5)})
+
+
+@pytest.mark.parametrize("notice", [0.0, 120.0])
+def test_packed_trials_on_one_spot_instance_agree_with_the_oracle(notice):
+    from rubberband.testing.spot_oracle import one_instance_job
+
+    spec = ExperimentSpec.sha(num_trials=8, min_iters=40, max_iters=640, eta=2)     # 8, 4, 2, 1 trials
+    packing = [4, 4, 2, 1]                       # 8 trials in two packed rounds, 4 in one, 2 in one
+    cloud = CloudProfile(instance_type="p3.2xlarge", gpus_per_instance=1, price_usd_per_hour=3.06,
+                         spot_price_usd_per_hour=0.92, market=Market.SPOT,
+                         spot=SpotMarket(notice_s=notice, rate_per_hour=3.0),
+                         provision_latency_s=Normal(60.0, 10.0), init_latency_s=Normal(90.0, 15.0),
+                         billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0), data=DataCost(1.0, 0.02))
+    sim = simulate(spec, [1] * 4, PACKED_ONE, cloud, samples=4000, seed=0, trials_per_gpu=packing)
+    latencies = [PACKED_ONE.packed_latency(k) for k in packing]
+    jct, cost = one_instance_job([(s.num_trials, s.iters) for s in spec.stages], latencies,
+                                 PACKED_ONE.trial_startup_s, PACKED_ONE.sync_s, cloud.provision_latency_s,
+                                 cloud.init_latency_s, 3.0, notice, 0.92, 1.0, 60.0, 0.02, samples=4000, seed=1,
+                                 trials_per_gpu=packing)
+    assert sim.mean_jct_s == pytest.approx(jct.mean(), rel=0.015)
+    assert sim.mean_cost_usd == pytest.approx(cost.mean(), rel=0.02)
+    assert sum(s.mean_reclaims for s in sim.stages) > 1.0      # the check has reclaims to check
+
+
+def test_the_reference_gives_the_exact_answer_of_a_packed_typed_plan_on_deterministic_profiles():
+    from rubberband.testing.reference_sim import run_once
+
+    spec = ExperimentSpec().add_stage(16, 10).add_stage(4, 10).add_stage(2, 20).add_stage(1, 20)
+    types = {"big": const_cloud("big", data_usd=0.5), "small": const_cloud("small", G=1, price=3.06, provision=20.0,
+                                                                           init=8.0, data_usd=0.25)}
+    names, packing, allocation = ["small", "small", "big", "small"], [4, 2, 1, 1], [3, 2, 2, 1]
+    sim = simulate(spec, allocation, CONST_MODEL, types, samples=2, trials_per_gpu=packing, instance_types=names)
+    ref = run_once(spec, allocation, CONST_MODEL, [types[n] for n in names], np.random.default_rng(0),
+                   trials_per_gpu=packing)
+    assert sim.jct_s[0] == pytest.approx(ref.jct_s, rel=1e-12)
+    assert sim.cost_usd[0] == pytest.approx(ref.cost_usd, rel=1e-12)
+    assert ref.launches == 3 + 1 + 1
