@@ -12,7 +12,11 @@ on p3.8xlarge, simulated with 1000 Monte-Carlo samples. Three figures are printe
 * the same plan on spot instances reclaimed at 0.3 and 2 per instance-hour with a 120 s
   notice (DESIGN §4.1), and replaying a real zone's trace, next to the on-demand simulation
   (target: at most 5x its time). The two are timed alternately, best of ``--repeat`` each, so
-  a shared machine's load shifts both alike.
+  a shared machine's load shifts both alike;
+* a packed plan (the first three stages 4 trials to a GPU, on a profile whose packed latency
+  is 2.2x the solo one at 4 and 1.5x at 2 — an assumption, not a measurement) and a plan that
+  changes instance type twice (p3.2xlarge, p3.8xlarge, p3.16xlarge), each next to the plain
+  on-demand plan, timed alternately like the spot ones.
 
 Run: ``.venv/bin/python benchmarks/bench_simulate.py [--samples 1000] [--repeat 7]``
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from rubberband import CloudProfile, ExperimentSpec, Market, ModelProfile
+from rubberband.profiles.cloud import CloudCatalog
 from rubberband.profiles.spot import SpotMarket, load_trace
 from rubberband.simulator import layout, simulate
 from rubberband.testing.reference_sim import reference_simulate
@@ -34,6 +39,8 @@ from rubberband.testing.reference_sim import reference_simulate
 ROOT = Path(__file__).resolve().parents[1]
 ALLOCATION = (512, 256, 128, 64, 64, 32, 32, 16, 16, 8)
 TRACE_ZONE = "us-east-1f"
+PACKED = ((128, 64, 32, 64, 64, 32, 32, 16, 16, 8), (4, 4, 4, 1, 1, 1, 1, 1, 1, 1))
+TYPES = ("p3.2xlarge",) * 2 + ("p3.8xlarge",) * 4 + ("p3.16xlarge",) * 4
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
@@ -143,6 +150,23 @@ def main() -> None:
         print(f"spot, {name}: {spot_time:.4f} s = {ratio:.1f}x on-demand ({base:.4f} s) "
               f"(target: at most 5x -> {'met' if ratio <= 5 else 'MISSED'}); "
               f"{sum(s.mean_reclaims for s in r.stages):.1f} reclaims, JCT {r.mean_jct_s:.0f} s, ${r.mean_cost_usd:.2f}")
+    print()
+    solo = model.latency(1)
+    packed_model = model.replace(packed_iter_latency_s={2: solo.with_moments(1.5 * solo.mean, 1.5 * solo.std),
+                                                        4: solo.with_moments(2.2 * solo.mean, 2.2 * solo.std)})
+    catalog = CloudCatalog.load(ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml")
+    plans = [
+        (f"packed {','.join(map(str, PACKED[1]))} trials/GPU", lambda: simulate(
+            spec, PACKED[0], packed_model, cloud, samples=samples, seed=0, trials_per_gpu=PACKED[1])),
+        ("types " + " -> ".join(dict.fromkeys(TYPES)), lambda: simulate(
+            spec, ALLOCATION, model, catalog, samples=samples, seed=0, instance_types=TYPES)),
+    ]
+    for name, run in plans:
+        base, plan_time = best_of_pair(args.repeat, on_demand, run)
+        r = run()
+        print(f"{name}: {plan_time:.4f} s = {plan_time / base:.2f}x on-demand ({base:.4f} s); "
+              f"JCT {r.mean_jct_s:.0f} s, ${r.mean_cost_usd:.2f} (plain on-demand: JCT {result.mean_jct_s:.0f} s, "
+              f"${result.mean_cost_usd:.2f})")
 
 
 if __name__ == "__main__":
