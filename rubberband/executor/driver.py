@@ -1,18 +1,29 @@
-"""The driver: runs a plan stage by stage through a cluster port and a trial runner port.
+"""The driver: applies the scheduler's decisions to a real cluster through its ports.
 
-Per stage: ask the cluster for the stage's instances, let the placement policy map trials
-to instances (keeping each trial's workers together and unchanged trials where they are),
-start or continue each trial's gang, train the stage's iterations one at a time (the
-checkpoint after each one is what a trial resumes from if its node dies), hand a freed GPU
-to the next queued trial, rank trials at the SYNC and keep the best ``1/eta``, and, when
-the next stage needs fewer instances of a node type (an instance type on a market), pack the
-survivors onto the oldest instances of each type before releasing the newest.
+Every decision — which trials run where, SHA/HyperBand promotion, the queue, release at a
+SYNC, spot replacement, moving off a noticed instance, re-planning, the safety net and the
+budget — is the pure ``rubberband.scheduler.Scheduler``'s. The driver turns what happens on
+the cluster into the scheduler's events and applies the decisions it answers:
 
-Spot (DESIGN §4.1): each stage asks for its spot and on-demand instances as two node types.
-A reclaimed instance is a lost node: its trials resume from their checkpoints on the
-replacement the cluster launches for the standing request. With an interruption notice, the
-replacement is requested at the notice; each trial on the noticed instance finishes its
-iteration (its checkpoint), then moves to the replacement, and the emptied instance is let go.
+* ``RequestInstances`` → ``ClusterPort.scale_to`` (a replacement for a noticed instance:
+  ``replace``); the driver blocks in ``wait_nodes`` when the scheduler cannot go on without the
+  new instances (a stage's scale-up, or a trial waiting for room), else it notices them
+  between results. Nodes that come up are mapped to the requested names, oldest first, and
+  reported as ``InstanceReady``.
+* ``StartTrial`` → the trial's gang (kept when it already runs on those instances; handed over
+  from the trial that just freed them, as ``reassign``; else started from its checkpoint),
+  then ``train`` one iteration at a time: each iteration ends in a checkpoint, which is what a
+  trial resumes from when its instance is lost. ``ResizeTrial`` → stop and start from the
+  checkpoint; ``StopTrial`` → ``stop``; ``ReleaseInstances`` → ``release_instance`` then
+  ``release_to`` (at a SYNC: keep the rest) or ``release`` (noticed or retired instances).
+* ``RunSync`` is the barrier: the trials already reported their metrics, so ``SyncDone`` follows
+  at once. ``Wake`` asks for a ``Tick`` at a time; ``Replan``, ``SafetySwitch`` are reported.
+
+Events in: a finished chunk of iterations (``TrainFinished`` after the TRAIN's last one; a
+``TrialCheckpoint`` after any other when the trial is on a noticed instance), a failed chunk
+(``InstanceLost`` with each interrupted trial's checkpointed iterations when one of its
+instances is gone, else ``TrialFailed``), spot notices from the port (``ReclaimNotice``), and
+instances that vanished. Times are seconds since the run started.
 """
 
 from __future__ import annotations
@@ -25,23 +36,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rubberband.errors import ProviderError, RubberbandError, SpecError
+from rubberband.errors import ProviderError, SpecError
 from rubberband.executor.ports import ClusterPort, Node, Request, TrialRunnerPort
 from rubberband.executor.search_space import sample_configs
-from rubberband.placement import InfeasiblePlacementError, Placement, place, scale_down_plan
 from rubberband.plan.plan import Plan
-from rubberband.providers.node_types import ON_DEMAND, SPOT, NodeType, counts
+from rubberband.profiles.cloud import Market
+from rubberband.providers.node_types import NodeType
+from rubberband.scheduler import (
+    Event,
+    InstanceLost,
+    InstanceReady,
+    JobDone,
+    ReclaimNotice,
+    ReleaseInstances,
+    Replan,
+    Replanner,
+    RequestInstances,
+    ResizeTrial,
+    RunSync,
+    SafetyNet,
+    SafetySwitch,
+    Scheduler,
+    StartTrial,
+    StopTrial,
+    SyncDone,
+    Tick,
+    TrainFinished,
+    TrialCheckpoint,
+    TrialFailed,
+    Wake,
+)
+from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS  # noqa: F401 - re-exported for callers
 
 log = logging.getLogger("rubberband.executor")
-
-MAX_TRIAL_RESTARTS = 3
-
-
-def stage_request(plan: Plan, stage: int) -> dict[NodeType, int]:
-    """The instances stage ``stage`` of ``plan`` holds, by node type (its spot and on-demand parts)."""
-    held, spot = plan.instances[stage], plan.spot_counts[stage]
-    request = {NodeType(plan.instance_type, ON_DEMAND): held - spot, NodeType(plan.instance_type, SPOT): spot}
-    return {t: n for t, n in request.items() if n}
 
 
 def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
@@ -64,15 +91,16 @@ class TrialState:
     config: dict[str, Any]
     bracket: int
     checkpoint: bytes | None = None
-    step: int = 0
+    step: int = 0                  # the trainer's step at its last checkpoint
     metric: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     gang: Any = None
     instances: tuple[str, ...] = ()
     history: list[dict[str, Any]] = field(default_factory=list)
     eliminated_after: int | None = None
-    restarts: int = 0
+    restarts: int = 0              # times its gang was lost (a dead gang or a lost instance)
     ranks_in_sync: bool = True     # every multi-worker gang's ranks held identical parameters
+    iters_done: int = 0            # iterations checkpointed (the scheduler's step)
 
 
 @dataclass
@@ -95,18 +123,32 @@ class DriverOutcome:
     train_runs: list[dict[str, Any]]
     started_at: float
     ended_at: float
+    best: str | None = None                     # the winning trial (the scheduler's pick)
+    stopped: str | None = None                  # why the job stopped early (the budget), else None
+    replans: list[Replan] = field(default_factory=list)
+    switches: list[SafetySwitch] = field(default_factory=list)
+    budget_usd: float | None = None
+    budget_left_usd: float | None = None
 
 
 class Driver:
-    """The control loop over one plan (see the module docstring)."""
+    """Runs one plan on a cluster through its ports (see the module docstring).
+
+    ``replan_with``: the profile the plan was made from — re-plan at every SYNC on it,
+    corrected by the TRAINs seen (``None``: follow the plan). ``safety_net``: the same profile
+    for the spot safety net's estimate (``None``: none). ``budget_usd``: a hard budget.
+    """
 
     def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
                  metric: str, mode: str = "min", seed: int = 0, clock: Callable[[], float] = time.time,
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 keep_warm: bool = False, poll_s: float = 1.0):
-        if mode not in ("min", "max"):
-            raise SpecError(f"mode: expected min or max, got {mode!r}")
+                 keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
+                 budget_usd: float | None = None):
+        replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
+        net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
+            if safety_net is not None and math.isfinite(plan.deadline_s) else None
+        self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)
         self.plan, self.cluster, self.runner = plan, cluster, runner
         self.search_space, self.metric, self.mode, self.seed = search_space, metric, mode, seed
         self.clock = clock
@@ -114,17 +156,59 @@ class Driver:
         self.node_timeout_s, self.wait_timeout_s = node_timeout_s, wait_timeout_s
         self.on_event = on_event or (lambda kind, data: None)
         self.keep_warm = keep_warm      # leave the runner's warm workers up (back-to-back runs)
-        self.poll_s = poll_s            # how often a waiting driver looks for interruption notices
-        self.request: dict[NodeType, int] = {}      # what the current stage holds
-        self.doomed: set[str] = set()               # instances under an interruption notice
+        self.poll_s = poll_s            # how often a waiting driver looks for notices and lost instances
         self.trials: dict[str, TrialState] = {}
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
-        self.placement = Placement()
+        self.real: dict[str, str] = {}                   # scheduler name -> instance
+        self.name: dict[str, str] = {}                   # instance -> scheduler name
+        self.types: dict[str, NodeType] = {}             # instance -> node type
+        self.unready: list[tuple[str, NodeType]] = []    # requested names not up yet, in order
+        self.doomed: set[str] = set()                    # instances under a notice
+        self.gone: set[str] = set()                      # instances released or lost
+        self.pending: dict[Any, str] = {}                # future -> trial
+        self.left: dict[str, int] = {}                   # trial -> iterations left of its TRAIN
+        self.began: dict[str, tuple[int, float]] = {}    # trial -> (stage, start) of its TRAIN
+        self.iter_s: dict[str, list[float]] = {}
+        self.running: set[str] = set()
+        self.resuming: set[str] = set()                  # trials whose gang was lost, until they run again
+        self.stage = -1
+        self.stage_start = 0.0
+        self.stage_trials: list[str] = []
+        self.wake_at: float | None = None
+        self.done: JobDone | None = None
+        self.started = 0.0
+        self._configs: dict[int, list[dict[str, Any]]] = {}
+        self._wait_stage = False
 
-    # --- helpers -----------------------------------------------------------------------------
+    # --- small helpers -------------------------------------------------------------------------
     def _emit(self, kind: str, **data: Any) -> None:
         self.on_event(kind, data)
+
+    def _now(self) -> float:
+        return self.clock() - self.started
+
+    def _node_type(self, market: Market) -> NodeType:
+        return NodeType(self.plan.instance_type, market.value)
+
+    def _want(self) -> dict[NodeType, int]:
+        """The request: every instance held and usable, and those not up yet, by node type."""
+        want: dict[NodeType, int] = {}
+        for inst in self.name:
+            if inst not in self.gone and inst not in self.doomed:
+                want[self.types[inst]] = want.get(self.types[inst], 0) + 1
+        for _, t in self.unready:
+            want[t] = want.get(t, 0) + 1
+        return want
+
+    def _trial(self, tid: str) -> TrialState:
+        if tid not in self.trials:
+            info = self.sched.trials[tid]
+            if info.bracket not in self._configs:
+                n = self.plan.spec.stages[self.plan.spec.bracket_starts[info.bracket]].num_trials
+                self._configs[info.bracket] = sample_configs(self.search_space, n, seed=self.seed + 1000 * info.bracket)
+            self.trials[tid] = TrialState(tid, self._configs[info.bracket][int(tid.rsplit("t", 1)[1])], info.bracket)
+        return self.trials[tid]
 
     def _save_checkpoint(self, trial: TrialState, blob: bytes | None) -> None:
         if blob is None:
@@ -137,306 +221,323 @@ class Driver:
             tmp.replace(self.checkpoint_dir / f"{trial.id}.pt")
 
     def _stop_gang(self, trial: TrialState) -> None:
+        self.running.discard(trial.id)
+        for future in [f for f, t in self.pending.items() if t == trial.id]:
+            del self.pending[future]
         if trial.gang is not None:
             try:
                 self.runner.stop(trial.gang)
             finally:
                 trial.gang, trial.instances = None, ()
-        if trial.id in self.placement.assignments:
-            self.placement = _without(self.placement, [trial.id])
-
-    def _instances_of(self, placement: Placement, trial: str) -> tuple[str, ...]:
-        return tuple(str(node) for node, _ in placement.slots(trial))
-
-    def _launch_all(self, tids: Sequence[str]) -> None:
-        """Give each trial a gang on its placed instances: keep its own when it is already
-        there, else release the old one first (its workers go back to the warm pool)."""
-        wanted = {tid: self._instances_of(self.placement, tid) for tid in tids}
-        for tid in tids:
-            trial = self.trials[tid]
-            if trial.gang is not None and trial.instances != wanted[tid]:
-                self.runner.stop(trial.gang)
-                trial.gang, trial.instances = None, ()
-        for tid in tids:
-            trial = self.trials[tid]
-            if trial.gang is None:
-                trial.gang = self.runner.start(tid, trial.config, wanted[tid], trial.checkpoint)
-                trial.instances = wanted[tid]
-                self._emit("gang", trial=tid, instances=list(wanted[tid]))
-
-    def _launch(self, trial: TrialState, instances: tuple[str, ...]) -> Any:
-        """Resume one trial on ``instances`` (after its gang was lost)."""
-        if trial.gang is not None and trial.instances == instances:
-            return trial.gang
-        if trial.gang is not None:
-            self.runner.stop(trial.gang)
-        trial.gang = self.runner.start(trial.id, trial.config, instances, trial.checkpoint)
-        trial.instances = instances
-        self._emit("gang", trial=trial.id, instances=list(instances))
-        return trial.gang
-
-    def _better(self, value: float) -> float:
-        return value if self.mode == "min" else -value
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> DriverOutcome:
-        spec, plan = self.plan.spec, self.plan
-        started = self.clock()
-        bracket = -1
-        active: list[str] = []
-        for i, stage in enumerate(spec.stages):
-            if i in spec.bracket_starts:
-                bracket += 1
-                for tid in active:
-                    self._stop_gang(self.trials[tid])
-                configs = sample_configs(self.search_space, stage.num_trials, seed=self.seed + 1000 * bracket)
-                active = []
-                for j, config in enumerate(configs):
-                    tid = f"b{bracket}-t{j:03d}" if len(spec.bracket_starts) > 1 else f"t{j:03d}"
-                    self.trials[tid] = TrialState(tid, config, bracket)
-                    active.append(tid)
-            if len(active) != stage.num_trials:
-                raise RubberbandError(f"stage {i}: {len(active)} trials alive but the spec runs {stage.num_trials}")
-            stage_start = self.clock() - started
-            count, m = plan.instances[i], plan.gpus_per_trial[i]
-            slots = min(plan.allocation[i], stage.num_trials)
-            self.request = stage_request(plan, i)
-            spot = plan.spot_counts[i]
-            self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=m, instances=count,
-                       spot=spot)
-            self.cluster.scale_to(self.request, stage=i)
-            nodes = self.cluster.wait_nodes(self.request, self.node_timeout_s)
-            warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
-            self._emit("nodes", stage=i, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
-            self._run_stage(i, stage.iters, active, slots, m, nodes, started)
-            # SYNC: rank and promote within the bracket.
-            next_same = i + 1 < spec.num_stages() and (i + 1) not in spec.bracket_starts
-            ranked = sorted(active, key=lambda t: self._better(self.trials[t].metric))
-            keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
-            for tid in active:
-                if tid not in keep:
-                    trial = self.trials[tid]
-                    trial.eliminated_after = i
-                    self._stop_gang(trial)
-            if i + 1 < spec.num_stages():
-                target = stage_request(plan, i + 1)
-            else:
-                target = dict(self.request) if self.keep_warm else {}
-            held = counts(n.node_type for n in self.cluster.nodes())
-            if any(n > target.get(t, 0) for t, n in held.items()):
-                self._pack_and_release(i, keep, target)
-            self.stages.append(StageRecord(i, stage_start, self.clock() - started, count, list(active), list(keep),
-                                           spot_instances=spot))
-            self._emit("sync", index=i, promoted=keep)
-            active = keep
+        self.started = self.clock()
+        self._apply(self.sched.start(0.0))
+        last_report = self.clock()
+        while self.done is None:
+            if self._must_wait():
+                self._wait_for_nodes()
+                continue
+            if not self.pending:
+                raise ProviderError(f"stage {self.stage}: the scheduler waits for an event that never comes")
+            timeout = min(self.poll_s, self.wait_timeout_s)
+            if self.wake_at is not None:
+                timeout = max(min(timeout, self.wake_at - self._now()), 0.0)
+            done, _ = self.runner.wait(list(self.pending), timeout)
+            self._watch()
+            if self.wake_at is not None and self._now() >= self.wake_at and self.done is None:
+                self.wake_at = None
+                self._feed(Tick())
+            if not done:
+                if self.clock() - last_report > self.wait_timeout_s:
+                    raise ProviderError(f"stage {self.stage}: no trial reported for {self.wait_timeout_s:.0f}s")
+                continue
+            last_report = self.clock()
+            for future in done:
+                if future in self.pending and self.done is None:
+                    self._result(future)
         for trial in self.trials.values():
             self._stop_gang(trial)
         if not self.keep_warm:
             self.runner.shutdown()
-        return DriverOutcome(self.trials, self.stages, self.train_runs, started, self.clock())
+        return DriverOutcome(self.trials, self.stages, self.train_runs, self.started, self.clock(),
+                             best=self.done.best, stopped=self.done.stopped, replans=list(self.sched.replans),
+                             switches=list(self.sched.switches),
+                             budget_usd=self.sched.budget.usd if self.sched.budget is not None else None,
+                             budget_left_usd=self.sched.budget_left())
 
-    def _pack_and_release(self, index: int, survivors: list[str], target: Request) -> None:
-        """Scale down at a SYNC: pack before releasing (DESIGN §6) and release the most
-        recently launched instances of each node type (DESIGN §4), keeping the oldest
-        ``target[t]`` of each type ``t`` (the right market goes: a stage that holds fewer spot
-        instances releases spot ones).
+    def _feed(self, event: Event) -> None:
+        self._apply(self.sched.on(event, self._now()))
 
-        Survivors that will run next stage at their current size stay where they are if
-        their instances are kept, else move (checkpointed every iteration: restarted on the
-        kept instances) before the newest are released. A survivor that the next stage
-        resizes or queues restarts then anyway, so it is stopped rather than moved; so is one
-        that does not fit on the kept instances (the next stage moves it to a market it
-        launches only then).
-        """
-        carried: set[str] = set()
-        if survivors:   # only when the next stage continues this bracket
-            m, slots = self.plan.gpus_per_trial[index + 1], self.plan.allocation[index + 1]
-            carried = {t for t in survivors[:slots] if len(self.placement.assignments.get(t, ())) == m}
-        for tid in survivors:
-            if tid not in carried:
-                self._stop_gang(self.trials[tid])
-        nodes = self.cluster.nodes()
-        keep = set(keep_oldest(nodes, target))
-        # scale_down_plan keeps the first nodes it is given: the chosen ones, oldest first.
-        ordered = [(n.name, n.gpus) for n in nodes if n.name in keep] + [(n.name, n.gpus) for n in nodes if n.name not in keep]
+    def _must_wait(self) -> bool:
+        """Whether nothing can go on until the instances requested are up."""
+        return bool(self.unready) and (not self.pending or self.sched.phase == "scaling"
+                                       or bool(self.resuming.intersection(self.sched.queue)))
+
+    def _result(self, future: Any) -> None:
+        tid = self.pending.pop(future)
+        trial = self.trials[tid]
         try:
-            packed = scale_down_plan(self.placement, ordered, len(keep))
-        except InfeasiblePlacementError:
-            for tid in carried:
-                self._stop_gang(self.trials[tid])
-            packed = scale_down_plan(self.placement, ordered, len(keep))
-        self.placement = packed.placement
-        self._launch_all(list(packed.moved))
-        for node in packed.release:
-            self.runner.release_instance(node)
-        self.cluster.release_to(list(packed.keep), stage=index)
+            res = self.runner.result(future)
+        except Exception as exc:  # the gang died: its instance went away, or the gang itself
+            self._lost_gang(trial, exc)
+            return
+        self._save_checkpoint(trial, res.checkpoint)
+        trial.step = res.step
+        trial.iters_done += 1
+        self.iter_s.setdefault(tid, []).extend(res.iter_times)
+        if res.digests and len(res.digests) > 1:
+            first = res.digests[0]
+            trial.ranks_in_sync = trial.ranks_in_sync and all(
+                d is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(a)) for a, b in zip(d, first))
+                for d in res.digests)
+        self.left[tid] -= 1
+        if self.left[tid] > 0:
+            if self.doomed.intersection(trial.instances):
+                if self.unready:      # the replacement it would move to: wait for it (the old driver's rule)
+                    self._wait_for_nodes()
+                gang = trial.gang
+                self._feed(TrialCheckpoint(tid, trial.iters_done))
+                if trial.gang is not gang or tid not in self.running:
+                    return            # it moved (a new TRAIN started) or the job stopped
+            self.pending[self.runner.train(trial.gang, 1)] = tid
+            return
+        if self.metric not in res.metrics:
+            raise SpecError(f"metric: the trainer reports {sorted(res.metrics)}, not {self.metric!r}; set `metric:` to one of them")
+        trial.metrics = dict(res.metrics)
+        trial.metric = float(res.metrics[self.metric])
+        self.running.discard(tid)
+        stage, start = self.began.pop(tid)
+        end = self._now()
+        gpus = len(trial.instances)
+        trial.history.append({"stage": stage, "iters": self.plan.spec.stages[stage].iters, "gpus": gpus,
+                              "step": trial.step, "instances": list(trial.instances), "restarts": trial.restarts,
+                              "start_s": start, "end_s": end, **trial.metrics})
+        self.train_runs.append({"trial": tid, "stage": stage, "gpus": gpus, "start_s": start, "end_s": end,
+                                "iters": self.plan.spec.stages[stage].iters, "iter_s": self.iter_s.pop(tid, [])})
+        self._emit("trial", trial=tid, stage=stage, metric=trial.metric, step=trial.step)
+        self._feed(TrainFinished(tid, trial.iters_done, trial.metric))
 
-    def _run_stage(self, index: int, iters: int, active: list[str], slots: int, m: int, nodes: list[Node],
-                   started: float) -> None:
-        node_pairs = [(n.name, n.gpus) for n in nodes]
-        queue = list(active)
-        first = queue[:slots]
-        # Trials not running now free their slots; the rest keep theirs where they can.
-        self.placement = _without(self.placement, [t for t in self.placement.trials() if t not in first])
-        for tid in list(self.placement.trials()):
-            if tid in first and len(self.placement.slots(tid)) != m:
-                self._stop_gang(self.trials[tid])
-        self.placement = place({t: m for t in first}, node_pairs, previous=self.placement)
-        if self.placement.unplaced:
-            raise ProviderError(f"stage {index}: cannot place trials {list(self.placement.unplaced)} on {len(nodes)} instances")
-        for tid in active:
-            if tid not in first:
-                self._stop_gang(self.trials[tid])
-        queue = queue[slots:]
-        remaining: dict[str, int] = {}
-        began: dict[str, float] = {}
-        compute: dict[str, list[float]] = {}
-        pending: dict[Any, str] = {}
-
-        def start(tid: str, began_at: float) -> None:
-            # A TRAIN node starts before its gang is formed: start-up (workers joining, the
-            # checkpoint restored) is part of it, as in the simulator's model.
-            remaining[tid] = iters
-            began[tid] = began_at - started
-            self._emit("start", trial=tid, stage=index)
-            pending[self.runner.train(self.trials[tid].gang, 1)] = tid
-
-        launched_at = self.clock()
-        self._launch_all(first)
-        for tid in first:
-            start(tid, launched_at)
-        last_report = self.clock()
-        while pending:
-            done, _ = self.runner.wait(list(pending), min(self.poll_s, self.wait_timeout_s))
-            self._take_notices(index)
-            if not done:
-                if self.clock() - last_report > self.wait_timeout_s:
-                    raise ProviderError(f"stage {index}: no trial reported for {self.wait_timeout_s:.0f}s")
-                continue
-            last_report = self.clock()
-            for future in done:
-                tid = pending.pop(future)
-                trial = self.trials[tid]
-                try:
-                    res = self.runner.result(future)
-                except Exception as exc:  # the gang died (its node went away): resume from checkpoint
-                    self._recover(trial, exc, m)
-                    pending[self.runner.train(trial.gang, 1)] = tid
-                    self._release_vacated(index)
-                    continue
-                self._save_checkpoint(trial, res.checkpoint)
-                trial.step = res.step
-                compute.setdefault(tid, []).extend(res.iter_times)
-                if res.digests and len(res.digests) > 1:
-                    first = res.digests[0]
-                    trial.ranks_in_sync = trial.ranks_in_sync and all(
-                        d is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(a)) for a, b in zip(d, first))
-                        for d in res.digests)
-                remaining[tid] -= 1
-                if remaining[tid] > 0:
-                    if self.doomed.intersection(trial.instances):
-                        # Its instance is about to be reclaimed: move now, from this checkpoint.
-                        self._resume_elsewhere(trial, m)
-                        self._release_vacated(index)
-                    pending[self.runner.train(trial.gang, 1)] = tid
-                    continue
-                trial.metrics = dict(res.metrics)
-                if self.metric not in res.metrics:
-                    raise SpecError(f"metric: the trainer reports {sorted(res.metrics)}, not {self.metric!r}; set `metric:` to one of them")
-                trial.metric = float(res.metrics[self.metric])
-                end = self.clock() - started
-                trial.history.append({"stage": index, "iters": iters, "gpus": m, "step": trial.step,
-                                      "instances": list(trial.instances), "restarts": trial.restarts,
-                                      "start_s": began[tid], "end_s": end, **trial.metrics})
-                self.train_runs.append({"trial": tid, "stage": index, "gpus": m, "start_s": began[tid], "end_s": end,
-                                        "iters": iters, "iter_s": compute.pop(tid, [])})
-                self._emit("trial", trial=tid, stage=index, metric=trial.metric, step=trial.step)
-                if queue:   # this GPU takes the next queued trial, in the same running workers
-                    nxt = self.trials[queue.pop(0)]
-                    handoff_at = self.clock()
-                    slots_freed = self.placement.slots(tid)
-                    gang, trial.gang, trial.instances = trial.gang, None, ()
-                    self.placement = Placement({**{t: s for t, s in self.placement.assignments.items() if t != tid},
-                                                nxt.id: slots_freed})
-                    nxt.gang = self.runner.reassign(gang, nxt.id, nxt.config, nxt.checkpoint)
-                    nxt.instances = self._instances_of(self.placement, nxt.id)
-                    start(nxt.id, handoff_at)
-
-    # --- spot notices and lost nodes ----------------------------------------------------------
-    def _take_notices(self, index: int) -> None:
-        """Request a replacement for every instance that got an interruption notice (so its
-        provisioning overlaps the notice window) and let go of it at once if it runs nothing."""
-        for notice in self.cluster.notices():
-            if notice.instance in self.doomed or notice.instance not in {n.name for n in self.cluster.nodes()}:
-                continue
-            self.doomed.add(notice.instance)
-            self.cluster.replace(notice.instance)
-            log.info("instance %s will be reclaimed in %.0fs; requested its replacement", notice.instance,
-                        notice.reclaim_at - self.clock())
-            self._emit("notice", instance=notice.instance, reclaim_at=notice.reclaim_at, at=self.clock())
-        self._release_vacated(index)
-
-    def _release_vacated(self, index: int) -> None:
-        """Let go of noticed instances that no trial uses any more (before the cloud takes them)."""
-        busy = {inst for t in self.trials.values() if t.gang is not None for inst in t.instances}
-        vacated = sorted(d for d in self.doomed if d not in busy)
-        if vacated:
-            for name in vacated:
-                self.runner.release_instance(name)
-            self.cluster.release(vacated, stage=index)
-            self.doomed.difference_update(vacated)
-
-    def _recover(self, trial: TrialState, exc: Exception, m: int) -> None:
-        trial.restarts += 1
-        if trial.restarts > MAX_TRIAL_RESTARTS:
-            raise ProviderError(f"trial {trial.id}: failed {trial.restarts} times, last: {exc}") from exc
+    def _lost_gang(self, trial: TrialState, exc: Exception) -> None:
+        """A gang failed: the instances it lost go to the scheduler (``InstanceLost``), or, when
+        they all live, the failure itself (``TrialFailed``)."""
         reason = " ".join(str(exc).split())      # Ray's errors span lines; a log line does not
-        log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", trial.id, reason[:300], trial.step)
-        self._emit("recover", trial=trial.id, error=str(exc), step=trial.step)
-        self._resume_elsewhere(trial, m)
+        if self.gone.intersection(trial.instances):      # its instance's loss was handled already
+            self._stop_gang(trial)
+            return
+        alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
+        lost = [i for i in dict.fromkeys(trial.instances) if i not in alive and i in self.name]
+        victims = [trial] if not lost else [t for t in self.trials.values()
+                                             if t.gang is not None and set(t.instances) & set(lost)]
+        progress = {inst: {t.id: t.iters_done for t in victims if inst in t.instances} for inst in lost}
+        for t in victims:
+            self.resuming.add(t.id)
+            t.restarts += 1
+            log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", t.id, reason[:300], t.step)
+            self._emit("recover", trial=t.id, error=str(exc), step=t.step)
+            self._stop_gang(t)
+        if not lost:
+            self._feed(TrialFailed(trial.id, trial.iters_done))
+            return
+        self.runner.forget_dead(sorted(alive))
+        for inst in lost:
+            self._instance_lost(inst, progress[inst])
 
-    def _resume_elsewhere(self, trial: TrialState, m: int) -> None:
-        """Stop the trial's gang and resume it from its checkpoint on the stage's usable
-        instances (waiting for the replacements of lost or noticed ones)."""
-        left = list(trial.instances)
-        self._stop_gang(trial)
-        nodes = self.cluster.wait_nodes(self.request, self.node_timeout_s)
-        self.doomed.intersection_update(self.cluster.doomed())     # reclaimed ones are gone
-        self.runner.forget_dead([n.name for n in nodes] + sorted(self.doomed))
-        self.runner.warm(nodes)
-        pairs = [(n.name, n.gpus) for n in nodes]
-        others = [t for t in self.placement.trials() if t != trial.id]
-        alive_nodes = {n for n, _ in pairs}
-        # Trials still running on a noticed instance keep their slots there until they move.
-        stale = [t for t in others if any(node not in alive_nodes and node not in self.doomed
-                                           for node, _ in self.placement.slots(t))]
-        self.placement = _without(self.placement, [trial.id, *stale])
-        reserved = [t for t in self.placement.trials() if not self.doomed.intersection(self._instances_of(self.placement, t))]
-        current = Placement({t: s for t, s in self.placement.assignments.items() if t in reserved})
-        self.placement = _merge(place({**{t: len(current.slots(t)) for t in reserved}, trial.id: m}, pairs,
-                                      previous=current, reserved=reserved),
-                                _without(self.placement, reserved))
-        if trial.id in self.placement.unplaced:
-            raise ProviderError(f"trial {trial.id}: no room to resume after its node was lost")
-        self._launch(trial, self._instances_of(self.placement, trial.id))
-        self._emit("resume", trial=trial.id, step=trial.step, left=left, instances=list(trial.instances))
+    def _instance_lost(self, inst: str, progress: dict[str, int]) -> None:
+        self.gone.add(inst)
+        self.doomed.discard(inst)
+        self._feed(InstanceLost(self.name[inst], progress))
 
+    def _watch(self) -> None:
+        """Spot notices, instances that vanished, and requested ones that came up meanwhile."""
+        for notice in self.cluster.notices():
+            inst = notice.instance
+            if inst in self.doomed or inst in self.gone or inst not in self.name:
+                continue
+            self.doomed.add(inst)
+            log.info("instance %s will be reclaimed in %.0fs", inst, notice.reclaim_at - self.clock())
+            self._emit("notice", instance=inst, reclaim_at=notice.reclaim_at, at=self.clock())
+            self._feed(ReclaimNotice(self.name[inst]))
+        if self.done is not None:
+            return
+        nodes = self.cluster.nodes()
+        alive = {n.name for n in nodes} | set(self.cluster.doomed())
+        busy = {i for t in self.trials.values() if t.gang is not None for i in t.instances}
+        for inst in [i for i in self.name if i not in self.gone and i not in alive and i not in busy]:
+            self._instance_lost(inst, {})       # its trials' futures will fail: handled there
+        if self.unready and self.done is None:
+            self._map_ready(nodes)
 
-def _merge(first: Placement, second: Placement) -> Placement:
-    """Both placements' assignments (they place different trials on different GPUs)."""
-    return Placement({**second.assignments, **first.assignments}, unplaced=first.unplaced)
+    def _wait_for_nodes(self) -> None:
+        want = self._want()
+        nodes = self.cluster.wait_nodes(want, self.node_timeout_s)
+        self.doomed.intersection_update(self.cluster.doomed())
+        warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
+        self._emit("nodes", stage=self.stage, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
+        self._map_ready(nodes)
 
+    def _map_ready(self, nodes: Sequence[Node]) -> None:
+        """Name the nodes not seen before after the requested instances of their type, in order."""
+        events = None
+        for node in nodes:
+            if node.name in self.name or node.name in self.gone:
+                continue
+            k = next((k for k, (_, t) in enumerate(self.unready) if t == node.node_type), None)
+            if k is None:
+                continue
+            name, t = self.unready.pop(k)
+            self.real[name], self.name[node.name], self.types[node.name] = node.name, name, t
+            if events is None:
+                events = self.cluster.events()
+            launched = next((e["t"] for e in events if e.get("instance") == node.name and e.get("event") == "running"),
+                            self.clock())
+            self._feed(InstanceReady(name, node.gpus, launched - self.started))
 
-def _without(placement: Placement, trials: Sequence[str]) -> Placement:
-    drop = set(trials)
-    return Placement({t: s for t, s in placement.assignments.items() if t not in drop})
+    # --- applying decisions --------------------------------------------------------------------
+    def _apply(self, decisions: list) -> None:
+        for d in decisions:
+            if isinstance(d, RequestInstances):
+                self._request(d)
+            elif isinstance(d, StartTrial):
+                self._enter_stage(d.stage)
+                self._flush_stage_wait()
+                self._start(d)
+            elif isinstance(d, ResizeTrial):
+                trial = self._trial(d.trial)
+                self._stop_gang(trial)
+                self._gang(trial, d.slots)
+            elif isinstance(d, StopTrial):
+                trial = self._trial(d.trial)
+                self._stop_gang(trial)
+                if d.eliminated:
+                    trial.eliminated_after = self.stage
+            elif isinstance(d, ReleaseInstances):
+                self._release(d)
+            elif isinstance(d, RunSync):
+                self._sync(d.stage)
+            elif isinstance(d, Wake):
+                self.wake_at = d.at_s
+            elif isinstance(d, Replan):
+                log.info("%s", d.line())
+                self._emit("replan", line=d.line())
+            elif isinstance(d, SafetySwitch):
+                log.info("%s", d.line())
+                self._emit("switch", line=d.line())
+            elif isinstance(d, JobDone):
+                self.done = d
+                if d.stopped and (not self.stages or self.stages[-1].index < self.stage):
+                    self._record_stage(self.stage, [])       # the stage it stopped in
+                if d.stopped:
+                    log.warning("%s", d.stopped)
+                    self._emit("stopped", reason=d.stopped, best=d.best)
+            else:
+                raise SpecError(f"driver: unknown decision {d!r}")
+        if self.sched.stage > self.stage and not self.sched.done:
+            self._enter_stage(self.sched.stage)
+        self._flush_stage_wait()
 
+    def _enter_stage(self, i: int) -> None:
+        if i <= self.stage:
+            return
+        self.stage, self.stage_start = i, self._now()
+        self.stage_trials = list(self.sched.active)
+        stage = self.plan.spec.stages[i]
+        self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=self.sched.gpus_per_trial[i],
+                   instances=self.sched.held[i], spot=self.sched.spot[i], **self._budget())
+        self._wait_stage = True
 
-def best_trial(trials: dict[str, TrialState], mode: str) -> TrialState | None:
-    """The trial with the best final metric among those that ran longest."""
-    finished = [t for t in trials.values() if t.metric is not None and math.isfinite(t.metric)]
-    if not finished:
-        return None
-    most = max(t.step for t in finished)
-    top = [t for t in finished if t.step == most]
-    return min(top, key=lambda t: t.metric if mode == "min" else -t.metric)
+    def _budget(self) -> dict[str, float]:
+        left = self.sched.budget_left()
+        return {} if left is None else {"budget_left_usd": left}
+
+    def _flush_stage_wait(self) -> None:
+        """A stage asks for its instances and waits for them before its first TRAIN."""
+        if self._wait_stage and not self.sched.done:
+            self._wait_stage = False
+            self.cluster.scale_to(self._want(), stage=self.stage)
+            self._wait_for_nodes()
+
+    def _request(self, d: RequestInstances) -> None:
+        t = self._node_type(d.market)
+        old = self.real.get(d.replaces) if d.replaces else None
+        self.unready += [(name, t) for name in d.names]
+        if old is not None and old in self.doomed and old not in self.gone:
+            self.cluster.replace(old)        # one more of its type now, while it still runs
+            self._emit("replace", instance=old)
+        elif d.replaces is None:
+            self._enter_stage(d.stage)
+            if not self._wait_stage:         # else the stage's scale-up asks for it before it waits
+                self.cluster.scale_to(self._want(), stage=self.stage)
+        # A replacement for a lost instance: the standing request already asks for it.
+
+    def _start(self, d: StartTrial) -> None:
+        trial = self._trial(d.trial)
+        self._gang(trial, d.slots)
+        self.left[d.trial] = d.iters
+        if self.began.get(d.trial, (None,))[0] != d.stage:
+            self.began[d.trial] = (d.stage, self._now())
+            self._emit("start", trial=d.trial, stage=d.stage)
+        self.running.add(d.trial)
+        self.pending[self.runner.train(trial.gang, 1)] = d.trial
+
+    def _gang(self, trial: TrialState, slots: tuple) -> None:
+        """Give ``trial`` a gang on ``slots``: its own if it runs there, the gang of an idle trial
+        on exactly those instances (handed over), else a new one from its checkpoint."""
+        wanted = tuple(self.real[n] for n, _ in slots)
+        if trial.gang is not None and trial.instances == wanted:
+            return
+        if trial.gang is not None:
+            self._stop_gang(trial)
+        taken = {s for s in slots}
+        donor = None
+        for other in self.trials.values():
+            if other is trial or other.gang is None or other.id in self.running:
+                continue
+            mine = set(self.sched.placement.get(other.id, ()))
+            if other.instances == wanted and not mine:
+                donor = donor or other
+            elif not mine or mine & taken:
+                self._stop_gang(other)       # idle and in the way: its workers go back to the pool
+        if donor is not None:
+            gang, donor.gang, donor.instances = donor.gang, None, ()
+            trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
+        else:
+            trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint)
+            if trial.id in self.resuming:
+                self.resuming.discard(trial.id)
+                self._emit("resume", trial=trial.id, step=trial.step, instances=list(wanted))
+        trial.instances = wanted
+        self._emit("gang", trial=trial.id, instances=list(wanted))
+
+    def _release(self, d: ReleaseInstances) -> None:
+        names = [self.real[n] for n in d.names if n in self.real and self.real[n] not in self.gone]
+        cancelled = [n for n in d.names if n not in self.real]
+        self.unready = [(n, t) for n, t in self.unready if n not in cancelled]
+        for inst in names:
+            for t in self.trials.values():
+                if t.gang is not None and inst in t.instances:
+                    self._stop_gang(t)
+            self.runner.release_instance(inst)
+        if names and all(i in self.doomed for i in names):
+            self.cluster.release(names, stage=self.stage)
+        elif names:
+            keep = [i for i in self.name if i not in self.gone and i not in names]
+            self.cluster.release_to(keep, stage=self.stage)
+        self.gone.update(names)
+        self.doomed.difference_update(names)
+        if cancelled:
+            self.cluster.scale_to(self._want(), stage=self.stage)
+
+    def _sync(self, i: int) -> None:
+        """The SYNC barrier: the stage's trials have reported, so rank (the scheduler) and go on."""
+        before = list(self.stage_trials)
+        out = self.sched.on(SyncDone(i), self._now())
+        promoted = [] if self.sched.done else [t for t in self.sched.active if t in before]
+        self._record_stage(i, promoted)
+        self._emit("sync", index=i, promoted=promoted, **self._budget())
+        self._apply(out)
+
+    def _record_stage(self, i: int, promoted: list[str]) -> None:
+        self.stages.append(StageRecord(i, self.stage_start, self._now(), self.sched.held[i], list(self.stage_trials),
+                                       promoted, spot_instances=self.sched.spot[i]))

@@ -28,6 +28,9 @@ class RunResult:
     trials: dict[str, Any]
     ledger: dict[str, Any]
     plan: dict[str, Any] = field(default_factory=dict)
+    # What the closed loop reports (deadline_s, met_deadline, replans, safety_net, stopped,
+    # budget_usd, budget_left_usd): the same keys as a rehearsal's.
+    loop: dict[str, Any] = field(default_factory=dict)
 
     def error(self, key: str) -> float:
         """Relative error of the prediction: (actual - predicted) / predicted."""
@@ -37,7 +40,7 @@ class RunResult:
         return {
             "run_id": self.run_id, "run_dir": self.run_dir, "best": self.best, "predicted": self.predicted,
             "actual": self.actual, "error": {k: self.error(k) for k in ("jct_s", "cost_usd")},
-            "stages": self.stages, "trials": self.trials, "ledger": self.ledger, "plan": self.plan,
+            "stages": self.stages, "trials": self.trials, "ledger": self.ledger, "plan": self.plan, **self.loop,
         }
 
     def save(self, path: str | Path | None = None) -> Path:
@@ -67,6 +70,14 @@ class RunResult:
         for market, m in (self.ledger.get("markets") or {}).items():
             lines.append(f"{market:9s} {m['instances']} instance(s) at {format_usd(m['price_usd_per_hour'])}/h, "
                          f"{m['reclaimed']} reclaimed, {format_usd(m['cost_usd'])}")
+        for replan in self.loop.get("replans", []):
+            lines.append(replan["line"])
+        for switch in self.loop.get("safety_net", []):
+            lines.append(switch["line"])
+        if self.loop.get("budget_usd") is not None:
+            lines.append(f"budget {format_usd(self.loop['budget_usd'])}: {format_usd(self.loop['budget_left_usd'])} left")
+        if self.loop.get("stopped"):
+            lines.append(f"stopped: {self.loop['stopped']}")
         if self.best:
             lines.append(f"best trial {self.best['trial']}: {self.best['metric_name']} = {self.best['metric']:.4g}  config {self.best['config']}")
         return "\n".join(lines)

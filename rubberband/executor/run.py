@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rubberband.executor.driver import Driver, DriverOutcome, best_trial
+from rubberband.executor.driver import Driver, DriverOutcome
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult
 from rubberband.executor.session import Session, cluster_session
@@ -30,7 +30,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
             mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
-            spot_emulation: str | SpotEmulation | None = None) -> RunResult:
+            spot_emulation: str | SpotEmulation | None = None, replan_with: Any = None, safety_net: Any = None,
+            budget_usd: float | None = None) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
@@ -50,6 +51,12 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
             that fails for lack of capacity is retried (the backoff doubles each time).
         spot_emulation: ``local`` only: reclaim the plan's spot instances from its preemption
             model (``""``), an override such as ``"rate=2/h,notice=20s"``, or a ``SpotEmulation``.
+        replan_with: the model profile the plan was made from: re-plan the remaining stages at
+            every SYNC on it, corrected by the TRAINs seen (``None``: follow the plan as it is).
+        safety_net: the same profile: move the rest of a spot job to on-demand when the slack
+            runs out (``None``: no safety net).
+        budget_usd: a hard budget: the run stops cleanly (``RunResult.loop["stopped"]``) rather
+            than launch what would break it.
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
@@ -74,7 +81,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     with cluster_session(prov, plan.cloud, max(plan.instances) + headroom, run_dir, run_id=run_id, trainer=trainer,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
-        outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event)
+        outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
+                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd))
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
 
 
@@ -87,7 +95,7 @@ def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, see
 
 
 def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_dir: Path,
-           on_event) -> DriverOutcome:
+           on_event, loop: dict[str, Any]) -> DriverOutcome:
     t_run = time.time()
 
     def with_spend(kind: str, data: dict[str, Any]) -> None:
@@ -100,7 +108,7 @@ def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_d
         on_event("emulation", {"text": emulation.describe()})
     try:
         driver = Driver(plan, session.port, session.runner, search_space, metric, mode, seed=seed,
-                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None)
+                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None, **loop)
         return driver.run()
     finally:
         watcher.stop()
@@ -218,7 +226,7 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
                        "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == rec.index
                                         and r.release_reason == Release.INTERRUPTED)},
         })
-    best = best_trial(outcome.trials, mode)
+    best = outcome.trials.get(outcome.best) if outcome.best else None
     result = RunResult(
         run_id=run_id, run_dir=str(run_dir),
         best={"trial": best.id, "config": best.config, "metric": best.metric, "metric_name": metric, "step": best.step} if best else {},
@@ -230,6 +238,10 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
                 for t in outcome.trials.values()},
         ledger=ledger.to_dict(now=last_release),
         plan=plan.summary(),
+        loop={"deadline_s": plan.deadline_s,
+              "met_deadline": outcome.stopped is None and jct <= plan.deadline_s + 1e-9,
+              "replans": [r.to_dict() for r in outcome.replans], "safety_net": [s.to_dict() for s in outcome.switches],
+              "stopped": outcome.stopped, "budget_usd": outcome.budget_usd, "budget_left_usd": outcome.budget_left_usd},
     )
     result.save()
     return result
@@ -241,7 +253,7 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
     stream = stream or sys.stderr
     live = hasattr(stream, "isatty") and stream.isatty()
     t0 = time.time()
-    state = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0}
+    state = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0, "budget": None}
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if live:
@@ -249,6 +261,7 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
         _line(kind, data)
         state["spend"] = data.get("spend_usd", state["spend"])
         state["instances"] = data.get("instances_up", state["instances"])
+        state["budget"] = data.get("budget_left_usd", state["budget"])
         if kind == "stage":
             state["stage"], state["running"] = data["index"], 0
         elif kind == "start":
@@ -256,8 +269,9 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
         elif kind == "trial":
             state["running"] = max(0, state["running"] - 1)
         if live:
+            budget = "" if state["budget"] is None else f" | budget left ${state['budget']:.4f}"
             print(f"stage {state['stage']} | trials running {state['running']} | instances {state['instances']} | "
-                  f"spent ${state['spend']:.4f} | {time.time() - t0:.0f}s", end="", file=stream, flush=True)
+                  f"spent ${state['spend']:.4f}{budget} | {time.time() - t0:.0f}s", end="", file=stream, flush=True)
 
     def _line(kind: str, data: dict[str, Any]) -> None:
         stamp = f"[{time.time() - t0:7.1f}s]"
@@ -270,6 +284,10 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind in ("replan", "switch"):
+            print(f"{stamp} {data['line']}", file=stream, flush=True)
+        elif kind == "stopped":
+            print(f"{stamp} stopped: {data['reason']} (best so far: {data.get('best') or '-'})", file=stream, flush=True)
         elif kind == "emulation":
             print(f"{stamp} {data['text']}", file=stream, flush=True)
         elif kind == "notice":

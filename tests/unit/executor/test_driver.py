@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
 from rubberband.errors import ProviderError, SpecError
-from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver, TrialState, best_trial
+from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver
 from rubberband.executor.search_space import sample_configs
 from rubberband.plan import plan_allocation
 from rubberband.simulator.model import gpus_per_trial
@@ -83,8 +82,7 @@ def test_sha_promotes_the_top_trials_by_the_metric(metric, mode, best_first):
         assert outcome.trials[tid].eliminated_after == 1
     for tid in best_first[:2]:
         assert outcome.trials[tid].step == 3
-    best = best_trial(outcome.trials, mode)
-    assert best is not None and best.id == best_first[0]
+    assert outcome.best == best_first[0]
 
 
 # --- queueing -----------------------------------------------------------------------------
@@ -239,7 +237,7 @@ def test_a_lost_instance_is_replaced_and_its_trials_resume():
 
 
 def test_more_than_max_restarts_raises_provider_error():
-    with pytest.raises(ProviderError, match=rf"t000: failed {MAX_TRIAL_RESTARTS + 1} times"):
+    with pytest.raises(ProviderError, match=rf"t000: its gang failed {MAX_TRIAL_RESTARTS + 1} times"):
         run(spec((2, 3), (1, 3)), (2, 1), G=2, space=lr_space(0.1, 0.5),
             before=lambda f: f.runner.fail("t000", at_step=2, times=MAX_TRIAL_RESTARTS + 1))
 
@@ -358,20 +356,3 @@ def test_hyperband_brackets_sample_fresh_trials():
     # Every trial of the first bracket is done before the second starts.
     assert all(outcome.trials[t].eliminated_after in (0, 1) for t in b0)
     assert outcome.stages[1].promoted == []
-
-
-# --- best_trial ---------------------------------------------------------------------------
-
-def state(tid: str, step: int, metric: float | None) -> TrialState:
-    return TrialState(tid, {}, 0, step=step, metric=metric)
-
-
-@pytest.mark.parametrize(("mode", "best"), [("min", "c"), ("max", "b")])
-def test_best_trial_is_the_best_among_those_that_ran_longest(mode, best):
-    trials = {t.id: t for t in [state("a", 10, 0.1), state("b", 20, 0.9), state("c", 20, 0.7),
-                                state("d", 20, math.nan), state("e", 30, None)]}
-    assert best_trial(trials, mode).id == best
-
-
-def test_best_trial_of_nothing_finished_is_none():
-    assert best_trial({"a": state("a", 0, None)}, "min") is None
