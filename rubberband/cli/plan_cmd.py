@@ -35,6 +35,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
+    p.add_argument("--budget", type=float, metavar="USD",
+                   help="plan the shortest mean JCT whose mean cost stays within this many dollars (with "
+                        "--confidence p: P(cost <= budget) >= p); an explicit --deadline must be met too")
 
 
 # Planning that takes longer than this shows a progress line on a terminal.
@@ -76,16 +79,21 @@ class ProgressLine:
             self.stream.flush()
 
 
-def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float | None = None, compare: bool = True):
+def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float | None = None, compare: bool = True,
+                   budget_usd: float | None = None):
     """Plan an experiment with the CLI's overrides; compare every policy unless ``compare`` is off.
 
     ``confidence``, when given, replaces the one of the command line and the experiment.
+    ``budget_usd``: plan the shortest mean JCT within it instead (``plan_for_budget``; the
+    confidence is the budget's), meeting the deadline only if ``--deadline`` names one.
     """
     from rubberband.plan import compile_plan
     from rubberband.profiles.cloud import Market
 
     deadline = deadline_arg(args, exp)
-    if deadline is None:
+    if budget_usd is not None and getattr(args, "deadline", None) is None:
+        deadline = None          # the budget decides; the experiment's deadline is not a promise here
+    elif deadline is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
     instance_type = getattr(args, "instance_type", None) or exp.instance_type
     market = getattr(args, "market", None) or exp.market
@@ -100,12 +108,14 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
         confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
     samples = args.samples if getattr(args, "samples", None) is not None else exp.samples
     with ProgressLine(args) as progress:
-        return compile_plan(
-            exp.spec, exp.model, cloud, deadline, policy=getattr(args, "policy", None) or exp.policy,
-            samples=samples, seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
-            confidence=confidence, instance_type=instance_type,
-            market=market, compare=compare, progress=progress,
-        )
+        kwargs = dict(policy=getattr(args, "policy", None) or exp.policy, samples=samples,
+                      seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
+                      instance_type=instance_type, market=market, progress=progress)
+        if budget_usd is not None:
+            from rubberband.plan.budget import plan_for_budget
+
+            return plan_for_budget(exp.spec, exp.model, cloud, budget_usd, confidence, deadline, field="--budget", **kwargs)
+        return compile_plan(exp.spec, exp.model, cloud, deadline, confidence=confidence, compare=compare, **kwargs)
 
 
 # Below this chance of meeting the deadline, `plan` shows what a surer plan would cost.
@@ -184,12 +194,17 @@ def considered_table(plan) -> str:
 def plan_cmd(args: argparse.Namespace) -> int:
     output_path(args.out, "--out", "plan.json")
     exp = load_experiment_args(args)
-    plan = plan_from_args(args, exp)
+    plan = plan_from_args(args, exp, budget_usd=args.budget)
     for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    note = confidence_note(args, exp, plan)
+    note = confidence_note(args, exp, plan) if args.budget is None else None
     text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s)]
-    text += [note, "", considered_table(plan)] if note else ["", considered_table(plan)]
+    if args.budget is not None:
+        from rubberband.cli.budget_view import budget_line, probes_table
+
+        text += [budget_line(plan), "", probes_table(plan)]
+    else:
+        text += [note, "", considered_table(plan)] if note else ["", considered_table(plan)]
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(plan.to_json())
