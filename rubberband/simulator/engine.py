@@ -9,8 +9,8 @@ import numpy as np
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_simulation
 from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
-from rubberband.schema import did_you_mean
 from rubberband.profiles.model import ModelProfile
+from rubberband.schema import did_you_mean
 from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.simulator.spot import (
@@ -210,16 +210,17 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     stage_duration = np.zeros((len(shapes), samples))
     reclaims = np.zeros((len(shapes), samples))
     launched = [0] * len(shapes)           # new instances per stage (both markets)
-    prev: CloudProfile | None = None
+    prev = clouds[0]
+    od, sp = _pools(prev)
+    offsets = trace_offsets(prev.spot, seed, samples)
     for shape, count, s, c in zip(shapes, held, spot, clouds):
         i, d = shape.index, draws[shape.index]
         per_instance = c.billing.model is BillingModel.PER_INSTANCE
-        if prev is None or c.instance_type != prev.instance_type:
-            if prev is not None and prev.billing.model is BillingModel.PER_INSTANCE:
+        if c.instance_type != prev.instance_type:
+            if prev.billing.model is BillingModel.PER_INSTANCE:
                 # A change of type releases every old instance at the SYNC before this stage.
                 stage_cost[i - 1] += od.release(od.count, now, prev.billing) + sp.release(sp.count, now, prev.billing)
-            # Two pools, each released most recently launched first: on-demand and spot instances.
-            od, sp = _Pool(c.price_usd_per_hour / 3600.0), _Pool((c.spot_price_usd_per_hour or 0.0) / 3600.0)
+            od, sp = _pools(c)
             offsets = trace_offsets(c.spot, seed, samples)
         prev = c
         data_usd = c.data.usd_per_launch
@@ -317,6 +318,11 @@ def spot_layout(held: Sequence[int], cloud: CloudProfile | Sequence[CloudProfile
             raise SpecError(f"spot_instances: {c.instance_type} has no spot_price_usd_per_hour; "
                             f"add one to the cloud profile or plan on-demand only")
     return out
+
+
+def _pools(cloud: CloudProfile) -> tuple[_Pool, _Pool]:
+    """A type's two pools, each released most recently launched first: on-demand and spot."""
+    return _Pool(cloud.price_usd_per_hour / 3600.0), _Pool((cloud.spot_price_usd_per_hour or 0.0) / 3600.0)
 
 
 class _Pool:

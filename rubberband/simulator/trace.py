@@ -24,7 +24,13 @@ from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.dag import ON_DEMAND, SPOT
-from rubberband.simulator.engine import layout, mixed_usd_per_s, spot_billable, spot_layout, stage_clouds
+from rubberband.simulator.engine import (
+    layout,
+    mixed_usd_per_s,
+    spot_billable,
+    spot_layout,
+    stage_clouds,
+)
 from rubberband.simulator.model import StageDraws, billed_seconds
 from rubberband.simulator.spot import (
     PositionSchedule,

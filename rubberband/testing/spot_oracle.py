@@ -44,11 +44,11 @@ def one_instance_job(stages: list[tuple[int, int]], latency, startup, sync, prov
     for s in range(samples):
         lives: list[tuple[float, float, float]] = []      # (billing start, ready, reclaim) of each incarnation
 
-        def launch(request: float, after: float = -math.inf) -> None:
+        def launch(request: float, after: float = -math.inf, lives: list = lives) -> None:
             start = request + draw(provision)
             lives.append((start, max(start + draw(init), after), start + rng.exponential(mean_life)))
 
-        def alive_at(t: float, strict: bool = True) -> tuple[float, float, float]:
+        def alive_at(t: float, strict: bool = True, lives: list = lives) -> tuple[float, float, float]:
             """The first incarnation not reclaimed by ``t``, replacing reclaimed ones as needed
             (each requested ``notice_s`` before its predecessor's reclaim, not before it started)."""
             for life in lives:

@@ -8,7 +8,16 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from rubberband import Billing, BillingModel, CloudProfile, DataCost, ExperimentSpec, Market, ModelProfile, SpecError
+from rubberband import (
+    Billing,
+    BillingModel,
+    CloudProfile,
+    DataCost,
+    ExperimentSpec,
+    Market,
+    ModelProfile,
+    SpecError,
+)
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.cloud import CloudCatalog
 from rubberband.profiles.spot import SpotMarket
@@ -225,7 +234,7 @@ def test_every_sample_of_a_packed_or_typed_plan_replays_the_simulation(name):
             assert all(spans[i].instance_type == stage_type for i in trial.instances)
             assert trial.trials_per_gpu == packing[trial.stage]
         # No GPU of an instance runs more than k trials at once.
-        for (instance, gpu, stage), bars in _by_gpu(t).items():
+        for (_, _, stage), bars in _by_gpu(t).items():
             events = sorted([(b.start_s, 1) for b in bars] + [(b.end_s, -1) for b in bars])
             assert max(np.cumsum([e for _, e in events])) <= packing[stage]
 
