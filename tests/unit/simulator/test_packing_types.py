@@ -325,3 +325,19 @@ def test_the_reference_gives_the_exact_answer_of_a_packed_typed_plan_on_determin
     assert sim.jct_s[0] == pytest.approx(ref.jct_s, rel=1e-12)
     assert sim.cost_usd[0] == pytest.approx(ref.cost_usd, rel=1e-12)
     assert ref.launches == 3 + 1 + 1
+
+
+def test_a_change_from_per_function_to_per_instance_billing_bills_each_stage_by_its_type():
+    spec = ExperimentSpec().add_stage(8, 10).add_stage(1, 20)
+    lambdas = const_cloud("fn", G=1, price=2.0, data_usd=0.5).replace(billing=Billing(BillingModel.PER_FUNCTION))
+    big = const_cloud("big", data_usd=0.25)
+    types, names = {"fn": lambdas, "big": big}, ["fn", "big"]
+    result = simulate(spec, [4, 1], CONST_MODEL, types, samples=2, trials_per_gpu=[2, 1], instance_types=names)
+    train0 = 7 + 10 * 1.6 * L1                         # 8 trials, 2 to a GPU on 4 GPUs: one round
+    stage1 = 10 + 5 + 7 + 20 * L1 + 1
+    assert result.jct_s[0] == 10 + 5 + train0 + 1 + stage1
+    fn_usd = 8 * train0 * 2.0 / 3600 / 2 + 4 * 0.5      # a half GPU each, and 4 launches' data
+    big_usd = max(stage1 - 10, 60.0) * 12.24 / 3600 + 0.25
+    assert result.cost_usd[0] == pytest.approx(fn_usd + big_usd, rel=1e-12)
+    timeline = sample_timeline(spec, [4, 1], CONST_MODEL, types, samples=2, trials_per_gpu=[2, 1], instance_types=names)
+    assert timeline.cost_usd == pytest.approx(result.cost_usd[0], rel=1e-12)

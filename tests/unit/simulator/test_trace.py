@@ -182,3 +182,11 @@ def test_on_a_gang_trace_no_more_spot_instances_are_held_than_are_available():
             assert alive <= gangs.available_at(t + offsets[k])
             crowded += alive == gangs.available_at(t + offsets[k]) < 4
     assert crowded > 0                          # the cap was reached below the gang's size, not just never tested
+
+
+def test_a_per_function_timeline_costs_its_launches_data_as_the_simulation_does(paper_job):
+    spec, model, cloud = paper_job
+    cloud = cloud.replace(billing=Billing(BillingModel.PER_FUNCTION), data=DataCost(10.0, 0.09))
+    result = simulate(spec, [32, 20, 12, 8], model, cloud, samples=20, seed=3)
+    timeline = sample_timeline(spec, [32, 20, 12, 8], model, cloud, seed=3, samples=20, sample=5)
+    assert timeline.cost_usd == pytest.approx(result.cost_usd[5], rel=1e-12)
