@@ -90,7 +90,9 @@ def test_per_function_billing_charges_a_packed_trial_a_kth_of_its_gpu():
     assert result.cost_usd == pytest.approx([16 * train * 12.24 / 3600 / (4 * 4)] * 2, rel=1e-12)
 
 
-@pytest.mark.parametrize("cloud", [const_cloud(), random_cloud("big", 4, 12.24)])
+@pytest.mark.parametrize("cloud", [const_cloud(), random_cloud("big", 4, 12.24),
+                                   random_cloud("big", 4, 12.24, market=Market.SPOT,
+                                                spot=SpotMarket(notice_s=120, rate_per_hour=20.0))])
 def test_one_trial_per_gpu_is_the_unpacked_model_bit_for_bit(cloud):
     model = CONST_MODEL if cloud.instance_type == "t.4gpu" else RANDOM_MODEL
     allocation = [5, 8, 4, 2, 1]
