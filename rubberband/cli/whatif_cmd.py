@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from rubberband.cli.common import command, emit, experiment_arg, floats, int_list, output_path
 from rubberband.cli.plan_cmd import ProgressLine
@@ -27,6 +28,8 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zone", help="spot availability trace zones to replay, e.g. us-east-1a,us-west-2b "
                                   "(from the experiment's trace file, else the shipped AWS V100 traces)")
     p.add_argument("--notice", help="spot interruption notices to sweep, e.g. 0,120 (seconds)")
+    p.add_argument("--budget", help="budgets in USD to sweep, e.g. 20,50,100: the shortest mean JCT within each "
+                                    "(no deadline; --plot draws JCT over budget)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -52,6 +55,7 @@ AXIS_COLUMNS = {
     "preemption_rate": ("reclaims/instance-h", _g),
     "zone": ("zone", str),
     "notice_s": ("notice", lambda v: f"{v:g}s"),
+    "budget_usd": ("budget (USD)", _g),
 }
 
 
@@ -100,6 +104,13 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     if args.notice:
         vary["notice_s"] = [parse_duration(v, "--notice") if v.strip() not in ("0", "0s") else 0.0
                             for v in args.notice.split(",")]
+    if args.budget:
+        vary["budget_usd"] = floats(args.budget, "--budget")
+        if not min(vary["budget_usd"]) > 0:
+            raise SpecError("--budget: expected positive amounts of dollars, e.g. 20,50,100")
+        if args.deadline is not None:
+            raise SpecError("--budget: a budget sweep plans the shortest JCT per budget, with no deadline; drop --deadline")
+        deadline = math.inf     # no constraint: each budget's plan is the fastest within it
     if not vary:
         raise SpecError("whatif: nothing to sweep; pass e.g. --deadline 90m:160m:10m or --init-latency 1s,10s,100s")
     if deadline is None:
@@ -114,16 +125,23 @@ def whatif_cmd(args: argparse.Namespace) -> int:
                            spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
                            trace_file=cloud.spot.trace_file or _shipped_traces(exp), progress=progress)
     axes = list(vary)
+    budgets = "budget_usd" in vary       # then each policy's column is its JCT, not its cost
     rows = []
     for sc in scenarios:
         cells = [AXIS_COLUMNS[a][1](sc.values[a]) for a in axes]
-        cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
-        ratio = saving(sc) if "static" in policies and "optimal" in policies else None
+        if budgets:
+            cells += [format_duration(sc.jcts[p]) if sc.jcts[p] is not None else "over budget" for p in policies]
+            ratio = jct_ratio(sc) if "static" in policies and "optimal" in policies else None
+        else:
+            cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
+            ratio = saving(sc) if "static" in policies and "optimal" in policies else None
         cells.append(f"{ratio:.2f}x" if ratio else "-")
         rows.append(cells)
-    headers = [AXIS_COLUMNS[a][0] for a in axes] + [f"{p} cost (USD)" for p in policies] + ["static/optimal cost"]
-    text = render(headers, rows,
-                  title=f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
+    measure = "JCT" if budgets else "cost (USD)"
+    headers = [AXIS_COLUMNS[a][0] for a in axes] + [f"{p} {measure}" for p in policies] + [f"static/optimal {measure.split()[0]}"]
+    title = (f"what if: {exp.name} (shortest mean JCT within each budget per policy)" if budgets else
+             f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
+    text = render(headers, rows, title=title)
     payload = {"experiment": exp.name, "axes": axes, "policies": policies, "scenarios": [s.to_dict() for s in scenarios]}
     if args.plot:
         plot_whatif(scenarios, axes, policies, args.plot, title=exp.name)
@@ -131,6 +149,12 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         payload["plot"] = args.plot
     emit(args, payload, text)
     return 0
+
+
+def jct_ratio(scenario) -> float | None:
+    """How many times longer the static plan runs than the optimal one within the same budget."""
+    a, b = scenario.jcts.get("optimal"), scenario.jcts.get("static")
+    return None if not a or b is None else b / a
 
 
 def _shipped_traces(exp) -> str | None:
@@ -144,7 +168,8 @@ def _shipped_traces(exp) -> str | None:
 
 
 def plot_series(scenarios, axes: list[str], policies) -> list[tuple[str, list, list]]:
-    """Lines to plot: cost over the first axis, one per policy and combination of the other axes.
+    """Lines to plot: cost (JCT when budgets are swept) over the first axis, one per policy and
+    combination of the other axes.
 
     Returns:
         ``(label, xs, costs)`` per line, ``xs`` in sweep order (``None`` cost: infeasible).
@@ -157,7 +182,8 @@ def plot_series(scenarios, axes: list[str], policies) -> list[tuple[str, list, l
     for p in policies:
         for key, members in groups.items():
             label = ", ".join([p] + [f"{AXIS_COLUMNS[a][0]} {AXIS_COLUMNS[a][1](v)}" for a, v in zip(rest, key)])
-            lines.append((label, [sc.values[first] for sc in members], [sc.costs[p] for sc in members]))
+            lines.append((label, [sc.values[first] for sc in members],
+                          [(sc.jcts if "budget_usd" in axes else sc.costs)[p] for sc in members]))
     return lines
 
 
@@ -172,6 +198,7 @@ def whatif_figure(scenarios, axes: list[str], policies, title: str = ""):
         raise SpecError("--plot: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
     axis = axes[0]
     lines = plot_series(scenarios, axes, policies)
+    per_y = 60 if "budget_usd" in axes else 1      # JCT in minutes
     xs = lines[0][1]
     numeric = all(isinstance(x, (int, float)) for x in xs)
     styles = ["-", "--", ":", "-."]
@@ -180,13 +207,13 @@ def whatif_figure(scenarios, axes: list[str], policies, title: str = ""):
     fig, ax = plt.subplots(figsize=(9.5 if outside else 7, 4.2))
     for i, (label, x, ys) in enumerate(lines):
         xv = [v / 60 if axis == "deadline_s" else v for v in x] if numeric else list(range(len(x)))
-        ax.plot(xv, [float("nan") if y is None else y for y in ys], marker="o", label=label,
+        ax.plot(xv, [float("nan") if y is None else y / per_y for y in ys], marker="o", label=label,
                 color=f"C{i // per_policy}", linestyle=styles[i % per_policy % len(styles)])
     if not numeric:
         ax.set_xticks(range(len(xs)), [str(x) for x in xs])
     header = AXIS_COLUMNS[axis][0]
     ax.set_xlabel("deadline (min)" if axis == "deadline_s" else f"{header} (s)" if axis == "init_latency_s" else header)
-    ax.set_ylabel("mean cost (USD)")
+    ax.set_ylabel("mean JCT (min)" if "budget_usd" in axes else "mean cost (USD)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     if outside:

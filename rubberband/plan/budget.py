@@ -26,6 +26,7 @@ the plan returned always satisfies the constraint.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -91,18 +92,27 @@ def plan_for_budget(spec, model, cloud, budget_usd: float, confidence: float | N
             meets ``deadline_s``); the message names its cost and allocation.
         InfeasibleDeadlineError: ``deadline_s`` cannot be met at any cost.
     """
+    compile_kwargs.pop("compare", None)        # one plan per probe; the probes are what is compared
+    return within_budget(lambda d: compile_plan(spec, model, cloud, d, **compile_kwargs), budget_usd, confidence,
+                         deadline_s, field)
+
+
+def within_budget(planner: Callable[[float], Plan], budget_usd: float, confidence: float | None = None,
+                  deadline_s: float | None = None, field: str = "budget_usd") -> Plan:
+    """``plan_for_budget`` over any planner: ``planner(d)`` is the cheapest plan whose mean JCT
+    is at most ``d`` (raising ``InfeasibleDeadlineError`` when there is none), e.g. a what-if
+    sweep's planner on its shared ``StageTable``."""
     if isinstance(budget_usd, bool) or not isinstance(budget_usd, (int, float)) or not budget_usd > 0 \
             or not math.isfinite(budget_usd):
         raise SpecError(f"{field}: expected a positive amount of dollars, e.g. 50, got {budget_usd!r}")
     if confidence is not None and not 0 < confidence < 1:
         raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
-    compile_kwargs.pop("compare", None)        # one plan per probe; the probes are what is compared
     probes: list[dict] = []
 
     def probe(d: float) -> Plan | None:
         """The planner's plan at deadline ``d`` if it is within the budget, else ``None``."""
         try:
-            plan = compile_plan(spec, model, cloud, d, **compile_kwargs)
+            plan = planner(d)
         except InfeasibleDeadlineError:
             probes.append({"deadline_s": d, "jct_s_mean": None, "cost_usd": None, "within_budget": False})
             return None
@@ -122,7 +132,7 @@ def plan_for_budget(spec, model, cloud, budget_usd: float, confidence: float | N
             f"{format_usd(math.ceil(cost * 100) / 100)}", plan)
 
     # The upper end: the cheapest plan (or the cheapest that meets the deadline asked for).
-    top = compile_plan(spec, model, cloud, deadline_s or LONGEST_S, **compile_kwargs)
+    top = planner(deadline_s or LONGEST_S)
     if budget_cost(top, confidence) > budget_usd * (1 + 1e-12):
         raise over(top, "the cheapest plan that meets the deadline of " + format_duration(deadline_s)
                    if deadline_s else "the cheapest possible run")
@@ -131,7 +141,7 @@ def plan_for_budget(spec, model, cloud, budget_usd: float, confidence: float | N
     best = top
     # The lower end: the fastest plan's mean JCT, which the planner names when asked for less.
     try:
-        lo = compile_plan(spec, model, cloud, 1e-6, **compile_kwargs).predicted.mean_jct_s
+        lo = planner(1e-6).predicted.mean_jct_s
     except InfeasibleDeadlineError as exc:
         lo = exc.min_jct_s
     fastest = probe(lo * (1 + EXACT))

@@ -10,6 +10,7 @@ from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
+from rubberband.plan.budget import InfeasibleBudgetError, within_budget
 from rubberband.plan.compile import plan_markets, plan_on_table
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.search import Progress
@@ -23,7 +24,7 @@ from rubberband.simulator.engine import spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 AXES = ("deadline_s", "num_trials", "init_latency_s", "billing", "data_price_usd_per_gb", "dataset_gb",
-        "instance_type", "straggler_std", "market", "preemption_rate", "zone", "notice_s")
+        "instance_type", "straggler_std", "market", "preemption_rate", "zone", "notice_s", "budget_usd")
 SPOT_AXES = ("preemption_rate", "zone", "notice_s")
 MARKETS = ("on-demand", "spot", "auto")
 
@@ -57,7 +58,9 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             iteration latency at every GPU count, seconds); and the spot market (DESIGN §4.1):
             ``market`` (``on-demand``, ``spot`` or ``auto``: chosen per stage),
             ``preemption_rate`` (reclaims per instance-hour), ``zone`` (a zone of
-            ``trace_file``, replayed), ``notice_s`` (the interruption notice).
+            ``trace_file``, replayed), ``notice_s`` (the interruption notice); and
+            ``budget_usd``: each scenario's plan is then the shortest mean JCT within that
+            budget (``plan.budget.within_budget``; no deadline), not the cheapest by a deadline.
         policies: policy names to compare.
         trace_file: the spot availability traces ``zone`` reads (default: the cloud's own).
         progress: called as each scenario's search goes (``compile_plan``'s, with the scenario
@@ -84,6 +87,9 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
                         "(or set cloud.market: spot)")
     if (spot_axes or set(markets) != {"on-demand"}) and cloud.spot_price_usd_per_hour is None:
         raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour to weigh spot with; add one")
+    if "budget_usd" in vary and "deadline_s" in vary:
+        raise SpecError("budget_usd: a budget sweep plans the shortest JCT per budget, with no deadline; "
+                        "sweep the deadline or the budget, not both")
     if "zone" in vary and "preemption_rate" in vary:
         raise SpecError("zone: a zone's trace and a reclaim rate are two preemption models; sweep one of them")
     if "zone" in vary:
@@ -113,7 +119,7 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
             lambda p, number=number: progress(replace(p, scenario=number, scenarios=len(combos))))
         values = dict(zip(axes, combo))
         s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
-        key = tuple((a, v) for a, v in values.items() if a != "deadline_s")
+        key = tuple((a, v) for a, v in values.items() if a not in ("deadline_s", "budget_usd"))
         auto = values.get("market") == "auto"
         costs: dict[str, float | None] = dict.fromkeys(policies)
         jcts: dict[str, float | None] = dict.fromkeys(policies)
@@ -124,11 +130,13 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
         if key not in tables:     # with markets chosen, the on-demand table they derive from
             tables[key] = StageTable(s, m, c.replace(market=Market.ON_DEMAND) if auto else c, samples=samples, seed=seed)
         for name in policies:
+            def at(d, name=name, table=tables[key]):
+                return plan_markets(s, m, c, d, name, samples, seed, None, table, progress=tell) if auto \
+                    else plan_on_table(table, d, name, progress=tell)
             try:
-                plan = plan_markets(s, m, c, d, name, samples, seed, None, tables[key], progress=tell) if auto \
-                    else plan_on_table(tables[key], d, name, progress=tell)
+                plan = at(d) if "budget_usd" not in values else within_budget(at, float(values["budget_usd"]))
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
-            except InfeasibleDeadlineError:
+            except (InfeasibleDeadlineError, InfeasibleBudgetError):
                 pass
         out.append(Scenario(values, costs, jcts, allocs))
     return out
