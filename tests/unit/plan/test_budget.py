@@ -145,3 +145,28 @@ def test_market_and_instance_type_choices_pass_through():
     # On-demand alone cannot run the job for $5 at all.
     with pytest.raises(InfeasibleBudgetError, match=r"below the cheapest possible run"):
         plan_for_budget(exp.spec, exp.model, catalog, 5.0, samples=100, instance_type="p3.8xlarge", market="on-demand")
+
+
+def test_whatif_budget_axis_is_plan_for_budget_per_budget():
+    from rubberband.plan import whatif
+
+    exp = experiment()
+    budgets = [13.0, 20.0, 40.0]
+    scenarios = whatif(exp.spec, exp.model, exp.cloud, math.inf, {"budget_usd": budgets}, ["optimal", "static"],
+                       samples=SAMPLES, seed=0)
+    for sc, budget in zip(scenarios, budgets):
+        alone = for_budget(budget)
+        assert sc.jcts["optimal"] == alone.predicted.mean_jct_s and sc.allocations["optimal"] == alone.allocation
+        assert sc.costs["optimal"] <= budget and sc.costs["static"] <= budget
+        assert sc.jcts["optimal"] <= sc.jcts["static"]
+    below = whatif(exp.spec, exp.model, exp.cloud, math.inf, {"budget_usd": [5.0]}, ["optimal"], samples=SAMPLES, seed=0)
+    assert below[0].jcts["optimal"] is None and below[0].costs["optimal"] is None
+
+
+def test_whatif_refuses_a_budget_and_a_deadline_sweep_together():
+    from rubberband.plan import whatif
+
+    exp = experiment()
+    with pytest.raises(SpecError, match=r"^budget_usd: a budget sweep plans the shortest JCT per budget, with no deadline"):
+        whatif(exp.spec, exp.model, exp.cloud, 1200.0, {"budget_usd": [20.0], "deadline_s": [600.0, 1200.0]},
+               ["optimal"], samples=SAMPLES, seed=0)
