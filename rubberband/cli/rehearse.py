@@ -26,15 +26,15 @@ def rehearse_args(p: argparse.ArgumentParser) -> None:
                    help="sim: cloud-profile overrides that are the truth (latencies, spot market) instead of the planning ones")
     p.add_argument("--repeat", type=int, help="sim: rehearse N times (seeds SEED..SEED+N-1) and summarise")
     p.add_argument("--no-replan", action="store_true",
-                   help="sim: follow the plan as it is (default: re-plan the remaining stages at each SYNC)")
+                   help="follow the plan as it is (default: re-plan the remaining stages at each SYNC)")
 
 
     p.add_argument("--no-safety-net", action="store_true",
-                   help="sim: keep replacing reclaimed spot with spot to the end (default: move the rest of the "
+                   help="keep replacing reclaimed spot with spot to the end (default: move the rest of the "
                         "job to on-demand once the slack left no longer covers finishing there)")
 
 
-SIM_ONLY = ("truth_model", "truth_cloud", "repeat", "no_replan", "no_safety_net")
+SIM_ONLY = ("truth_model", "truth_cloud", "repeat")
 EXIT_BUDGET = 3       # the budget ran out: stopped cleanly, not failed
 
 

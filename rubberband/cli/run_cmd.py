@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from rubberband.cli.common import (
     command,
@@ -15,7 +16,7 @@ from rubberband.cli.common import (
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
-from rubberband.cli.rehearse import rehearse_args, rehearse_cmd, wants_rehearsal
+from rubberband.cli.rehearse import EXIT_BUDGET, rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
@@ -36,8 +37,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="plan on this market; auto chooses spot or on-demand per stage (default: the experiment's)")
     p.add_argument("--budget", type=float, metavar="USD",
                    help="a hard budget in dollars: no instance is launched whose minimum charge would break it, and "
-                        "the run stops cleanly with the best trial so far (exit code 3) when it runs out "
-                        "(enforced by --provider sim; local and aws refuse it until their driver runs on the scheduler)")
+                        "the run stops cleanly with the best trial so far, nothing left running (exit code 3) "
+                        "when it runs out")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -109,18 +110,18 @@ def run_cmd(args: argparse.Namespace) -> int:
         from rubberband.scheduler.safety import check_budget
 
         budget = check_budget(args.budget, exp.spec, exp.model, plan.cloud)
-        if not wants_rehearsal(args):
-            raise SpecError("--budget: only --provider sim enforces a budget so far (the local and aws drivers move "
-                            "onto the scheduler that does in a later change); drop it or rehearse with --provider sim")
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
                      latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
                      cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
-                     spot_emulation=args.spot_emulation)
+                     spot_emulation=args.spot_emulation,
+                     # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
+                     replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else exp.model,
+                     safety_net=None if args.no_safety_net else exp.model, budget_usd=budget)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
-    return 0
+    return EXIT_BUDGET if result.loop.get("stopped") else 0
 
 
 run_cmd.arguments = _run_args  # type: ignore[attr-defined]

@@ -229,12 +229,16 @@ class FakeRunner:
         metrics: ``(config, step) -> metrics``; ``default_metrics`` ranks trials by ``lr``.
         cluster: if given, a gang on an instance the cluster lost fails its next result.
         calls: a call log to share with a ``FakeCluster`` (entries ``("runner", method, *args)``).
+        pace: ``step -> factor`` on the iteration time of a gang at that step (a trainer that
+            slows down as it trains); default 1.
     """
 
     def __init__(self, clock: FakeClock, iter_s: Mapping[int, float], gpus_per_instance: int,
                  steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
-                 cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None):
+                 cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None,
+                 pace: Callable[[int], float] | None = None):
         self.clock, self.iter_s, self.G = clock, dict(iter_s), gpus_per_instance
+        self.pace = pace or (lambda step: 1.0)
         self.steps_per_iter, self.metrics, self.cluster = steps_per_iter, metrics, cluster
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
         self.starts: list[GangRecord] = []
@@ -312,7 +316,7 @@ class FakeRunner:
         self._seq += 1
         self._in_flight.add(gang.trial)
         self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
-        finish = self.clock.now() + iters * self.iter_s[len(gang.instances)]
+        finish = self.clock.now() + iters * self.iter_s[len(gang.instances)] * self.pace(gang.step)
         return FakeFuture(gang, gang.trial, iters, finish, self._seq)
 
     def wait(self, pending: Sequence[FakeFuture], timeout_s: float) -> tuple[list[FakeFuture], list[FakeFuture]]:
@@ -338,8 +342,9 @@ class FakeRunner:
                 raise ProviderError(f"injected failure: the gang of {future.trial} was lost before step {f.step}")
         if self.cluster is not None and any(i not in self.cluster.alive for i in gang.instances):
             raise ProviderError(f"the gang of {future.trial} lost its instance")
+        iter_s = self.iter_s[len(gang.instances)] * self.pace(gang.step)
         gang.step = new_step
-        return TrainResult(step=new_step, iter_times=[self.iter_s[len(gang.instances)]] * future.iters,
+        return TrainResult(step=new_step, iter_times=[iter_s] * future.iters,
                            metrics=self.metrics(gang.config, new_step),
                            checkpoint=encode_checkpoint(future.trial, new_step))
 
@@ -364,11 +369,11 @@ class Fakes:
 
 
 def make_fakes(gpus_per_instance: int, iter_s: Mapping[int, float], provision_s: float = 0.0, init_s: float = 0.0,
-               steps_per_iter: int = 1, start: float = 1000.0) -> Fakes:
+               steps_per_iter: int = 1, start: float = 1000.0, pace: Callable[[int], float] | None = None) -> Fakes:
     """A clock, a cluster and a runner that share the clock and the call log (the runner
     sees instances the cluster loses)."""
     clock = FakeClock(start)
     calls: list[tuple[Any, ...]] = []
     cluster = FakeCluster(clock, gpus_per_instance, provision_s, init_s, calls=calls)
-    runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls)
+    runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls, pace=pace)
     return Fakes(clock, cluster, runner)

@@ -117,9 +117,6 @@ def test_a_rehearsal_replans_a_slow_job_one_line_per_replan_unless_told_not_to(c
     code, out, err = run(capsys, *argv, "--no-replan", "--json")
     assert code == 0, err
     assert json.loads(out)["replans"] == []
-    code, _, err = run(capsys, "run", EXP, "--provider", "local", "--no-replan")
-    assert code != 0
-    assert_one_line_error(err, "--no-replan: only a rehearsal takes it")
 
 
 def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
@@ -148,12 +145,6 @@ def test_bad_budgets_are_one_line_naming_the_flag(capsys, argv, needles):
     assert_one_line_error(err, *needles)
 
 
-def test_a_budget_is_refused_where_the_driver_cannot_enforce_it_yet(capsys):
-    code, _, err = run(capsys, "run", str(ROOT / "experiments" / "demo.yaml"), "--budget", "30")
-    assert code != 0
-    assert_one_line_error(err, "--budget: only --provider sim enforces a budget so far")
-
-
 def test_a_rehearsal_prints_the_safety_nets_switch_unless_told_not_to(capsys, tmp_path):
     exp = spot_experiment(tmp_path, rate_per_hour=12.0)
     argv = ["run", exp, "--provider", "sim", "--allocation", "32,20,12,12", "--deadline", "22m", "--no-replan"]
@@ -164,6 +155,3 @@ def test_a_rehearsal_prints_the_safety_nets_switch_unless_told_not_to(capsys, tm
     code, out, err = run(capsys, *argv, "--no-safety-net", "--json")
     assert code == 0, err
     assert json.loads(out)["safety_net"] == []
-    code, _, err = run(capsys, "run", EXP, "--provider", "local", "--no-safety-net")
-    assert code != 0
-    assert_one_line_error(err, "--no-safety-net: only a rehearsal takes it")

@@ -10,7 +10,7 @@ from rubberband import CloudProfile, ExperimentSpec, ModelProfile
 from rubberband.errors import ProviderError, SpecError
 from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver
 from rubberband.executor.search_space import sample_configs
-from rubberband.plan import plan_allocation
+from rubberband.plan import compile_plan, plan_allocation
 from rubberband.simulator.model import gpus_per_trial
 from rubberband.testing.fakes import Fakes, decode_checkpoint, make_fakes
 
@@ -356,3 +356,36 @@ def test_hyperband_brackets_sample_fresh_trials():
     # Every trial of the first bracket is done before the second starts.
     assert all(outcome.trials[t].eliminated_after in (0, 1) for t in b0)
     assert outcome.stages[1].promoted == []
+
+
+# --- closed loop: re-planning, budget -------------------------------------------------------
+
+# Perfect scaling at a quarter of a second per iteration; the trainer runs twice as slow.
+SLOW_ITER_S = {1: 0.25, 2: 0.125, 4: 0.0625}
+
+
+def slow_run(replan: bool, deadline_s: float = 58.0):
+    """SHA (32,1),(4,40) planned on the profile (one 2-GPU instance meets the deadline), run by
+    a trainer twice as slow as profiled."""
+    profile = ModelProfile.from_dict({"name": "fake", "iter_latency_s": {
+        m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
+    cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
+                                 "provision_latency_s": 2.0, "init_latency_s": 11.5})
+    plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, deadline_s, samples=100)
+    fakes = make_fakes(2, SLOW_ITER_S, provision_s=2.0, init_s=11.5, pace=lambda step: 2.0)
+    outcome = Driver(plan, fakes.cluster, fakes.runner, {"lr": {"grid": [0.01 * i for i in range(1, 33)]}}, "loss",
+                     clock=fakes.clock, replan_with=profile if replan else None).run()
+    return plan, outcome, fakes
+
+
+def test_a_slower_trainer_is_re_planned_at_the_sync_onto_more_instances_and_meets_the_deadline():
+    plan, fixed, _ = slow_run(replan=False)
+    assert plan.instances == (1, 1) and plan.predicted.mean_jct_s < 58.0
+    assert fixed.ended_at - fixed.started_at > 58.0 and fixed.replans == []
+    _, replanned, fakes = slow_run(replan=True)
+    assert replanned.ended_at - replanned.started_at <= 58.0
+    (record,) = replanned.replans
+    assert (record.sync, record.old_allocation, record.new_allocation) == (0, (2,), (4,))
+    assert record.line().startswith("sync 0: 1.85x slower than profiled; stage 1 re-planned 2→4 GPUs")
+    assert [req for req, _ in fakes.cluster.called("scale_to")] == [{"fake.gpu": 1}, {"fake.gpu": 2}]
+    assert [s.instances for s in replanned.stages] == [1, 2]
