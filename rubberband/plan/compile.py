@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -15,36 +16,46 @@ from rubberband.plan.policies import (
     Candidate,
     choose,
     get_policy,
-    static_candidates,
+    statics,
 )
 from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
+from rubberband.plan.variants import VariantTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.schema import choice
+from rubberband.schema import choice, did_you_mean
 from rubberband.simulator.engine import simulate, spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 
-def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog, deadline_s: float,
+def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
+                 cloud: CloudProfile | CloudCatalog, deadline_s: float,
                  policy: str = "optimal", samples: int = 200, seed: int = 0, confidence: float | None = None,
-                 instance_type: str | None = None, market: str | Market = Market.ON_DEMAND,
+                 instance_type: str | None = None, market: str | Market | None = None,
                  compare: bool = False, progress: Progress | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
         spec: the job's stages.
-        model: the model profile.
+        model: the model profile, or one per GPU model (``{"V100": a, "A10G": b}``): each
+            type is planned by its own GPU model's profile, and a type whose GPU model has
+            none is skipped (``plan.info["skipped"]`` says why).
         cloud: one instance type's profile, or a whole region's ``CloudCatalog`` together
-            with ``instance_type`` (a name, or ``"auto"`` to plan on every type whose GPUs
-            the model profile was measured on and keep the cheapest).
+            with ``instance_type``: a name, or ``"auto"`` to plan on every type with a
+            profile of its GPUs. With ``auto`` and the optimal policy, each stage gets its own
+            type (among the types of one GPU model; ``VariantTable``): a change of type at a
+            SYNC releases every old instance and launches the new ones. The cheapest plan
+            over the GPU models is kept; each type's own plan is in ``plan.considered``.
+            Under the optimal policy a profile with ``packed_iter_latency_s`` lets each stage
+            of 1-GPU trials pack ``k`` trials to a GPU (within the type's GPU memory) where
+            that is cheaper (``Plan.trials_per_gpu``).
         deadline_s: the deadline in seconds.
         policy: ``optimal`` (default), ``greedy``, ``static`` or ``naive-elastic``.
         samples, seed: Monte-Carlo samples and seed; all candidates share the random numbers.
         confidence: if given (e.g. 0.9), require P(JCT <= deadline) >= confidence in full
             simulation instead of mean JCT <= deadline.
-        market: ``on-demand`` or ``spot`` when ``cloud`` is a catalog (a profile brings its own
-            market), or ``auto``: choose per stage between spot and on-demand instances
+        market: ``on-demand`` or ``spot`` (default: a profile's own market, a catalog's
+            on-demand; given, it applies to a profile too), or ``auto``: choose per stage between spot and on-demand instances
             (``market_vectors``), keeping the cheapest plan that meets the constraint in full
             simulation with spot reclaims (DESIGN §4.1). Spot stages that may be reclaimed
             are searched on stage means from the spot kernel, a surrogate within a stated
@@ -70,19 +81,29 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
     if confidence is not None and not 0 < confidence < 1:
         raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
     auto_market = market == AUTO
-    if not auto_market and not isinstance(market, Market):
+    if market is not None and not auto_market and not isinstance(market, Market):
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
+    models = check_models(model, cloud) if isinstance(model, Mapping) else None
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
         catalog = cloud
+        market = market or Market.ON_DEMAND
         if instance_type == "auto":
-            plan = _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare,
-                              progress)
-            return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
+            plan = _plan_auto(spec, models or _models_of(model, catalog), catalog, deadline_s, policy, samples, seed,
+                              confidence, market, compare, progress)
+            return replace(plan, warnings=plan_warnings(plan, _model_of(models or model, plan.cloud), catalog)
+                           + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
         catalog = None
+        if isinstance(market, Market) and market is not cloud.market:
+            # A market asked for applies to the profile too (a spot plan, not silently an on-demand one).
+            if market is Market.SPOT and cloud.spot_price_usd_per_hour is None:
+                raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour; "
+                                "add one to the cloud profile or plan on-demand")
+            cloud = cloud.replace(market=market)
+    model = _model_of(models, cloud) if models is not None else model
     plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress)
     if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
@@ -90,12 +111,37 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile 
     return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
 
 
-def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table: StageTable | None = None,
+def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table=None,
               market: Market | str | None = None, progress: Progress | None = None) -> Plan:
+    if table is None and policy == "optimal" and packing_counts(model, cloud):
+        table = VariantTable(variant_tables(spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
+                                            else cloud, samples, seed), model)
     if market == AUTO:
-        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, progress=progress)
+        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, base=table,
+                            progress=progress)
     return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence,
                          progress=progress)
+
+
+def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
+    """The trials per GPU above 1 the search may pack on ``cloud``: the profile's packed counts
+    that its GPU memory holds (none when the profile has no 1-GPU trials)."""
+    if 1 not in model.iter_latency_s:
+        return []
+    try:
+        cap = model.max_trials_per_gpu(cloud.gpu_memory_gb)
+    except SpecError:      # one trial alone is above the GPU's memory: nothing to pack
+        return []
+    return [k for k in model.packing_counts if 1 < k <= cap]
+
+
+def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
+                   draws=None) -> list[StageTable]:
+    """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``),
+    on one set of random streams (``draws``: another type's, to share)."""
+    first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws)
+    return [first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws)
+                      for k in packing_counts(model, cloud)]
 
 
 AUTO = "auto"
@@ -207,7 +253,7 @@ def _fastest_misses(table: StageTable, deadline_s: float, confidence: float | No
     plan of the same markets spends longer exposed to the same outages with less slack: the
     screen that spares simulating plan after plan of a zone that cannot carry the job (the
     stage means it is searched on know nothing of the trace)."""
-    allocations = [[a for a in table.candidates(i) if a >= s.num_trials] for i, s in enumerate(table.spec.stages)]
+    allocations = [[a for a in table.candidates(i) if table.parallel(i, a)] for i in range(table.num_stages)]
     fastest = StageGraph(table, allocations=allocations).fastest()
     result = table.simulate(fastest.allocation, fastest.instances)
     jct = np.sort(result.jct_s)
@@ -248,8 +294,10 @@ def plan_on_table(table: StageTable, deadline_s: float, policy: str, confidence:
             # from the same samples the search used: the mean is not enough.
             jct = np.sort(table.simulate(fastest.allocation, fastest.instances).jct_s)
             needed = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
-        raise InfeasibleDeadlineError(deadline_s, fastest.jct_s, fastest.allocation,
-                                      detail=f" on {cloud.instance_type}, policy {policy}",
+        types = getattr(table, "type_names", [cloud.instance_type])   # a VariantTable's keys, decoded
+        raise InfeasibleDeadlineError(deadline_s, fastest.jct_s,
+                                      table.plan_fields(fastest.allocation, fastest.instances)["allocation"],
+                                      detail=f" on {'/'.join(types)}, policy {policy}",
                                       confidence=confidence, needed_s=needed)
     return plan
 
@@ -260,7 +308,7 @@ def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: 
     """``plan_on_table``'s plan, or ``None`` when no plan meets the constraint; with ``cost_cap``,
     only plans whose surrogate cost is below it are weighed (the optimal policy cuts its
     search there: a plan already in hand costs that much)."""
-    spec, cloud, samples, seed = table.spec, table.cloud, table.samples, table.seed
+    spec, samples, seed = table.spec, table.samples, table.seed
     candidates = get_policy(policy)(table, deadline_s, confidence, cost_cap=cost_cap, progress=progress)
     if math.isfinite(cost_cap):
         candidates = [c for c in candidates if c.cost_usd < cost_cap]
@@ -269,11 +317,10 @@ def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: 
         return None
     candidate, result = chosen
     return Plan(
-        allocation=candidate.allocation, instances=candidate.instances,
         gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
-        deadline_s=float(deadline_s), policy=policy, spec=spec, cloud=cloud, confidence=confidence,
+        deadline_s=float(deadline_s), policy=policy, spec=spec, confidence=confidence,
         samples=samples, seed=seed, info={"note": candidate.note, "candidates": len(candidates)},
-        spot_instances=table.spot_instances(candidate.instances),
+        **table.plan_fields(candidate.allocation, candidate.instances),
     )
 
 
@@ -282,7 +329,7 @@ def fastest_plan(table: StageTable) -> Candidate:
     cluster (which holds instances across stages and so skips later scale-ups)."""
     fastest = StageGraph(table).fastest()
     cands = [Candidate(fastest.allocation, fastest.instances, *table.evaluate(fastest.allocation, fastest.instances))]
-    cands += static_candidates(table)
+    cands += statics(table)
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 
 
@@ -375,31 +422,115 @@ def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[tupl
     return types
 
 
-def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confidence, market, compare,
-               progress: Progress | None = None) -> Plan:
+def check_models(models: Mapping, cloud: CloudProfile | CloudCatalog) -> dict[str, ModelProfile]:
+    """Profiles by GPU model, checked against the cloud: one line naming the GPU model for an
+    empty mapping, a value that is not a profile, two keys for one GPU model, a GPU model the
+    cloud has no type of, or a profile measured on another GPU model. Each profile comes back
+    with ``measured_on.gpu_model`` set to its key (the planner reads it)."""
+    if not models:
+        raise SpecError("model: expected a model profile, or a mapping of GPU model to profile such as "
+                        "{'V100': a, 'A10G': b}")
+    entries = catalog_entries(cloud)
+    known = sorted({str(e["gpu_model"]) for e in entries.values() if e.get("gpu_model") is not None})
+    where_cloud = cloud.path or cloud.region if isinstance(cloud, CloudCatalog) else cloud.instance_type
+    out: dict[str, ModelProfile] = {}
+    seen: dict[str, str] = {}
+    for gpu, profile in models.items():
+        if not isinstance(gpu, str) or not isinstance(profile, ModelProfile):
+            raise SpecError(f"model[{gpu!r}]: expected a GPU model name mapped to a ModelProfile, got "
+                            f"{type(profile).__name__}")
+        if gpu.lower() in seen:
+            raise SpecError(f"model[{gpu!r}]: {seen[gpu.lower()]!r} and {gpu!r} name one GPU model; keep one profile "
+                            "per GPU model")
+        seen[gpu.lower()] = gpu
+        canonical = {k.lower(): k for k in known}
+        if gpu.lower() not in canonical:
+            raise SpecError(f"model[{gpu!r}]: no type of {where_cloud} has {gpu} GPUs{did_you_mean(gpu, known)}; "
+                            f"its types have {', '.join(known) or 'no GPU model listed'}")
+        gpu = canonical[gpu.lower()]
+        measured, _ = profile_gpu(profile, cloud if isinstance(cloud, CloudCatalog) else None)
+        if measured is not None and measured != gpu:
+            raise SpecError(f"model[{gpu!r}]: profile {profile.name!r} was measured on {measured}, not {gpu}; "
+                            f"key it by {measured}")
+        if measured is None:
+            profile = profile.replace(measured_on={**(profile.measured_on or {}), "gpu_model": gpu})
+        out[gpu] = profile
+    return out
+
+
+def catalog_entries(cloud: CloudProfile | CloudCatalog) -> dict[str, dict]:
+    """Type name -> entry (``gpu_model``, ``gpus_per_instance``) of a catalog, or of one profile."""
+    if isinstance(cloud, CloudCatalog):
+        return cloud.types
+    return {cloud.instance_type: {"gpu_model": cloud.gpu_model, "gpus_per_instance": cloud.gpus_per_instance}}
+
+
+def _model_of(models: Mapping[str, ModelProfile] | ModelProfile, cloud: CloudProfile) -> ModelProfile:
+    """The profile a type plans by: its GPU model's, when there are several."""
+    if isinstance(models, ModelProfile):
+        return models
+    if str(cloud.gpu_model) not in models:
+        raise SpecError(f"model: {cloud.instance_type} has {cloud.gpu_model} GPUs but the model profiles cover "
+                        f"{', '.join(models)} only; add a {cloud.gpu_model} profile or plan on another type")
+    return models[str(cloud.gpu_model)]
+
+
+def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelProfile]:
+    """One profile as a mapping by the GPU model it was measured on (``auto`` needs to know it)."""
+    auto_instance_types(model, catalog)       # one line when the GPU model is unknown or absent
+    return {profile_gpu(model, catalog)[0]: model}
+
+
+def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, policy, samples, seed, confidence, market,
+               compare, progress: Progress | None = None) -> Plan:
+    """``instance_type="auto"``: per GPU model with a profile, a plan on each of its types, and
+    (optimal policy) one choosing a type per stage among them; the cheapest is kept. Types
+    without a profile of their GPU model, or without a spot price on the spot market, are
+    skipped and listed in ``plan.info["skipped"]``."""
     plans, considered, infeasible = [], [], []
-    profiles = dict(auto_instance_types(model, catalog))
-    for name, usable in profiles.items():
-        if market in (Market.SPOT, Market.SPOT.value) and catalog.types[name].get("spot_price_usd_per_hour") is None:
-            continue
-        cloud = catalog.get(name, Market.ON_DEMAND if market == AUTO else market)
-        if usable is None:
-            considered.append({"policy": policy, "instance_type": name, "infeasible":
-                               f"profile {model.name!r} starts at {model.min_gpus} GPUs per trial, more than one "
-                               f"{name} holds"})
-            continue
-        try:
-            plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market,
-                             progress=progress)
-        except InfeasibleDeadlineError as exc:
-            infeasible.append(exc)
-            considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
-            continue
-        except SpecError as exc:  # e.g. the job is too large on this type's instances
-            considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
-            continue
-        plans.append(plan)
-        considered.append(plan.summary())
+    skipped = {name: f"no {entry.get('gpu_model')} model profile" for name, entry in catalog.types.items()
+               if str(entry.get("gpu_model")) not in models}
+    for model in models.values():
+        tables: list[StageTable] = []
+        draws = None
+        for name, usable in auto_instance_types(model, catalog):
+            if market is Market.SPOT and catalog.types[name].get("spot_price_usd_per_hour") is None:
+                skipped[name] = "no spot price"
+                continue
+            cloud = catalog.get(name, Market.ON_DEMAND if market == AUTO else market)
+            if usable is None:
+                considered.append({"policy": policy, "instance_type": name, "infeasible":
+                                   f"profile {model.name!r} starts at {model.min_gpus} GPUs per trial, more than one "
+                                   f"{name} holds"})
+                continue
+            try:
+                own = variant_tables(spec, usable, cloud, samples, seed, draws) if policy == "optimal" else None
+                if own is not None:
+                    draws = own[0].draws
+                    if market != AUTO or cloud.spot_price_usd_per_hour is not None:
+                        tables += own
+                table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
+                plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, table=table,
+                                 market=market, progress=progress)
+            except InfeasibleDeadlineError as exc:
+                infeasible.append(exc)
+                considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
+                continue
+            except SpecError as exc:  # e.g. the job is too large on this type's instances
+                considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
+                continue
+            plans.append(plan)
+            considered.append(plan.summary())
+        if len({t.cloud.instance_type for t in tables}) > 1:
+            try:
+                plan = _plan_one(spec, model, tables[0].cloud, deadline_s, policy, samples, seed, confidence,
+                                 table=VariantTable(tables, model), market=market, progress=progress)
+            except InfeasibleDeadlineError as exc:
+                infeasible.append(exc)
+            else:
+                plans.append(plan)
+                if len(set(plan.instance_types)) > 1:      # else it is one of the types' own plans
+                    considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})
     if not plans:
         if infeasible:   # the advice of the type that comes closest
             best = min(infeasible, key=lambda e: e.needed_s)
@@ -407,13 +538,14 @@ def _plan_auto(spec, model, catalog, deadline_s, policy, samples, seed, confiden
                                           detail=best.detail + ", the closest of every instance type",
                                           confidence=best.confidence, needed_s=best.needed_s)
         raise SpecError("instance_type: `auto` found no instance type to plan on: "
-                        + "; ".join(c["infeasible"] for c in considered))
+                        + "; ".join([c["infeasible"] for c in considered] + [f"{n}: {r}" for n, r in skipped.items()]))
     best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
-        considered += _other_policies(spec, profiles[best.instance_type], best.cloud, deadline_s, policy, samples, seed,
-                                      confidence)
-    return _with_considered(best, considered)
+        considered += _other_policies(spec, _model_of(models, best.cloud), best.cloud, deadline_s, policy, samples,
+                                      seed, confidence)
+    info = {**best.info, **({"skipped": skipped} if skipped else {})}
+    return replace(_with_considered(best, considered), info=info)
 
 
 def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int], model: ModelProfile,

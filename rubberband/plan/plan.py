@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -18,7 +19,8 @@ from rubberband.simulator.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
-_OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances"]
+_OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
+             "instance_types", "trials_per_gpu", "type_clouds"]
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
 
 
@@ -42,6 +44,10 @@ class Plan:
             measured on another GPU model than the instance type's).
         spot_instances: how many of each stage's held instances are spot (DESIGN §4.1); empty
             means as the cloud's market says (all of them on spot, none on on-demand).
+        instance_types: the instance type of each stage; empty means ``cloud``'s one type.
+            ``cloud`` is then stage 0's type and ``type_clouds`` has every type's profile.
+        trials_per_gpu: trials sharing one GPU per stage (packing); empty means 1 everywhere.
+        type_clouds: the profile of each type ``instance_types`` names.
     """
 
     allocation: tuple[int, ...]
@@ -59,23 +65,48 @@ class Plan:
     info: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     spot_instances: tuple[int, ...] = ()
+    instance_types: tuple[str, ...] = ()
+    trials_per_gpu: tuple[int, ...] = ()
+    type_clouds: dict[str, CloudProfile] = field(default_factory=dict)
 
     @property
     def instance_type(self) -> str:
+        """The plan's type: stage 0's, when stages differ (``instance_types``)."""
         return self.cloud.instance_type
+
+    @property
+    def stage_clouds(self) -> list[CloudProfile]:
+        """Each stage's instance type profile."""
+        if not self.instance_types:
+            return [self.cloud] * len(self.allocation)
+        return [self.type_clouds[t] for t in self.instance_types]
+
+    @property
+    def packing(self) -> tuple[int, ...]:
+        """Trials per GPU per stage, 1 filled in."""
+        return self.trials_per_gpu or (1,) * len(self.allocation)
 
     @property
     def spot_counts(self) -> tuple[int, ...]:
         """Spot instances per stage, with the cloud's market filled in."""
-        return tuple(spot_layout(self.instances, self.cloud, self.spot_instances or None))
+        return tuple(spot_layout(self.instances, self.stage_clouds, self.spot_instances or None))
+
+    def simulation_args(self) -> dict[str, Any]:
+        """What ``simulate`` takes, besides spec, allocation and model, to simulate exactly this
+        plan: its cloud (the types' profiles when stages differ), instances, spot instances,
+        types and trials per GPU."""
+        return {"cloud": self.type_clouds if self.instance_types else self.cloud, "instances": self.instances,
+                "spot_instances": self.spot_instances or None, "trials_per_gpu": self.trials_per_gpu or None,
+                "instance_types": self.instance_types or None}
 
     def summary(self) -> dict[str, Any]:
         """One line of a 'considered plans' table."""
         return {
             "policy": self.policy,
-            "instance_type": self.instance_type,
+            "instance_type": self.instance_type if len(set(self.instance_types)) < 2 else "/".join(self.instance_types),
             "allocation": list(self.allocation),
             "instances": list(self.instances),
+            **({"trials_per_gpu": list(self.trials_per_gpu)} if any(k > 1 for k in self.trials_per_gpu) else {}),
             **self.predicted.summary(),
             "p_meet": self.predicted.p_meet(self.deadline_s),
         }
@@ -91,6 +122,9 @@ class Plan:
             "instances": list(self.instances),
             "gpus_per_trial": list(self.gpus_per_trial),
             "spot_instances": list(self.spot_counts),
+            "instance_types": list(self.instance_types),
+            "trials_per_gpu": list(self.trials_per_gpu),
+            "type_clouds": {name: c.to_dict() for name, c in self.type_clouds.items()},
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
             "bracket_starts": list(self.spec.bracket_starts),
             "eta": self.spec.eta,
@@ -142,6 +176,7 @@ class Plan:
                    for key in ("allocation", "instances", "gpus_per_trial")}
         spot = tuple(_ints(data["spot_instances"], f"{where}.spot_instances", minimum=0, length=len(stages))) \
             if data.get("spot_instances") is not None else ()
+        types, packing, type_clouds = _types_packing(data, where, len(stages))
         deadline = data["deadline_s"]
         if deadline != math.inf:    # a plan of your own allocation may have no deadline
             deadline = number(deadline, f"{where}.deadline_s", positive=True)
@@ -161,11 +196,32 @@ class Plan:
             cloud=CloudProfile.from_dict(data["cloud"], f"{where}.cloud"), confidence=confidence,
             samples=integer(data.get("samples", 0), f"{where}.samples", minimum=0), seed=seed,
             considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
-            spot_instances=spot,
+            spot_instances=spot, instance_types=types, trials_per_gpu=packing, type_clouds=type_clouds,
         )
 
 
-def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog,
+def _types_packing(data: dict[str, Any], where: str, stages: int) -> tuple[tuple[str, ...], tuple[int, ...],
+                                                                         dict[str, CloudProfile]]:
+    """A plan file's ``instance_types`` (each with its profile in ``type_clouds``) and
+    ``trials_per_gpu``, empty when absent."""
+    packing = tuple(_ints(data["trials_per_gpu"], f"{where}.trials_per_gpu", length=stages)) \
+        if data.get("trials_per_gpu") else ()
+    names = data.get("instance_types") or []
+    if not isinstance(names, list) or (names and len(names) != stages) or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"{where}.instance_types: expected {stages} instance type names, one per stage, got {names!r}")
+    raw = data.get("type_clouds") or {}
+    if not isinstance(raw, dict):
+        raise SpecError(f"{where}.type_clouds: expected a mapping of instance type to its cloud profile")
+    clouds = {str(k): CloudProfile.from_dict(v, f"{where}.type_clouds.{k}") for k, v in raw.items()}
+    for i, name in enumerate(names):
+        if name not in clouds:
+            raise SpecError(f"{where}.instance_types[{i}]: {name!r} has no profile in {where}.type_clouds; "
+                            "plan it again with `rubberband plan EXPERIMENT --out PLAN_JSON`")
+    return tuple(names), packing, clouds
+
+
+def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
+               cloud: CloudProfile | CloudCatalog,
                samples: int = 1000) -> Plan:
     """Check a plan (read from a file, perhaps edited) against the experiment it is to run, and
     predict it again.
@@ -173,12 +229,15 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile, cloud: Clo
     The plan must have the experiment's stages and an instance type of the experiment's cloud
     (one of the catalog's, or the profile's own); its allocation and instances must be valid
     for the model profile and hold every stage's trials (DESIGN §4, checked by ``simulate``),
-    and its GPUs per trial must be what the allocation gives. The prediction stored in the
-    file is never trusted: the plan is simulated again with the experiment's model and cloud.
+    and its GPUs per trial must be what the allocation gives. Per-stage instance types must
+    be the catalog's, and trials per GPU what the model profile packs on each type's GPUs.
+    The prediction stored in the file is never trusted: the plan is simulated again with the
+    experiment's model and cloud.
 
     Args:
         plan: the plan to check.
-        spec, model: the experiment's job and model profile.
+        spec, model: the experiment's job and model profile (or its profiles by GPU model: the
+            one of the plan's GPU model is used).
         cloud: the experiment's cloud: a profile, or a catalog (with the experiment's
             overrides) holding the plan's instance type.
         samples: Monte-Carlo samples when the plan does not say.
@@ -192,17 +251,32 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile, cloud: Clo
     if plan.spec.stages != spec.stages or plan.spec.bracket_starts != spec.bracket_starts:
         raise SpecError(f"plan.stages: the plan is for {plan.spec.describe()} but the experiment has {spec.describe()}; "
                         "plan it again with `rubberband plan EXPERIMENT --out PLAN_JSON`")
+    type_clouds = {}
     if isinstance(cloud, CloudCatalog):
-        if plan.instance_type not in cloud.types:
-            raise SpecError(f"plan.cloud.instance_type: {plan.instance_type!r} is not in the experiment's cloud profile "
-                            f"{cloud.path or cloud.region}; plan it again on one of its types")
-        cloud = cloud.get(plan.instance_type, plan.cloud.market)
-    elif plan.instance_type != cloud.instance_type:
-        raise SpecError(f"plan.cloud.instance_type: the plan is for {plan.instance_type} but the experiment runs on "
+        for i, name in enumerate(plan.instance_types or (plan.instance_type,)):
+            if name not in cloud.types:
+                field_ = f"instance_types[{i}]" if plan.instance_types else "cloud.instance_type"
+                raise SpecError(f"plan.{field_}: {name!r} is not in the experiment's cloud profile "
+                                f"{cloud.path or cloud.region}; plan it again on its types")
+            own = plan.type_clouds.get(name, plan.cloud)
+            type_clouds[name] = cloud.get(name, own.market)
+        cloud = type_clouds[plan.instance_type]
+    elif plan.instance_type != cloud.instance_type or set(plan.instance_types) - {cloud.instance_type}:
+        other = next(t for t in (plan.instance_type, *plan.instance_types) if t != cloud.instance_type)
+        raise SpecError(f"plan.cloud.instance_type: the plan is for {other} but the experiment runs on "
                         f"{cloud.instance_type}; plan it again on {cloud.instance_type}")
+    else:
+        type_clouds = {cloud.instance_type: cloud}
+    if isinstance(model, Mapping):
+        gpu = str(cloud.gpu_model)
+        if gpu not in model:
+            raise SpecError(f"plan.cloud.instance_type: {plan.instance_type} has {gpu} GPUs but the experiment's "
+                            f"model_profile has profiles for {', '.join(model)} only; plan it again")
+        model = model[gpu]
+    plan = replace(plan, cloud=cloud, type_clouds=type_clouds if plan.instance_types else {})
     try:
-        result = simulate(spec, plan.allocation, model, cloud, samples=plan.samples or samples, seed=plan.seed,
-                          instances=plan.instances, spot_instances=plan.spot_instances or None)
+        result = simulate(spec, plan.allocation, model, samples=plan.samples or samples, seed=plan.seed,
+                          **plan.simulation_args())
     except SpecError as exc:
         raise SpecError(f"plan.{exc}") from None
     gpus = tuple(s.gpus_per_trial for s in result.stages)
@@ -249,14 +323,14 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
 
 
 def simulate_plan(plan: Plan, model: ModelProfile, samples: int | None = None, seed: int | None = None) -> SimResult:
-    """Simulate exactly what ``plan`` says — allocation, instances held, spot instances — on its
-    own cloud, e.g. out of sample with another ``seed`` to re-check its promise.
+    """Simulate exactly what ``plan`` says — allocation, instances held, spot instances, each
+    stage's instance type and trials per GPU — on its own cloud, e.g. out of sample with
+    another ``seed`` to re-check its promise.
 
     Args:
         plan: from ``compile_plan`` (or ``Plan.from_json``).
         model: the model profile to simulate with (the plan's, or another to ask "what if").
         samples, seed: Monte-Carlo samples and seed (default: the plan's own).
     """
-    return simulate(plan.spec, plan.allocation, model, plan.cloud, samples=samples or plan.samples or 1000,
-                    seed=plan.seed if seed is None else seed, instances=plan.instances,
-                    spot_instances=plan.spot_instances or None)
+    return simulate(plan.spec, plan.allocation, model, samples=samples or plan.samples or 1000,
+                    seed=plan.seed if seed is None else seed, **plan.simulation_args())

@@ -173,6 +173,12 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
             for j, t, c in zip(rows, jct, cost) if c <= cost_cap * (1 + 1e-9)]
 
 
+def statics(table, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[Candidate]:
+    """``static_candidates`` of a table, or of each unpacked variant of a ``VariantTable``."""
+    own = getattr(table, "static_candidates", None)
+    return own(deadline_s, cost_cap) if own is not None else static_candidates(table, deadline_s, cost_cap)
+
+
 @policy("static")
 def static_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
                   cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
@@ -311,7 +317,7 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # are in the search space already; they stay as named candidates so a plan that is one
     # says so.
     front += [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
-    return [_candidate(table, alloc, held) for alloc, held in front] + static_candidates(table, deadline_s, cap)
+    return [_candidate(table, alloc, held) for alloc, held in front] + statics(table, deadline_s, cap)
 
 
 # Retargets of the incumbent when the hull plan meets the mean but not the confidence.

@@ -52,9 +52,11 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
     train = np.array([e.train_s for e in entries])
     busy = np.array([e.busy_usd for e in entries])
     later_set = set(later.tolist())
+    types = table.state_types      # a held count of one type cannot hold another's instances
     out_a, out_h = [], []
     for h in np.union1d(needs, later):
-        allowed = np.flatnonzero((needs == h) | ((needs < h) if int(h) in later_set else False))
+        allowed = np.flatnonzero((needs == h) | (((needs < h) & (needs % types == h % types))
+                                                 if int(h) in later_set else False))
         if len(allowed) == 0:
             continue
         # Fastest first (ties: the smaller allocation), then whatever is strictly cheaper.
@@ -249,7 +251,9 @@ def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = mat
             if view.simulated_cheaply(i, a):
                 continue
             need = view.need(i, a)
-            held = np.array([need] + [int(v) for v in graph.later[i] if v > need], dtype=np.int64)
+            types = view.state_types
+            held = np.array([need] + [int(v) for v in graph.later[i] if v > need and v % types == need % types],
+                            dtype=np.int64)
             nxt = np.searchsorted(graph.states[i + 1], held) if i < n - 1 else np.zeros(len(held), dtype=np.int64)
             d, c = view.stage_many(i, np.full(len(held), a)[None, :], held[None, :], states[:, None])
             ok = t_in[i][:, None] + d + t_go[i + 1][nxt][None, :] <= deadline_s + t_eps

@@ -38,7 +38,7 @@ from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.engine import simulate
-from rubberband.simulator.model import StageDraws, instances_needed, stage_shape
+from rubberband.simulator.model import StageDraws, instances_needed, iter_latency, stage_shape
 from rubberband.simulator.result import SimResult
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
@@ -52,19 +52,31 @@ def valid_allocations(num_trials: int, model: ModelProfile, gpus_per_instance: i
     ``G``, queueing on whole instances (``k * G < n`` GPUs) is valid too: those are the
     allocations a static cluster of ``k`` instances gives, so the search covers static plans.
     """
-    out = set()
-    if model.min_gpus == 1:
-        out.update(d for d in range(1, num_trials + 1) if num_trials % d == 0)
-        if gpus_per_instance:
-            # For each number of rounds r, the fewest whole instances that run n trials in r
-            # rounds: more GPUs in the same rounds cost more instances for (almost) no time.
-            for rounds in range(2, num_trials + 1):
-                a = -(-num_trials // rounds)
-                a = -(-a // gpus_per_instance) * gpus_per_instance
-                if a < num_trials:
-                    out.add(a)
+    out = set(_one_gpu_slots(num_trials, gpus_per_instance)) if model.min_gpus == 1 else set()
     out.update(num_trials * m for m in range(model.min_gpus, model.max_gpus + 1))
     return sorted(out)
+
+
+def _one_gpu_slots(num_trials: int, slots_per_instance: int | None) -> set[int]:
+    """Slot counts (1-GPU trials running at once) that divide a stage's trials fairly: the
+    factors of ``n``, and for each number of rounds the fewest whole instances that run ``n``
+    trials in that many rounds (more slots in the same rounds cost more instances for almost
+    no time)."""
+    out = {d for d in range(1, num_trials + 1) if num_trials % d == 0}
+    if slots_per_instance:
+        for rounds in range(2, num_trials + 1):
+            a = -(-num_trials // rounds)
+            a = -(-a // slots_per_instance) * slots_per_instance
+            if a < num_trials:
+                out.add(a)
+    return out
+
+
+def packed_allocations(num_trials: int, gpus_per_instance: int, trials_per_gpu: int) -> list[int]:
+    """Allocations of a stage whose 1-GPU trials run ``k = trials_per_gpu`` to a GPU, ascending:
+    the fair slot counts of ``k * G`` slots per instance, on ``ceil(slots / k)`` GPUs."""
+    slots = _one_gpu_slots(num_trials, gpus_per_instance * trials_per_gpu)
+    return sorted({-(-r // trials_per_gpu) for r in slots})
 
 
 def check_table_size(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
@@ -100,7 +112,10 @@ class StageTable:
     Args:
         spec, model, cloud: the job and its profiles.
         samples, seed: Monte-Carlo samples and root seed (common random numbers).
-        allocations: optional candidate allocations per stage (default: ``valid_allocations``).
+        allocations: optional candidate allocations per stage (default: ``valid_allocations``,
+            ``packed_allocations`` when packed).
+        trials_per_gpu: ``k`` 1-GPU trials share each GPU in every stage (packing; 1: none).
+        draws: the random streams of another table with the same seed and samples, to share.
         markets: the market of each stage (default: the cloud's market for every stage). A
             stage on a spot market with a reclaim rate has its mean TRAIN makespan from the
             spot kernel (``simulator/spot.py``), on instances fresh at the stage's start, and
@@ -115,15 +130,21 @@ class StageTable:
             launches all its instances (the old ones are released at the SYNC).
     """
 
+    # Held counts are plain counts here (``TypeTable`` encodes a type in them).
+    state_types = 1
+
     def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
-                 markets: Sequence[Market] | None = None):
+                 markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
+                 draws: Sequence[StageDraws] | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
+        self.k = int(trials_per_gpu)
         check_samples_seed(samples, seed)
         check_table_size(spec, model, cloud, None, samples)
         G = cloud.gpus_per_instance
-        base = [allocations[i] if allocations is not None else valid_allocations(s.num_trials, model, G)
-                for i, s in enumerate(spec.stages)]
+        base = [allocations[i] if allocations is not None else
+                valid_allocations(s.num_trials, model, G) if self.k == 1 else
+                packed_allocations(s.num_trials, G, self.k) for i, s in enumerate(spec.stages)]
         self._candidates: list[list[int]] = []
         for i, stage in enumerate(spec.stages):
             cands = set(base[i])
@@ -133,11 +154,13 @@ class StageTable:
                 for j in (i - 1, i + 1):
                     if 0 <= j < len(base):
                         n_j = spec.stages[j].num_trials
-                        cands.update(h * G for h in {instances_needed(n_j, a, G) for a in base[j]} if h * G < stage.num_trials)
+                        cands.update(h * G for h in {instances_needed(n_j, a, G, self.k) for a in base[j]}
+                                     if h * G * self.k < stage.num_trials)
             self._candidates.append(sorted(int(a) for a in cands))
         check_table_size(spec, model, cloud, self._candidates, samples)   # before anything is drawn
         self.samples, self.seed = int(samples), int(seed)
-        self.draws = [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
+        # Another table's streams of the same seed and samples (the same numbers, drawn once).
+        self.draws = list(draws) if draws is not None else [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
         self.per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
         self.usd_per_s = cloud.usd_per_second
         self.data_usd = cloud.data.usd_per_launch
@@ -170,8 +193,8 @@ class StageTable:
         self.entries: list[dict[int, StageEntry]] = [self._entries_by_market[m][i] for i, m in enumerate(markets)]
         self._optimistic = False
         self.fast_s: list[float] = []     # per stage: a lower bound on its mean TRAIN + SYNC (no queue)
-        for i, stage in enumerate(self.spec.stages):
-            parallel = [a for a in self._candidates[i] if a >= stage.num_trials] or self._candidates[i]
+        for i in range(self.spec.num_stages()):
+            parallel = [a for a in self._candidates[i] if self.parallel(i, a)] or self._candidates[i]
             self.fast_s.append(min(self.stage_bounds(i, a)[0] for a in parallel))
 
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
@@ -180,7 +203,8 @@ class StageTable:
         if key not in self._simulations:
             self._simulations[key] = simulate(self.spec, key[0], self.model, self.cloud, samples=self.samples,
                                               seed=self.seed, instances=key[1], draws=self.draws,
-                                              spot_instances=self.spot_instances(key[1]))
+                                              spot_instances=self.spot_instances(key[1]),
+                                              trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -204,17 +228,26 @@ class StageTable:
         if deadline_s == float("inf"):
             return self._candidates[stage]
         others = sum(self.fast_s) - self.fast_s[stage]
-        n = self.spec.stages[stage].num_trials
         return [a for a in self._candidates[stage]
-                if a >= n or a in self.entries[stage] or self.queue_bound_s_stage(stage, a) + others <= deadline_s]
+                if self.parallel(stage, a) or a in self.entries[stage]
+                or self.queue_bound_s_stage(stage, a) + others <= deadline_s]
+
+    def parallel(self, stage: int, allocation: int) -> bool:
+        """Whether every trial of the stage runs at once under ``allocation`` (no queue)."""
+        return allocation * self.k >= self.spec.stages[stage].num_trials
+
+    def shape(self, i: int, allocation: int):
+        """Stage ``i``'s layout under ``allocation`` (and the table's trials per GPU)."""
+        stage = self.spec.stages[i]
+        return stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud, self.k)
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
         """Lower bound on stage ``i``'s mean duration, without simulating it: its average load
         per GPU slot, ``n * E[duration] / slots``, plus the SYNC."""
         stage = self.spec.stages[i]
-        m = allocation // stage.num_trials if allocation >= stage.num_trials else 1
-        slots = min(allocation, stage.num_trials)
-        duration = self.model.trial_startup_s.mean + stage.iters * self.model.latency(m).mean
+        shape = self.shape(i, allocation)
+        slots = shape.running
+        duration = self.model.trial_startup_s.mean + stage.iters * iter_latency(self.model, shape).mean
         return stage.num_trials * duration / slots + self.sync_s[i]
 
     def optimistic(self) -> StageTable:
@@ -230,14 +263,12 @@ class StageTable:
         """Means of stage ``i`` under ``allocation`` (any valid GPU count; computed once)."""
         entry = self.entries[i].get(allocation)
         if entry is None and self._optimistic and not self.simulated_cheaply(i, allocation):
-            stage = self.spec.stages[i]
-            shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
+            shape = self.shape(i, allocation)
             train, busy = self._train_bounds(i, shape)
             entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, train, busy)
             self.entries[i][int(allocation)] = entry
         if entry is None:
-            stage = self.spec.stages[i]
-            shape = stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud)
+            shape = self.shape(i, allocation)
             reclaim_s = relaunches = 0.0
             if self.reclaimed[i]:
                 makespan, total, reclaim_s, relaunches = self._spot_train(i, shape)
@@ -246,7 +277,7 @@ class StageTable:
                 durations = self.draws[i].train_durations(self.model, shape)
                 total = durations.sum(axis=0)
                 makespan = list_schedule(durations, shape.running)
-            busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
+            busy = float(total.mean()) * shape.gpu_share * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
             entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, float(makespan.mean()), busy,
                                reclaim_s, relaunches)
             self.entries[i][int(allocation)] = entry
@@ -277,13 +308,19 @@ class StageTable:
             return previous * 0
         return previous
 
+    def plan_fields(self, allocation: Sequence[int], held: Sequence[int]) -> dict:
+        """A plan's ``Plan`` fields: allocation, instances, cloud, spot instances, trials per GPU."""
+        return {"allocation": tuple(int(a) for a in allocation), "instances": tuple(int(h) for h in held),
+                "cloud": self.cloud, "spot_instances": self.spot_instances(held),
+                "trials_per_gpu": (self.k,) * self.num_stages if self.k > 1 else ()}
+
     def spot_instances(self, held: Sequence[int]) -> tuple[int, ...]:
         """Spot instances per stage of a plan holding ``held`` on this table's markets."""
         return tuple(h if m is Market.SPOT else 0 for h, m in zip(held, self.markets))
 
     def need(self, stage: int, allocation: int) -> int:
         """Fewest instances stage ``stage`` needs under ``allocation``."""
-        return instances_needed(self.spec.stages[stage].num_trials, allocation, self.cloud.gpus_per_instance)
+        return instances_needed(self.spec.stages[stage].num_trials, allocation, self.cloud.gpus_per_instance, self.k)
 
     def init_s(self, stage: int, new: int) -> float:
         """E[max of ``new`` INIT draws] of a stage (0 when nothing is launched)."""
@@ -362,7 +399,7 @@ class StageTable:
         drawing its TRAIN durations: every trial runs at once, on instances never reclaimed (a
         queue is list scheduled, a stage that may be reclaimed runs the spot kernel)."""
         return (allocation in self._entries_by_market[self.markets[i]][i]
-                or (allocation >= self.spec.stages[i].num_trials and not self.reclaimed[i]))
+                or (self.parallel(i, allocation) and not self.reclaimed[i]))
 
     def stage_bounds(self, i: int, allocation: int) -> tuple[float, float]:
         """Lower bounds on stage ``i``'s mean duration and surrogate cost under ``allocation``,
@@ -383,9 +420,7 @@ class StageTable:
             if self.per_instance:
                 return duration, self.stage_usd_per_s[i] * entry.need * max(0.0, duration + entry.reclaim_s)
             return duration, entry.busy_usd
-        stage = self.spec.stages[i]
-        train, busy = self._train_bounds(i, stage_shape(i, stage.num_trials, stage.iters, int(allocation),
-                                                       self.model, self.cloud))
+        train, busy = self._train_bounds(i, self.shape(i, allocation))
         duration = train + self.sync_s[i]
         if self.per_instance and not self.reclaimed[i]:
             return duration, self.stage_usd_per_s[i] * self.need(i, allocation) * duration
@@ -403,5 +438,5 @@ class StageTable:
             stats = self._work_stats[key] = (durations.max(axis=0), durations.sum(axis=0))
         longest, total = stats
         train = float(np.maximum(longest, total / shape.running).mean())
-        busy = float(total.mean()) * shape.gpus_per_trial * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
+        busy = float(total.mean()) * shape.gpu_share * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
         return train, busy

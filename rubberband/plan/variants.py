@@ -1,0 +1,214 @@
+"""Per-stage instance types and trials per GPU: one exact search over several ``StageTable``s.
+
+A plan may run each stage on another instance type, and pack ``k`` 1-GPU trials to a GPU in
+a stage. Each (instance type, k) is a *variant* with its own ``StageTable`` (same job, same
+seed and samples, so the same random numbers in every variant). ``VariantTable`` lays the
+variants out as one table that the exact search (``StageGraph``, ``pareto_front``,
+``optimal_policy``, ``choose``) runs on unchanged, by encoding the variant in the integers
+the search already handles:
+
+* an option's allocation ``a`` in variant ``v`` is the key ``a * V + v`` (``V`` variants);
+* a held count ``h`` of type ``t`` is the state ``h * T + t`` (``T`` types): the state
+  between stages is now (type, instances held). A held count can only carry instances of
+  its own type (``StageTable.state_types``).
+
+A stage of type ``t`` keeps what the stage before held only if that was type ``t`` too; after
+another type it starts from nothing held, as the simulator does at a change of type (every
+old instance released at the SYNC, all new ones launched: SCALE, INIT and data cost on the
+new type). Every other number is the variant table's own, so the search is exact over the
+union of the variants: the chosen per-stage plan is never costlier, by the surrogate, than
+the best plan of any single variant, and ``choose`` simulates the plans it keeps in full.
+The surrogate leaves out the old type's billing rounding at a change (only adds: a lower
+bound, as everywhere).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rubberband.plan.table import StageEntry, StageTable
+from rubberband.profiles.cloud import CloudProfile, Market
+from rubberband.profiles.model import ModelProfile
+from rubberband.simulator.engine import simulate
+from rubberband.simulator.result import SimResult
+
+
+class VariantTable:
+    """Several ``StageTable``s of one job (one per instance type and trials per GPU) as one table.
+
+    Args:
+        tables: the variants; all of the same spec, samples and seed (build them with one
+            ``draws``). Each may plan by its own part of ``model`` (``usable_profile``).
+        model: the profile every variant's GPUs were measured by, which full simulations use.
+    """
+
+    def __init__(self, tables: Sequence[StageTable], model: ModelProfile):
+        first = tables[0]
+        self.tables = list(tables)
+        self.model = model
+        self.spec, self.samples, self.seed, self.draws = first.spec, first.samples, first.seed, first.draws
+        self.type_names = list(dict.fromkeys(t.cloud.instance_type for t in tables))
+        self.type_of = [self.type_names.index(t.cloud.instance_type) for t in tables]
+        self.state_types = len(self.type_names)
+        self.per_instance = all(t.per_instance for t in tables)
+        self.fast_s = [min(t.fast_s[i] for t in tables) for i in range(first.num_stages)]
+        self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
+
+    @property
+    def num_stages(self) -> int:
+        return self.tables[0].num_stages
+
+    @property
+    def cloud(self) -> CloudProfile:
+        """The first variant's type (for messages)."""
+        return self.tables[0].cloud
+
+    @property
+    def clouds(self) -> dict[str, CloudProfile]:
+        """Each type's profile, by name."""
+        return {t.cloud.instance_type: t.cloud for t in reversed(self.tables)}
+
+    def _split(self, key: int) -> tuple[int, StageTable]:
+        a, v = divmod(int(key), len(self.tables))
+        return a, self.tables[v]
+
+    def optimistic(self) -> VariantTable:
+        """``StageTable.optimistic`` of every variant (full simulations stay shared)."""
+        view = copy.copy(self)
+        view.tables = [t.optimistic() for t in self.tables]
+        return view
+
+    def for_markets(self, markets: Sequence[Market]) -> VariantTable:
+        """Every variant on other markets per stage (``StageTable.for_markets``)."""
+        other = copy.copy(self)
+        other.tables = [t.for_markets(markets) for t in self.tables]
+        other.fast_s = [min(t.fast_s[i] for t in other.tables) for i in range(self.num_stages)]
+        other._simulations = {}
+        return other
+
+    @property
+    def markets(self) -> tuple[Market, ...]:
+        return self.tables[0].markets
+
+    def candidates(self, stage: int, deadline_s: float = math.inf) -> list[int]:
+        """Every variant's candidate keys, ascending; with a deadline, without queued ones that
+        cannot meet it even if every other stage ran at its fastest in any variant."""
+        V = len(self.tables)
+        if deadline_s == math.inf:
+            return sorted(a * V + v for v, t in enumerate(self.tables) for a in t.candidates(stage))
+        others = sum(self.fast_s) - self.fast_s[stage]
+        return sorted(a * V + v for v, t in enumerate(self.tables) for a in t.candidates(stage)
+                      if t.parallel(stage, a) or a in t.entries[stage]
+                      or t.queue_bound_s_stage(stage, a) + others <= deadline_s)
+
+    def parallel(self, stage: int, key: int) -> bool:
+        a, table = self._split(key)
+        return table.parallel(stage, a)
+
+    def need(self, stage: int, key: int) -> int:
+        """The state of the fewest instances a key needs: count and type."""
+        a, v = divmod(int(key), len(self.tables))
+        return self.tables[v].need(stage, a) * self.state_types + self.type_of[v]
+
+    def entry(self, stage: int, key: int) -> StageEntry:
+        a, table = self._split(key)
+        return table.entry(stage, a)
+
+    def simulated_cheaply(self, stage: int, key: int) -> bool:
+        a, table = self._split(key)
+        return table.simulated_cheaply(stage, a)
+
+    def stage_bounds(self, stage: int, key: int) -> tuple[float, float]:
+        a, table = self._split(key)
+        return table.stage_bounds(stage, a)
+
+    def stage_many(self, i: int, allocations: np.ndarray, held: np.ndarray,
+                   previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``StageTable.stage_many`` of each key's variant, from nothing held after another type."""
+        allocations, held, previous = np.broadcast_arrays(np.asarray(allocations), np.asarray(held),
+                                                          np.asarray(previous))
+        a, v = np.divmod(allocations, len(self.tables))
+        h = held // self.state_types
+        prev_h, prev_t = np.divmod(previous, self.state_types)
+        duration, cost = np.zeros(allocations.shape), np.zeros(allocations.shape)
+        for var in np.unique(v):
+            rows = v == var
+            prev = np.where(prev_t[rows] == self.type_of[var], prev_h[rows], 0)
+            duration[rows], cost[rows] = self.tables[var].stage_many(i, a[rows], h[rows], prev)
+        return duration, cost
+
+    def stage_grid(self, i: int, allocations: np.ndarray, held: np.ndarray,
+                   previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.stage_many(i, allocations[None, :], held[None, :], previous[:, None])
+
+    def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        jct = np.zeros(len(allocations))
+        cost = np.zeros(len(allocations))
+        previous = np.zeros(len(allocations), dtype=np.int64)
+        for i in range(self.num_stages):
+            d, c = self.stage_many(i, allocations[:, i], held[:, i], previous)
+            jct, cost, previous = jct + d, cost + c, held[:, i]
+        return jct, cost
+
+    def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:
+        held = [self.need(i, a) for i, a in enumerate(allocation)] if held is None else held
+        jct, cost = self.evaluate_many(np.array([allocation], dtype=np.int64), np.array([held], dtype=np.int64))
+        return float(jct[0]), float(cost[0])
+
+    def plan_fields(self, allocation: Sequence[int], held: Sequence[int]) -> dict[str, Any]:
+        """A plan's ``Plan`` fields from its keys: allocation, instances, types, trials per GPU."""
+        fields: dict[str, list] = {"allocation": [], "instances": [], "instance_types": [], "trials_per_gpu": [],
+                                   "spot_instances": []}
+        for i, (key, state) in enumerate(zip(allocation, held)):
+            a, table = self._split(key)
+            h = int(state) // self.state_types
+            fields["allocation"].append(a)
+            fields["instances"].append(h)
+            fields["instance_types"].append(table.cloud.instance_type)
+            fields["trials_per_gpu"].append(table.k)
+            fields["spot_instances"].append(h if table.markets[i] is Market.SPOT else 0)
+        out: dict[str, Any] = {k: tuple(v) for k, v in fields.items()}
+        types = set(out["instance_types"])
+        out["cloud"] = self.clouds[out["instance_types"][0]]
+        out["type_clouds"] = {name: c for name, c in self.clouds.items() if name in types} if len(types) > 1 else {}
+        if len(types) == 1:
+            out["instance_types"] = ()
+        if all(k == 1 for k in out["trials_per_gpu"]):
+            out["trials_per_gpu"] = ()
+        return out
+
+    def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
+        """The full simulation of a plan's keys, once."""
+        key = (tuple(int(a) for a in allocation), tuple(int(h) for h in held))
+        if key not in self._simulations:
+            f = self.plan_fields(*key)
+            self._simulations[key] = simulate(
+                self.spec, f["allocation"], self.model, self.clouds if f["instance_types"] else f["cloud"],
+                samples=self.samples, seed=self.seed, instances=f["instances"], draws=self.draws,
+                spot_instances=f["spot_instances"], trials_per_gpu=f["trials_per_gpu"] or None,
+                instance_types=f["instance_types"] or None)
+        return self._simulations[key]
+
+    def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
+        return self._simulations.get((tuple(int(a) for a in allocation), tuple(int(h) for h in held)))
+
+    def spot_instances(self, held: Sequence[int]) -> tuple[int, ...]:
+        return tuple(int(h) // self.state_types if m is Market.SPOT else 0 for h, m in zip(held, self.markets))
+
+    def static_candidates(self, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list:
+        """Each unpacked variant's static clusters, as keys."""
+        from rubberband.plan.policies import Candidate, static_candidates
+
+        V, T, out = len(self.tables), self.state_types, []
+        for v, table in enumerate(self.tables):
+            if table.k != 1:
+                continue
+            for c in static_candidates(table, deadline_s, cost_cap):
+                out.append(Candidate(tuple(a * V + v for a in c.allocation),
+                                     tuple(h * T + self.type_of[v] for h in c.instances), c.jct_s, c.cost_usd, c.note))
+        return out
