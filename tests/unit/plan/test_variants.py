@@ -1,0 +1,227 @@
+"""Per-stage instance types and trials per GPU (plan/variants.py, issue #14 items 3-4, #16 item 3):
+the search agrees with brute force, a type change is the simulator's, packing where it pays,
+profiles per GPU model, and the plan's new fields in JSON and check_plan."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rubberband import ExperimentSpec, ModelProfile, SpecError, load_experiment
+from rubberband.plan import Plan, check_plan, compile_plan, simulate_plan
+from rubberband.plan.compile import usable_profile, variant_tables
+from rubberband.plan.search import pareto_front
+from rubberband.plan.variants import VariantTable
+from rubberband.profiles.cloud import Market
+
+ROOT = Path(__file__).resolve().parents[3]
+P3 = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")
+
+
+@cache
+def fig12():
+    return load_experiment(ROOT / "experiments" / "resnet50_sha512.yaml")
+
+
+def p3_catalog(dataset_gb: float = 20.0):
+    """The three p3 sizes (1, 4, 8 V100s), with a data cost per launch."""
+    exp = fig12()
+    cat = exp.catalog.with_overrides({**exp.cloud_overrides, "data": {"dataset_gb": dataset_gb, "price_usd_per_gb": 0.02}})
+    return replace(cat, types={k: v for k, v in cat.types.items() if k in P3})
+
+
+def model(packed: dict[int, float] | None = None, startup: float = 5.0, memory_gb: float = 3.0,
+          measured_on: str = "p3.16xlarge", gpus=(1, 2, 4, 8)) -> ModelProfile:
+    """12 s per iteration on 1 GPU scaling as the Figure 12 curve; ``packed[k]``: the packed
+    latency of one trial as a multiple of the solo one."""
+    data = {"name": "m", "iter_latency_s": {g: {"dist": "normal", "mean": 12 * (0.05 + 0.95 / g),
+                                                "std": 1.2 * (0.05 + 0.95 / g)} for g in gpus},
+            "trial_startup_s": {"dist": "constant", "value": startup}, "sync_s": {"dist": "constant", "value": 1.0},
+            "gpu_memory_gb_per_trial": memory_gb, "measured_on": {"instance_type": measured_on}}
+    if packed:
+        data["packed_iter_latency_s"] = {k: {"dist": "normal", "mean": 12 * f, "std": 1.2 * f} for k, f in packed.items()}
+    return ModelProfile.from_dict(data)
+
+
+def brute_force_cheapest(table: VariantTable, deadline_s: float) -> float:
+    """The least surrogate cost of any plan meeting ``deadline_s``: every key per stage, holding
+    what it needs or what a later stage's key of the same type needs (the search space)."""
+    n, T = table.num_stages, table.state_types
+    keys = [table.candidates(i) for i in range(n)]
+    needs = [{k: table.need(i, k) for k in keys[i]} for i in range(n)]
+    options = []
+    for i in range(n):
+        later = {h for j in range(i + 1, n) for h in needs[j].values()}
+        options.append([(k, h) for k in keys[i] for h in {needs[i][k]} | {h for h in later
+                        if h > needs[i][k] and h % T == needs[i][k] % T}])
+    combos = list(itertools.product(*options))
+    alloc = np.array([[k for k, _ in c] for c in combos], dtype=np.int64)
+    held = np.array([[h for _, h in c] for c in combos], dtype=np.int64)
+    jct, cost = table.evaluate_many(alloc, held)
+    ok = jct <= deadline_s * (1 + 1e-9)
+    return float(cost[ok].min()) if ok.any() else float("inf")
+
+
+def small_variants(samples: int = 20) -> VariantTable:
+    spec = ExperimentSpec.sha(8, 2, 8, 2)           # 8x2, 4x2, 2x4 (, 1x...) iterations
+    m = model({2: 1.3, 4: 2.2}, gpus=(1, 2, 4))
+    cat = p3_catalog()
+    tables, draws = [], None
+    for name, G in (("p3.2xlarge", 1), ("p3.8xlarge", 4)):
+        own = variant_tables(spec, usable_profile(m, 4, G), cat.get(name), samples, 7, draws)
+        draws = own[0].draws
+        tables += own
+    return VariantTable(tables, m)
+
+
+@pytest.mark.parametrize("deadline_s", [120.0, 200.0, 400.0, 5000.0])
+def test_the_per_stage_search_agrees_with_brute_force(deadline_s):
+    table = small_variants()
+    assert table.state_types == 2 and len(table.tables) == 6     # 2 types x k in (1, 2, 4)
+    front = pareto_front(table, deadline_s)
+    best = min((table.evaluate(a, h)[1] for a, h in front), default=float("inf"))
+    assert best == pytest.approx(brute_force_cheapest(table, deadline_s), rel=1e-9)
+
+
+def test_a_change_of_type_is_what_the_simulator_does():
+    """Mean JCT adds up exactly over stages, also across a change of type (the new type launches
+    everything); the surrogate cost bounds the billed one from below."""
+    table = small_variants(samples=50)
+    V, T = len(table.tables), table.state_types
+    narrow, wide = 0, 3                 # variants: p3.2xlarge k=1, p3.8xlarge k=1
+    alloc = (8 * V + narrow, 4 * V + wide, 8 * V + wide, 4 * V + wide)[:table.num_stages]
+    held = tuple(table.need(i, k) for i, k in enumerate(alloc))
+    jct, cost = table.evaluate(alloc, held)
+    result = table.simulate(alloc, held)
+    assert result.instance_types[:2] == ("p3.2xlarge", "p3.8xlarge")
+    assert result.stages[1].new_instances == held[1] // T        # nothing carried over from the 1-GPU instances
+    assert result.mean_jct_s == pytest.approx(jct, rel=1e-9)
+    assert cost <= result.mean_cost_usd + 1e-9
+
+
+@cache
+def shapes_plan(deadline_s: float = 3000.0):
+    """27 1-GPU trials first, one 8-GPU trial last: stages that want different instance shapes."""
+    spec = ExperimentSpec.sha(27, 4, 108, 3)
+    return compile_plan(spec, model(), p3_catalog(), deadline_s, instance_type="auto", samples=60)
+
+
+def test_auto_chooses_a_type_per_stage_when_stages_want_different_shapes():
+    plan = shapes_plan()
+    assert len(set(plan.instance_types)) > 1
+    singles = [c for c in plan.considered if c["policy"] == "optimal" and "infeasible" not in c]
+    assert {c["instance_type"] for c in singles} >= {"p3.8xlarge", "p3.16xlarge"}
+    assert plan.predicted.mean_cost_usd < min(c["cost_usd_mean"] for c in singles)
+    assert any(c["policy"] == "optimal, type per stage" for c in plan.considered)
+    again = simulate_plan(plan, model())
+    assert again.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-12)
+    assert again.instance_types == plan.instance_types
+
+
+@pytest.mark.parametrize("deadline_s", [2400.0, 6000.0])
+def test_a_per_stage_plan_is_never_dearer_than_the_best_single_type(deadline_s):
+    plan = shapes_plan(deadline_s)
+    singles = [c["cost_usd_mean"] for c in plan.considered if c["policy"] == "optimal" and "infeasible" not in c]
+    assert plan.predicted.mean_cost_usd <= min(singles) + 1e-9
+
+
+def test_the_plan_json_keeps_types_and_packing_and_check_plan_simulates_them():
+    plan = shapes_plan()
+    back = Plan.from_json(plan.to_json())
+    assert back.instance_types == plan.instance_types and set(back.type_clouds) == set(plan.instance_types)
+    checked = check_plan(back, plan.spec, model(), p3_catalog(), samples=60)
+    assert checked.predicted.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-9)
+    data = json.loads(plan.to_json())
+    data["instance_types"][0] = "p3.24xlarge"
+    with pytest.raises(SpecError, match=r"plan.instance_types\[0\]: 'p3.24xlarge' has no profile"):
+        Plan.from_json(json.dumps(data))
+    data["type_clouds"]["p3.24xlarge"] = data["type_clouds"][plan.instance_types[1]]
+    data["type_clouds"]["p3.24xlarge"]["instance_type"] = "p3.24xlarge"
+    edited = Plan.from_json(json.dumps(data))
+    with pytest.raises(SpecError, match=r"plan.instance_types\[0\]: 'p3.24xlarge' is not in"):
+        check_plan(edited, plan.spec, model(), p3_catalog())
+
+
+# --- packing --------------------------------------------------------------------------------------
+
+SHA256 = ExperimentSpec.sha(256, 1, 64, 4)
+
+
+def packing_plans(packed, startup=5.0, memory_gb=3.0, deadline_s=3600.0):
+    cloud = p3_catalog().get("p3.2xlarge")
+    with_packing = compile_plan(SHA256, model(packed, startup, memory_gb), cloud, deadline_s, samples=60)
+    without = compile_plan(SHA256, model(None, startup, memory_gb), cloud, deadline_s, samples=60)
+    return with_packing, without
+
+
+def test_the_optimal_plan_packs_where_four_trials_cost_2_2x_and_is_far_cheaper():
+    packed, alone = packing_plans({2: 1.3, 4: 2.2})
+    assert 4 in packed.trials_per_gpu and alone.trials_per_gpu == ()
+    assert alone.predicted.mean_cost_usd >= 1.3 * packed.predicted.mean_cost_usd
+    assert packed.predicted.mean_jct_s <= 3600.0
+    again = simulate_plan(packed, model({2: 1.3, 4: 2.2}))
+    assert again.trials_per_gpu == packed.trials_per_gpu
+    assert again.mean_cost_usd == pytest.approx(packed.predicted.mean_cost_usd, rel=1e-12)
+
+
+def test_no_packing_where_it_gives_no_throughput():
+    packed, alone = packing_plans({2: 2.0, 4: 4.0}, startup=0.0)
+    assert packed.trials_per_gpu == ()
+    assert packed.predicted.mean_cost_usd == pytest.approx(alone.predicted.mean_cost_usd, rel=1e-12)
+
+
+def test_packing_stays_within_the_gpu_memory():
+    packed, _ = packing_plans({2: 1.3, 4: 2.2}, memory_gb=6.0)     # 16 GB V100s hold two 6 GB trials
+    assert max(packed.packing) == 2
+
+
+# --- profiles per GPU model -------------------------------------------------------------------------
+
+def test_profiles_per_gpu_model_plan_each_type_by_its_own_and_list_the_skipped_types():
+    exp = fig12()
+    cat = exp.catalog.with_overrides(exp.cloud_overrides)
+    cat = replace(cat, types={k: v for k, v in cat.types.items() if k in ("p3.2xlarge", "g4dn.xlarge", "g5.xlarge")})
+    spec = ExperimentSpec.sha(8, 2, 8, 2)
+    fast = model(measured_on="p3.2xlarge", gpus=(1,))
+    slow = ModelProfile.from_dict({**fast.to_dict(), "measured_on": {}, "iter_latency_s": {1: {"dist": "normal", "mean": 30.0,
+                                                                                              "std": 3.0}}})
+    plan = compile_plan(spec, {"V100": fast, "T4": slow}, cat, 3600.0, instance_type="auto", samples=30)
+    assert plan.info["skipped"] == {"g5.xlarge": "no A10G model profile"}
+    rows = {c["instance_type"]: c for c in plan.considered if c["policy"] == "optimal"}
+    assert set(rows) == {"p3.2xlarge", "g4dn.xlarge"}
+    # The T4 type is planned by the T4 profile: 30 s per iteration, not 12.
+    t4 = compile_plan(spec, slow.replace(measured_on={"gpu_model": "T4"}), cat.get("g4dn.xlarge"), 3600.0, samples=30)
+    assert rows["g4dn.xlarge"]["cost_usd_mean"] == pytest.approx(t4.predicted.mean_cost_usd, rel=1e-9)
+
+
+@pytest.mark.parametrize("models,message", [
+    ({"K80": "fast"}, r"model\['K80'\]: expected a GPU model name mapped to a ModelProfile"),
+    ({"K80": None}, r"model\['K80'\]: expected a GPU model name mapped to a ModelProfile, got NoneType"),
+    ({"K80": "ok"}, r"model\['K80'\]: no type of .* has K80 GPUs"),
+    ({"V100": "ok", "v100": "ok"}, r"model\['v100'\]: 'V100' and 'v100' name one GPU model"),
+    ({"T4": "ok"}, r"model\['T4'\]: profile 'm' was measured on V100, not T4; key it by V100"),
+    ({}, r"model: expected a model profile, or a mapping of GPU model to profile"),
+])
+def test_bad_profiles_per_gpu_model_are_one_line(models, message):
+    ok = model(measured_on="p3.2xlarge")
+    models = {k: (ok if v == "ok" else v) for k, v in models.items()}
+    with pytest.raises(SpecError, match=message):
+        compile_plan(ExperimentSpec.sha(8, 2, 8, 2), models, fig12().catalog, 3600.0, instance_type="auto", samples=10)
+
+
+# --- market ----------------------------------------------------------------------------------------
+
+def test_a_market_given_with_a_profile_applies_to_it():
+    cloud = p3_catalog().get("p3.8xlarge")         # on-demand, with a spot price
+    spec = ExperimentSpec.sha(8, 2, 8, 2)
+    plan = compile_plan(spec, model(), cloud, 3600.0, samples=20, market="spot")
+    assert plan.cloud.market is Market.SPOT and all(plan.spot_counts)
+    assert compile_plan(spec, model(), cloud, 3600.0, samples=20).spot_counts == (0,) * spec.num_stages()
+    with pytest.raises(SpecError, match="market: p3.8xlarge has no spot_price_usd_per_hour"):
+        compile_plan(spec, model(), cloud.replace(spot_price_usd_per_hour=None), 3600.0, samples=20, market="spot")
