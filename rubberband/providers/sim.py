@@ -12,6 +12,10 @@ profiles; rehearse a wrong profile by passing another):
   trial and stage from the truth's ``iter_latency_s(m)`` (a slow trial stays slow, also
   after a reclaim);
 * a SYNC lasts one ``sync_s`` draw;
+* a plan with an instance type per stage: each request draws from its type's profile (SCALE,
+  INIT, spot market, GPUs per instance) and is billed at its type's prices; a packed stage
+  (``StartTrial.trials_per_gpu`` k > 1) draws ``L`` from ``packed_latency(k)`` and bills a
+  TRAIN per function for ``1/k`` GPU (``docs/model.md``);
 * a spot instance lives an exponential lifetime with the market's ``rate_per_hour`` from its
   SCALE's end, the notice ``notice_s`` before (not before its launch); with a ``trace`` the
   zone's availability is replayed from a random offset: a request waits for capacity, and
@@ -37,6 +41,7 @@ import heapq
 import itertools
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +104,7 @@ class SimInstance:
 
     name: str
     market: Market
+    instance_type: str
     stage_requested: int
     requested_s: float
     launched_s: float             # end of SCALE: billed from here
@@ -139,19 +145,24 @@ class _Train:
     startup: float
     nodes: frozenset[str]
     gpus: int
+    share: float          # GPUs it is billed for per function: ``gpus``, or ``1/k`` packed
 
 
 class SimCluster:
     """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
 
-    def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
+    def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
+                 seed: int = 0,
                  mode: str = "min", replan_with: ModelProfile | None = None,
                  safety_net: ModelProfile | None = None, budget_usd: float | None = None):
         """
         Args:
             plan: the plan to run (its cloud's prices are what instances are billed at).
             model: the truth model: TRAIN, start-up and SYNC latencies are drawn from it.
-            cloud: the truth cloud (SCALE, INIT latencies, the spot market); default ``plan.cloud``.
+            cloud: the truth cloud (SCALE, INIT latencies, the spot market) of the plan's type;
+                default ``plan.cloud``. A plan with a type per stage draws each other type's
+                from its own profile (``plan.type_clouds``); a mapping of type name to profile
+                gives the truth of several.
             seed: one seed for every draw of the rehearsal and the learning curves.
             mode: ``min`` or ``max``: what the scheduler ranks by.
             replan_with: the profile the plan was made from: re-plan at every SYNC on it,
@@ -160,7 +171,12 @@ class SimCluster:
                 net estimating with it (and the plan's cloud); ``None``: no safety net.
             budget_usd: the scheduler's hard budget (``None``: none).
         """
-        self.plan, self.model, self.cloud = plan, model, cloud or plan.cloud
+        self.plan, self.model = plan, model
+        # Each type's planning profile (what its instances are billed at) and truth (what is drawn).
+        self.priced = {c.instance_type: c for c in (plan.cloud, *plan.type_clouds.values(), *plan.stage_clouds)}
+        truth = dict(cloud) if isinstance(cloud, Mapping) else {(cloud or plan.cloud).instance_type: cloud or plan.cloud}
+        self.truth = {**self.priced, **truth}
+        self.cloud = self.truth[plan.instance_type]
         self.seed = int(seed)
         replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
         net = None
@@ -170,8 +186,8 @@ class SimCluster:
         self.curves = LearningCurves(seed, mode)
         self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
                      for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
-        market = self.cloud.spot
-        self._offset = float(self._rng[_OFFSET].uniform(0.0, market.trace.duration_s)) if market.trace else 0.0
+        self._offsets: dict[str, float] = {}      # each type's trace offset, drawn when first asked
+        self._offset(plan.instance_type)
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self.now = 0.0
@@ -218,7 +234,7 @@ class SimCluster:
             if inst.released_s is not None:
                 return None
             if kind == "ready":
-                return InstanceReady(data, self.cloud.gpus_per_instance, inst.launched_s)
+                return InstanceReady(data, self._cloud(inst.instance_type).gpus_per_instance, inst.launched_s)
             if kind == "notice":
                 return ReclaimNotice(data)
             inst.released_s, inst.release_reason = t, "interrupted"
@@ -249,7 +265,7 @@ class SimCluster:
         raise SpecError(f"sim: unknown happening {kind!r}")
 
     def _record(self, trial: str, run: _Train, end: float, iters: int) -> None:
-        self.train_runs.append({"trial": trial, "stage": run.stage, "gpus": run.gpus, "start_s": run.start_s,
+        self.train_runs.append({"trial": trial, "stage": run.stage, "gpus": run.share, "start_s": run.start_s,
                                 "end_s": end, "iters": iters, "iter_s": [run.latency] * iters})
 
     # --- decisions --------------------------------------------------------------------------------
@@ -257,12 +273,13 @@ class SimCluster:
         scale = None      # one SCALE per scale-up: the answer's first non-replacement request draws it
         for d in decisions:
             if isinstance(d, RequestInstances):
+                provision = self._cloud(d.instance_type).provision_latency_s
                 if d.replaces is None:
                     if scale is None:
-                        scale = float(self.cloud.provision_latency_s.sample(self._rng[_SCALE], 1)[0])
+                        scale = float(provision.sample(self._rng[_SCALE], 1)[0])
                     self._launch(d, scale)
                 else:
-                    self._launch(d, float(self.cloud.provision_latency_s.sample(self._rng[_SCALE], 1)[0]))
+                    self._launch(d, float(provision.sample(self._rng[_SCALE], 1)[0]))
             elif isinstance(d, ReleaseInstances):
                 for name in d.names:
                     self._release(name)
@@ -284,24 +301,35 @@ class SimCluster:
             else:
                 raise SpecError(f"sim: unknown decision {d!r}")
 
-    def _zone_next(self, t: float, up: bool) -> float:
-        trace = self.cloud.spot.trace
-        return float(trace.next_change(t + self._offset, up=up)) - self._offset
+    def _cloud(self, itype: str) -> CloudProfile:
+        """The truth profile of an instance type (one a re-plan brought in: the scheduler's)."""
+        return self.truth.get(itype) or self.scheduler.clouds[itype]
+
+    def _offset(self, itype: str) -> float:
+        if itype not in self._offsets:
+            trace = self._cloud(itype).spot.trace
+            self._offsets[itype] = float(self._rng[_OFFSET].uniform(0.0, trace.duration_s)) if trace else 0.0
+        return self._offsets[itype]
+
+    def _zone_next(self, t: float, up: bool, itype: str) -> float:
+        trace, offset = self._cloud(itype).spot.trace, self._offset(itype)
+        return float(trace.next_change(t + offset, up=up)) - offset
 
     def _launch(self, d: RequestInstances, scale: float) -> None:
-        spot = d.market is Market.SPOT
-        market = self.cloud.spot
-        granted = self._zone_next(self.now, up=True) if spot and market.trace else self.now
-        price = (self.plan.cloud.spot_price_usd_per_hour if spot else self.plan.cloud.price_usd_per_hour) or 0.0
+        spot, itype = d.market is Market.SPOT, d.instance_type
+        cloud = self._cloud(itype)
+        market, priced = cloud.spot, self.priced.get(itype, cloud)
+        granted = self._zone_next(self.now, True, itype) if spot and market.trace else self.now
+        price = (priced.spot_price_usd_per_hour if spot else priced.price_usd_per_hour) or 0.0
         for name in d.names:
             launched = granted + scale
-            ready = launched + float(self.cloud.init_latency_s.sample(self._rng[_INIT], 1)[0])
+            ready = launched + float(cloud.init_latency_s.sample(self._rng[_INIT], 1)[0])
             down = math.inf
             if spot and market.trace is not None:
-                down = self._zone_next(launched, up=False)
+                down = self._zone_next(launched, False, itype)
             elif spot and market.rate_per_hour > 0:
                 down = launched + float(self._rng[_LIFE].standard_exponential()) * 3600.0 / market.rate_per_hour
-            self.instances[name] = SimInstance(name, d.market, d.stage, self.now, launched, ready, down,
+            self.instances[name] = SimInstance(name, d.market, itype, d.stage, self.now, launched, ready, down,
                                                price_usd_per_hour=float(price))
             if ready < down:
                 self._push(ready, "ready", name)
@@ -325,19 +353,21 @@ class SimCluster:
             inst = self.instances[n]
             if inst.released_s is not None or inst.ready_s > self.now:
                 raise SpecError(f"sim: trial {d.trial} was placed on instance {n}, which is not up")
-        m = len(d.slots)
+        m, k = len(d.slots), d.trials_per_gpu
         key = (d.trial, d.stage)
         if key not in self._draws:      # once per trial and stage: a slow trial stays slow after a reclaim
-            self._draws[key] = (float(self.model.latency(m).sample(self._rng[_TRAIN], 1)[0]),
+            dist = self.model.packed_latency(k) if k > 1 else self.model.latency(m)
+            self._draws[key] = (float(dist.sample(self._rng[_TRAIN], 1)[0]),
                                 float(self.model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
         latency, startup = self._draws[key]
         step0 = self.scheduler.trials[d.trial].step
-        run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m)
+        run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m, m / k)
         self._trains[d.trial] = run
         self._push(self.now + startup + d.iters * latency, "train", (d.trial, run.token))
 
 
-def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | None = None, seed: int = 0,
+def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
+                  seed: int = 0,
                   mode: str = "min", replan_with: ModelProfile | None = None,
                   safety_net: ModelProfile | None = None, budget_usd: float | None = None) -> SimRun:
     """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's),

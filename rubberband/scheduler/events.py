@@ -116,12 +116,15 @@ class ReleaseInstances:
 @dataclass(frozen=True)
 class StartTrial:
     """Train ``trial`` for ``iters`` more iterations on ``slots`` (its gang: started, resumed
-    from its checkpoint, or kept if it already runs there). A TRAIN node: start-up included."""
+    from its checkpoint, or kept if it already runs there). A TRAIN node: start-up included.
+    ``trials_per_gpu`` > 1: a packed stage, the one slot is shared by up to that many trials
+    (each takes ``1/trials_per_gpu`` of the GPU)."""
 
     trial: str
     stage: int
     slots: tuple[Slot, ...]
     iters: int
+    trials_per_gpu: int = 1
 
 
 @dataclass(frozen=True)

@@ -91,12 +91,14 @@ class Replanner:
         self._sum = 0.0
         self._n = 0
 
-    def observe(self, gpus: int, iters: int, duration_s: float) -> None:
-        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial that ran uninterrupted."""
+    def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1) -> None:
+        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial (packed: ``trials_per_gpu``
+        to a GPU, measured against the packed latency) that ran uninterrupted."""
         if iters <= 0:
             return
         per_iter = (duration_s - self.model.trial_startup_s.mean) / iters
-        mean = self.model.latency(gpus).mean
+        latency = self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
+        mean = latency.mean
         if per_iter > 0 and mean > 0:
             self._sum += math.log(per_iter / mean)
             self._n += 1
@@ -123,10 +125,12 @@ class Replanner:
         return remaining_s + cloud.provision_latency_s.mean + cloud.init_latency_s.mean
 
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
-               spot: list[int], market: Market | None = None, trigger: str = "sync") -> tuple[Plan, Replan] | None:
+               spot: list[int], market: Market | None = None, trigger: str = "sync",
+               types: list[str] | None = None, packing: list[int] | None = None) -> tuple[Plan, Replan] | None:
         """At the SYNC ending stage ``sync`` (at ``now``), the plan of stages ``sync+1..`` to
         switch to, with its ``Replan`` record, or ``None`` to keep the current one; ``market``
-        overrides the plan's (the safety net has moved the job to on-demand)."""
+        overrides the plan's (the safety net has moved the job to on-demand); ``types`` and
+        ``packing``: each stage's instance type and trials per GPU now (default: the plan's)."""
         first = sync + 1
         remaining = self.plan.deadline_s - now
         if first >= self.plan.spec.num_stages() or not math.isfinite(remaining) or remaining <= 0:
@@ -134,8 +138,13 @@ class Replanner:
         spec = self.plan.spec
         sub = ExperimentSpec(spec.stages[first:], tuple(b - first for b in spec.bracket_starts if b > first), spec.eta)
         model, cloud = self.corrected(), self.plan.cloud
-        old = simulate(sub, allocation[first:], model, cloud, samples=self.samples, seed=self.seed,
-                       instances=instances[first:], spot_instances=spot[first:])
+        types = list(types or [c.instance_type for c in self.plan.stage_clouds])
+        packing = list(packing or self.plan.packing)
+        several = len(set(types)) > 1 or types[0] != cloud.instance_type
+        old = simulate(sub, allocation[first:], model, {**self.plan.type_clouds, cloud.instance_type: cloud}
+                       if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
+                       spot_instances=spot[first:], trials_per_gpu=packing[first:],
+                       instance_types=types[first:] if several else None)
         old_left = self._time_left(remaining, instances[first], instances[sync])
         mixed = any(0 < s < h for s, h in zip(spot, instances))
         policy = self.plan.policy if self.plan.policy != "manual" else "optimal"
@@ -145,7 +154,9 @@ class Replanner:
                                market=market or ("auto" if mixed else cloud.market))
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed)
-        if tuple(new.allocation) == tuple(allocation[first:]) and tuple(new.instances) == tuple(instances[first:]):
+        same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
+                list(new.packing)) == (tuple(allocation[first:]), tuple(instances[first:]), types[first:], packing[first:])
+        if same:
             return None
         new_left = self._time_left(remaining, new.instances[0], instances[sync])
         slack = MISS_TOLERANCE * self.plan.deadline_s

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Mapping
 from statistics import NormalDist
 
 from rubberband.errors import SpecError
@@ -65,16 +66,21 @@ class SafetyNet:
         self.needed_s = replacements * self.scale_s
         self.sync_s = model.sync_s.mean
 
-    def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0) -> float:
-        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs in a stage of ``trials`` trials,
-        as long as the stage's slowest is expected to be (module docstring)."""
-        d = self.model.latency(gpus)
+    def latency(self, gpus: int, trials_per_gpu: int = 1):
+        """Seconds per iteration of a trial on ``gpus`` GPUs, or packed ``trials_per_gpu`` to a GPU."""
+        return self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
+
+    def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0, trials_per_gpu: int = 1) -> float:
+        """One TRAIN of ``iters`` iterations on ``gpus`` GPUs (packed: ``trials_per_gpu`` to a
+        GPU) in a stage of ``trials`` trials, as long as the stage's slowest is expected to be
+        (module docstring)."""
+        d = self.latency(gpus, trials_per_gpu)
         z = NormalDist().inv_cdf((trials - 0.375) / (trials + 0.25)) if trials > 1 else 0.0
         return self.model.trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
 
-    def train_var(self, gpus: int, iters: float, factor: float = 1.0) -> float:
+    def train_var(self, gpus: int, iters: float, factor: float = 1.0, trials_per_gpu: int = 1) -> float:
         """The variance of one TRAIN's ``iters`` iterations (``L`` is drawn once per TRAIN)."""
-        return (iters * self.model.latency(gpus).std * factor) ** 2
+        return (iters * self.latency(gpus, trials_per_gpu).std * factor) ** 2
 
     def late(self, expected_s: float, variance: float) -> float:
         """``T_od`` from its expectation and variance (module docstring)."""
@@ -91,33 +97,47 @@ class SafetyNet:
 
 
 class Budget:
-    """What a run has committed against a hard budget (the module docstring's count)."""
+    """What a run has committed against a hard budget (the module docstring's count).
 
-    def __init__(self, cloud: CloudProfile, budget_usd: float):
+    ``types``: the profile of every instance type the run may hold (a plan with a type per
+    stage); an instance is priced and billed by its own type's profile, ``cloud`` by default."""
+
+    def __init__(self, cloud: CloudProfile, budget_usd: float, types: Mapping[str, CloudProfile] | None = None):
         if not budget_usd > 0:
             raise SpecError(f"--budget: expected a positive amount of dollars, got {budget_usd}")
-        if cloud.billing.model is BillingModel.PER_FUNCTION:
+        self.types = {cloud.instance_type: cloud, **(types or {})}
+        if any(c.billing.model is BillingModel.PER_FUNCTION for c in self.types.values()):
             raise SpecError("--budget: the budget guard counts instance time; this cloud profile bills per function")
         self.cloud, self.usd = cloud, float(budget_usd)
         self.closed_usd = 0.0           # instances already released or lost
 
-    def hourly(self, market: Market) -> float:
-        if market is Market.SPOT and self.cloud.spot_price_usd_per_hour is not None:
-            return float(self.cloud.spot_price_usd_per_hour)
-        return float(self.cloud.price_usd_per_hour)
+    def _of(self, itype: str | None) -> CloudProfile:
+        return self.types.get(itype, self.cloud) if itype else self.cloud
 
-    def minimum_usd(self, market: Market) -> float:
+    def hourly(self, market: Market, itype: str | None = None) -> float:
+        cloud = self._of(itype)
+        if market is Market.SPOT and cloud.spot_price_usd_per_hour is not None:
+            return float(cloud.spot_price_usd_per_hour)
+        return float(cloud.price_usd_per_hour)
+
+    def minimum_usd(self, market: Market, itype: str | None = None) -> float:
         """The least one more instance on ``market`` costs: its minimum charge and its data."""
-        return self.hourly(market) * self.cloud.billing.minimum_s / 3600.0 + self.cloud.data.usd_per_launch
+        cloud = self._of(itype)
+        return self.hourly(market, itype) * cloud.billing.minimum_s / 3600.0 + cloud.data.usd_per_launch
 
-    def instance_usd(self, market: Market, since_s: float, until_s: float) -> float:
-        billed = float(billed_seconds(max(until_s - since_s, 0.0), self.cloud.billing))
-        return billed * self.hourly(market) / 3600.0 + self.cloud.data.usd_per_launch
+    def instance_usd(self, market: Market, since_s: float, until_s: float, itype: str | None = None) -> float:
+        cloud = self._of(itype)
+        billed = float(billed_seconds(max(until_s - since_s, 0.0), cloud.billing))
+        return billed * self.hourly(market, itype) / 3600.0 + cloud.data.usd_per_launch
 
-    def granularity_usd(self, markets: list[Market]) -> float:
-        """What one more billing granule (at least a second) of these instances costs."""
-        step = max(self.cloud.billing.granularity_s, WAKE_RESOLUTION_S)
-        return step * sum(self.hourly(m) for m in markets) / 3600.0
+    def granularity_usd(self, held: list[tuple[Market, str | None]]) -> float:
+        """What one more billing granule (at least a second) of these instances (market, type) costs."""
+        return sum(max(self._of(t).billing.granularity_s, WAKE_RESOLUTION_S) * self.hourly(m, t)
+                   for m, t in held) / 3600.0
+
+    def usd_per_s(self, held: list[tuple[Market, str | None]]) -> float:
+        """What these instances (market, type) cost per second."""
+        return sum(self.hourly(m, t) for m, t in held) / 3600.0
 
 
 def cheapest_run_usd(spec, model: ModelProfile, cloud: CloudProfile) -> float:

@@ -15,6 +15,15 @@ It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
   ``rubberband.placement.place`` (unchanged trials stay where they are). When trials queue,
   a finished trial hands its GPUs to the next queued one; a trial whose instance was lost
   goes to the front of the queue.
+* **Instance types and packing** (``docs/model.md``). Stage ``i`` holds instances of its own
+  type (``plan.instance_types``; node type = type x market); at a SYNC before a change of
+  type every instance of the old type is released, its survivors paused (checkpointed) first,
+  and the new stage requests all its instances of the new type. A packed stage
+  (``plan.trials_per_gpu`` k > 1, 1-GPU trials) runs ``min(n, a * k)`` trials at once, placed
+  ``k`` to a GPU on its ``a`` GPUs by ``rubberband.placement.place_packed`` (``StartTrial``
+  says ``trials_per_gpu``); a freed share takes the next queued trial. Survivors stay where
+  they are across a SYNC only between unpacked stages of one type; the others are paused
+  and placed anew (resized from their checkpoints).
 * **Promotion.** At each SYNC the stage's trials are ranked by metric (``mode`` min or max;
   a stable sort, so ties keep the order they ran in; a missing or NaN metric ranks last)
   and the best ``n_{i+1}`` go on, unless the next stage starts a new HyperBand bracket —
@@ -68,7 +77,16 @@ import math
 from dataclasses import dataclass, field
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.placement import InfeasiblePlacementError, Placement, Slot, place, scale_down_plan
+from rubberband.placement import (
+    InfeasiblePlacementError,
+    PackedDemand,
+    PackedPlacement,
+    Placement,
+    Slot,
+    place,
+    place_packed,
+    scale_down_plan,
+)
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
 from rubberband.scheduler.events import (
@@ -117,6 +135,7 @@ class _Instance:
     name: str
     market: Market
     position: int
+    itype: str
     gpus: int = 0
     requested_s: float = 0.0
     ready: bool = False
@@ -129,6 +148,7 @@ class _Instance:
 class _Position:
     seq: int
     market: Market
+    itype: str                       # its instance type: every instance filling it is of it
     current: str                     # the instance filling it (ready or still provisioning)
     old: list[str] = field(default_factory=list)   # noticed instances still alive
 
@@ -155,7 +175,10 @@ class Scheduler:
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self.plan, self.spec, self.mode, self.replanner = plan, plan.spec, mode, replanner
         self.keep_warm, self.net = keep_warm, safety_net
-        self.budget = Budget(plan.cloud, budget_usd) if budget_usd is not None else None
+        # Each stage's instance type (node type = type x market) and trials per GPU (packing).
+        self.types, self.packing = [c.instance_type for c in plan.stage_clouds], list(plan.packing)
+        self.clouds = {c.instance_type: c for c in (plan.cloud, *plan.stage_clouds)}
+        self.budget = Budget(plan.cloud, budget_usd, self.clouds) if budget_usd is not None else None
         # How long the current stage has left, for a re-plan at a reclaim: the net's estimate.
         self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s)
                                         if replanner is not None and math.isfinite(plan.deadline_s) else None)
@@ -224,7 +247,7 @@ class Scheduler:
         return self.budget.usd - spent
 
     def _open_usd(self, budget: Budget, x: _Instance) -> float:
-        return budget.instance_usd(x.market, x.launched_s if x.ready else x.requested_s, self._now)
+        return budget.instance_usd(x.market, x.launched_s if x.ready else x.requested_s, self._now, x.itype)
 
     # --- the guards ------------------------------------------------------------------------------
     def _guard(self, out: list[Decision]) -> list[Decision]:
@@ -235,13 +258,13 @@ class Scheduler:
         wakes: list[float] = []
         if self.budget is not None:
             left = self.budget_left()
-            markets = [x.market for x in self.instances.values()]
-            granule = self.budget.granularity_usd(markets)
+            held = [(x.market, x.itype) for x in self.instances.values()]
+            granule = self.budget.granularity_usd(held)
             if left < 2 * granule:
                 return out + self._stop(f"budget: {format_usd(self.budget.usd - left)} of {format_usd(self.budget.usd)} "
                                         "spent; one more billing second would break it")
-            if markets:
-                rate = granule / max(self.budget.cloud.billing.granularity_s, WAKE_RESOLUTION_S)
+            if held:
+                rate = self.budget.usd_per_s(held)
                 wakes.append(self._now + max((left - 2 * granule) / rate, WAKE_RESOLUTION_S))
         if self.net is not None and not self.switches and self._on_spot():
             slack = self.net.deadline_s - self._now - self._finish_on_demand_s()
@@ -270,18 +293,20 @@ class Scheduler:
         if self.phase == "sync":
             return net.sync_s, 0.0
         f, m, n = self._factor(), self.gpus_per_trial[self.stage], self.spec.stages[self.stage].num_trials
+        packed = self.packing[self.stage]
         busy, most = [], 0.0
         for tid, (start, iters, gpus) in self._began.items():
             if self.trials[tid].running:
-                busy.append(max(start + net.train_s(gpus, iters, n, f) - self._now, 0.0))
-                pace = self.replanner.model.latency(gpus).mean if self.replanner else net.model.latency(gpus).mean
+                busy.append(max(start + net.train_s(gpus, iters, n, f, packed) - self._now, 0.0))
+                model = self.replanner.model if self.replanner else net.model
+                pace = (model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
                 most = max(most, iters - max(self._now - start, 0.0) / (pace * f))
         queued = [self.trials[t].target - self.trials[t].step for t in self.queue]
-        left = net.stage_s(busy, [net.train_s(m, k, n, f) for k in queued], self._concurrency())
+        left = net.stage_s(busy, [net.train_s(m, k, n, f, packed) for k in queued], self._concurrency())
         if self.phase == "scaling":        # what is left of the scale-up, on on-demand
             left += max(net.scale_s - (self._now - self._scale_began), 0.0)
         waves = math.ceil(len(queued) / max(self._concurrency(), 1))
-        var = net.train_var(m, max(most, 0.0), f) + waves * net.train_var(m, max(queued, default=0), f)
+        var = net.train_var(m, max(most, 0.0), f, packed) + waves * net.train_var(m, max(queued, default=0), f, packed)
         return left, var
 
     def _stage_left_s(self, net: SafetyNet) -> float:
@@ -293,11 +318,11 @@ class Scheduler:
         net, spec, f = self.net, self.spec, self._factor()
         total, var = self._stage_left(net)
         for j in range(self.stage + 1, spec.num_stages()):
-            n, k, m = spec.stages[j].num_trials, spec.stages[j].iters, self.gpus_per_trial[j]
-            slots = min(self.allocation[j], n)
-            total += net.stage_s([], [net.train_s(m, k, n, f)] * n, slots)
-            var += math.ceil(n / slots) * net.train_var(m, k, f)
-            if self.held[j] > self.held[j - 1]:
+            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self.gpus_per_trial[j], self.packing[j]
+            slots = min(self.allocation[j] * packed, n)
+            total += net.stage_s([], [net.train_s(m, k, n, f, packed)] * n, slots)
+            var += math.ceil(n / slots) * net.train_var(m, k, f, packed)
+            if self.held[j] > self.held[j - 1] or self.types[j] != self.types[j - 1]:
                 total += net.scale_s
         return net.late(total, var)
 
@@ -305,7 +330,7 @@ class Scheduler:
         """The safety net's switch: the rest of the job on on-demand (module docstring)."""
         i, last = self.stage, self.spec.num_stages() - 1
         spot = sorted((p for p in self.positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
-        refused = self._afford(len(spot), Market.ON_DEMAND)
+        refused = self._afford(len(spot), Market.ON_DEMAND, self.types[i])
         if refused:
             return self._stop(refused)
         record = SafetySwitch(self._now, i, last, slack, self.net.needed_s)
@@ -328,14 +353,14 @@ class Scheduler:
         if cancel:
             out.append(self._release(cancel))
         if fresh:
-            out.append(RequestInstances(tuple(fresh), self.plan.instance_type, Market.ON_DEMAND, i))
+            out.append(RequestInstances(tuple(fresh), self.types[i], Market.ON_DEMAND, i))
         return out
 
     def _replacement(self, pos: _Position) -> str:
         """A new instance for ``pos`` on its market, now its current one."""
         self.replacements += 1
         name = f"i{pos.seq:03d}.{self.replacements}"
-        self.instances[name] = _Instance(name, pos.market, pos.seq, requested_s=self._now)
+        self.instances[name] = _Instance(name, pos.market, pos.seq, pos.itype, requested_s=self._now)
         pos.current = name
         return name
 
@@ -365,17 +390,17 @@ class Scheduler:
             self.waiting.discard(name)
         return ReleaseInstances(tuple(names), self.stage)
 
-    def _afford(self, count: int, market: Market) -> str | None:
-        """Why ``count`` more instances on ``market`` would break the budget (``None``: they would not)."""
+    def _afford(self, count: int, market: Market, itype: str) -> str | None:
+        """Why ``count`` more ``itype`` instances on ``market`` would break the budget (``None``: they would not)."""
         if self.budget is None or count <= 0:
             return None
-        need = count * self.budget.minimum_usd(market)
+        need = count * self.budget.minimum_usd(market, itype)
         left = self.budget_left()
         # The instances held keep billing while the new ones come up: keep a granule for them.
-        if need <= left - self.budget.granularity_usd([x.market for x in self.instances.values()]):
+        if need <= left - self.budget.granularity_usd([(x.market, x.itype) for x in self.instances.values()]):
             return None
         return (f"budget: {format_usd(left)} left of {format_usd(self.budget.usd)} cannot pay the minimum charge of "
-                f"{count} more {self.plan.instance_type} ({market.value}): {format_usd(need)}")
+                f"{count} more {itype} ({market.value}): {format_usd(need)}")
 
     def _stop(self, reason: str) -> list[Decision]:
         """Stop the job now: every trial stopped, every instance released, the best so far reported."""
@@ -411,26 +436,27 @@ class Scheduler:
             trial.target = trial.step + spec.stages[i].iters
         self.finished, self.queue = set(), list(self.active)
         out: list[Decision] = []
-        fresh = {market: count - sum(1 for p in self.positions.values() if p.market is market)
+        itype = self.types[i]
+        fresh = {market: count - sum(1 for p in self.positions.values() if p.market is market and p.itype == itype)
                  for market, count in self._want(i).items()}
         for market, count in fresh.items():
-            refused = self._afford(count, market)
+            refused = self._afford(count, market, itype)
             if refused:
                 return self._stop(refused)
         for market, count in fresh.items():
             if count > 0:
                 names = tuple(self._new_position(market) for _ in range(count))
                 self.waiting.update(names)
-                out.append(RequestInstances(names, self.plan.instance_type, market, i))
+                out.append(RequestInstances(names, itype, market, i))
         if not self.waiting:
             out += self._start_training()
         return out
 
     def _new_position(self, market: Market) -> str:
-        seq = next(self._seq)
+        seq, itype = next(self._seq), self.types[self.stage]
         name = f"i{seq:03d}"
-        self.positions[seq] = _Position(seq, market, name)
-        self.instances[name] = _Instance(name, market, seq, requested_s=self._now)
+        self.positions[seq] = _Position(seq, market, itype, name)
+        self.instances[name] = _Instance(name, market, seq, itype, requested_s=self._now)
         return name
 
     def _start_training(self) -> list[Decision]:
@@ -447,8 +473,11 @@ class Scheduler:
         return out + self._fill()
 
     def _concurrency(self) -> int:
-        i = self.stage
-        return min(self.allocation[i], self.spec.stages[i].num_trials)
+        return self._concurrency_of(self.stage)
+
+    def _concurrency_of(self, i: int) -> int:
+        """How many of stage ``i``'s trials run at once: ``a_i`` (times ``k`` packed) at most."""
+        return min(self.allocation[i] * self.packing[i], self.spec.stages[i].num_trials)
 
     def _fill(self) -> list[Decision]:
         """Start queued trials while the stage has room for them."""
@@ -476,6 +505,16 @@ class Scheduler:
         good = {n for n, _ in nodes}
         previous = {t: s for t, s in self.placement.items() if all(n in good for n, _ in s)}
         others = [t for t in previous if t not in trials]
+        k = self.packing[self.stage]
+        if k > 1:     # 1-GPU trials, k to a GPU (place_packed's worst fit); the others keep their GPUs
+            demand, left, paid = PackedDemand(k), self.allocation[self.stage], []
+            for name, gpus in nodes:       # only the stage's a GPUs, oldest instances first: k to each
+                if left > 0:
+                    paid.append((name, min(gpus, left)))
+                    left -= min(gpus, left)
+            packed = place_packed({t: demand for t in [*others, *trials]}, paid, previous=PackedPlacement(
+                {t: previous[t][0] for t in others}, dict.fromkeys(others, demand)))
+            return {t: (packed.assignments[t],) for t in trials if t in packed.assignments}
         placed = place({**{t: len(previous[t]) for t in others}, **{t: m for t in trials}}, nodes,
                        previous=Placement(previous), reserved=others)
         return {t: placed.assignments[t] for t in trials if t in placed.assignments}
@@ -485,7 +524,7 @@ class Scheduler:
         trial.running = True
         self.placement[tid] = slots
         self._began[tid] = (self._now, trial.target - trial.step, len(slots))
-        return StartTrial(tid, self.stage, slots, trial.target - trial.step)
+        return StartTrial(tid, self.stage, slots, trial.target - trial.step, self.packing[self.stage])
 
     # --- events --------------------------------------------------------------------------------
     def _ready(self, ev: InstanceReady) -> list[Decision]:
@@ -506,7 +545,7 @@ class Scheduler:
         pos = self.positions[inst.position]
         if pos.current != ev.name:
             return []
-        refused = self._afford(1, pos.market)
+        refused = self._afford(1, pos.market, pos.itype)
         if refused:
             return self._stop(refused)
         pos.old.append(ev.name)
@@ -514,7 +553,7 @@ class Scheduler:
         if ev.name in self.waiting:
             self.waiting.discard(ev.name)
             self.waiting.add(fresh)
-        return [RequestInstances((fresh,), self.plan.instance_type, pos.market, self.stage, replaces=ev.name)]
+        return [RequestInstances((fresh,), pos.itype, pos.market, self.stage, replaces=ev.name)]
 
     def _lost(self, ev: InstanceLost) -> list[Decision]:
         inst = self.instances.get(ev.name)
@@ -583,7 +622,7 @@ class Scheduler:
         began = self._began.pop(ev.trial, None)
         if began is not None and self.replanner is not None:
             start, iters, gpus = began
-            self.replanner.observe(gpus, iters, self._now - start)
+            self.replanner.observe(gpus, iters, self._now - start, self.packing[self.stage])
         trial.history.append({"stage": self.stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
         self.finished.add(ev.trial)
         out: list[Decision] = []
@@ -620,7 +659,7 @@ class Scheduler:
                 out.append(StopTrial(tid, eliminated=True))
         target = self._want(i + 1) if not last else self._want(i) if self.keep_warm else \
             {Market.ON_DEMAND: 0, Market.SPOT: 0}
-        out += self._shrink(keep, target)
+        out += self._shrink(keep, target, self.types[i] if last else self.types[i + 1])
         self.active = keep
         if last:
             self.phase = "done"
@@ -636,32 +675,41 @@ class Scheduler:
         at = self._now + (self._stage_left_s(self._estimate) if reclaim else 0.0)
         found = self.replanner.replan(i, at, self.allocation, self.held, self.spot,
                                       market=Market.ON_DEMAND if self.switches else None,
-                                      trigger="reclaim in stage" if reclaim else "sync")
+                                      trigger="reclaim in stage" if reclaim else "sync",
+                                      types=self.types, packing=self.packing)
         if found is None:
             return []
         new, record = found
         first = i + 1
         self.allocation[first:], self.held[first:] = list(new.allocation), list(new.instances)
         self.gpus_per_trial[first:], self.spot[first:] = list(new.gpus_per_trial), list(new.spot_counts)
+        self.types[first:], self.packing[first:] = [c.instance_type for c in new.stage_clouds], list(new.packing)
+        self.clouds.update({c.instance_type: c for c in new.stage_clouds})
+        if self.budget is not None:
+            self.budget.types.update(self.clouds)
         self.replans.append(record)
         return [record]
 
-    def _shrink(self, survivors: list[str], target: dict[Market, int]) -> list[Decision]:
-        """Release the newest positions beyond ``target``, packing the survivors first."""
+    def _shrink(self, survivors: list[str], target: dict[Market, int], itype: str) -> list[Decision]:
+        """Release the newest positions beyond ``target`` of type ``itype`` and every position
+        of another type, packing the survivors first. Survivors stay where they are only when
+        the next stage runs them at the same size, unpacked, on the same type; the others
+        are paused (checkpointed) and placed anew by the next stage."""
         out: list[Decision] = []
         carried: set[str] = set()
-        if survivors:
-            i = self.stage + 1
-            m, slots = self.gpus_per_trial[i], min(self.allocation[i], self.spec.stages[i].num_trials)
+        i = self.stage
+        if survivors and self.types[i + 1] == self.types[i] and self.packing[i] == self.packing[i + 1] == 1:
+            m, slots = self.gpus_per_trial[i + 1], self._concurrency_of(i + 1)
             carried = {t for t in survivors[:slots] if len(self.placement.get(t, ())) == m}
         for tid in list(self.placement):
             on_doomed = any(n not in self.instances or self.instances[n].doomed for n, _ in self.placement[tid])
             if tid not in carried or on_doomed:
                 del self.placement[tid]
                 out.append(StopTrial(tid, eliminated=False))
-        gone: list[_Position] = []
+        gone = [p for p in self.positions.values() if p.itype != itype]
         for market, count in target.items():
-            mine = sorted((p for p in self.positions.values() if p.market is market), key=lambda p: p.seq)
+            mine = sorted((p for p in self.positions.values() if p.market is market and p.itype == itype),
+                          key=lambda p: p.seq)
             gone += mine[count:]
         if not gone:
             return out

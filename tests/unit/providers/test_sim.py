@@ -24,7 +24,7 @@ from rubberband.config import load_experiment
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.spot import SpotMarket
-from rubberband.providers.sim import LearningCurves, check_truth
+from rubberband.providers.sim import LearningCurves, check_truth, rehearse_once
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -221,3 +221,106 @@ def test_a_spot_reclaim_re_plans_the_stages_after_it(resnet101):
     assert (first.trigger, first.sync, first.first_stage) == ("reclaim in stage", 0, 1)
     assert first.line().startswith("reclaim in stage 0: 1.2") and first.factor > 1.1
     assert run.jct_s <= 1500
+
+
+# --- an instance type per stage, and packing (docs/model.md) ------------------------------------
+PACKED_MODEL = MODEL.replace(packed_iter_latency_s={2: Constant(11.0), 4: Constant(18.0)})
+SMALL = const_cloud(G=1, instance_type="small.type", price_usd_per_hour=3.06, spot_price_usd_per_hour=0.9,
+                    provision_latency_s=Constant(7.0), init_latency_s=Constant(3.0), data=DataCost(0.2, 0.1))
+BIG = const_cloud(instance_type="big.type")
+
+
+def typed_plan(spec, allocation, model, clouds, types=None, packing=None, instances=None, samples=2, **kw):
+    """A plan of an instance type per stage (``types``, each in ``clouds``) and trials per GPU
+    (``packing``), predicted by ``simulate`` exactly as the planner does."""
+    from rubberband.plan.plan import Plan
+    from rubberband.simulator import simulate
+
+    first = clouds[types[0]] if types else next(iter(clouds.values()))
+    result = simulate(spec, allocation, model, clouds if types else first, samples=samples, seed=0,
+                      instances=instances, trials_per_gpu=packing, instance_types=types, **kw)
+    return Plan(allocation=result.allocation, instances=result.instances,
+                gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
+                deadline_s=3600.0, policy="manual", spec=spec, cloud=first, samples=samples, seed=0,
+                spot_instances=tuple(kw.get("spot_instances") or ()), instance_types=tuple(types or ()),
+                trials_per_gpu=tuple(packing or ()), type_clouds=dict(clouds) if types else {})
+
+
+TYPED = {
+    # small (1 GPU) -> big (4 GPUs) -> big -> back to small: every change releases all and launches anew.
+    "types small, big, big, small": (ExperimentSpec.from_stages([(8, 2), (4, 3), (2, 4), (1, 5)]), [8, 8, 8, 1],
+                                     {"small.type": SMALL, "big.type": BIG},
+                                     ["small.type", "big.type", "big.type", "small.type"], None, {}),
+    "a type change on spot without reclaims": (
+        ExperimentSpec.from_stages([(8, 2), (2, 4)]), [8, 8],
+        {"small.type": SMALL.replace(market=Market.SPOT, spot=SpotMarket(rate_per_hour=0.0, explicit=True)),
+         "big.type": BIG}, ["small.type", "big.type"], None, {}),
+    # 16 trials, 4 to a GPU; 8, 2 to a GPU; the survivors leave their shared GPU for 4 GPUs each.
+    "packed, then wider": (ExperimentSpec.from_stages([(16, 2), (8, 3), (2, 4)]), [4, 4, 8],
+                           {"big.type": BIG}, None, [4, 2, 1], {}),
+    "packed with a queue": (ExperimentSpec.from_stages([(12, 2), (3, 3)]), [2, 3], {"big.type": BIG}, None, [4, 1], {}),
+    "packed, billed per function": (ExperimentSpec.from_stages([(16, 2), (8, 3), (2, 4)]), [4, 4, 8],
+                                    {"big.type": const_cloud(per_function=True, instance_type="big.type")}, None,
+                                    [4, 2, 1], {}),
+    "packed on two types": (ExperimentSpec.from_stages([(8, 2), (4, 3), (2, 4)]), [2, 4, 2],
+                            {"small.type": SMALL, "big.type": BIG}, ["big.type", "small.type", "big.type"],
+                            [4, 1, 1], {}),
+}
+
+
+@pytest.mark.parametrize("shape", TYPED)
+def test_a_deterministic_rehearsal_of_types_and_packing_is_the_simulator_to_the_cent(shape):
+    spec, allocation, clouds, types, packing, kw = TYPED[shape]
+    plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing, **kw)
+    result = rehearse(plan, PACKED_MODEL, seed=3)
+    assert result.actual["jct_s"] == pytest.approx(plan.predicted.jct_s[0], rel=1e-12)
+    assert result.actual["cost_usd"] == pytest.approx(plan.predicted.cost_usd[0], rel=1e-12)
+    for stage, predicted in zip(result.stages, plan.predicted.stages):
+        assert stage["actual"]["duration_s"] == pytest.approx(predicted.mean_duration_s, rel=1e-12)
+        assert stage["actual"]["cost_usd"] == pytest.approx(predicted.mean_cost_usd, rel=1e-12)
+    records = result.ledger["instances"]
+    assert all(i["released_s"] is not None and i["released_s"] <= result.actual["jct_s"] for i in records)
+    for i, t in enumerate(types or ()):       # each stage launched its own type
+        assert {r["instance_type"] for r in records if r["stage_requested"] == i} <= {t}
+
+
+def test_a_type_change_releases_every_old_instance_at_the_sync_and_launches_the_new_type():
+    spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
+    plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing)
+    records = rehearse(plan, PACKED_MODEL, seed=0).ledger["instances"]
+    small0 = [r for r in records if r["stage_requested"] == 0]
+    big = [r for r in records if r["instance_type"] == "big.type"]
+    assert len(small0) == 8 and all(r["instance_type"] == "small.type" for r in small0)
+    assert len(big) == 2 and {r["stage_requested"] for r in big} == {1}      # stage 2 keeps stage 1's
+    # The small ones went at stage 0's SYNC, before the big ones were requested.
+    assert max(r["released_s"] for r in small0) <= min(r["requested_s"] for r in big)
+    assert [r["stage_requested"] for r in records if r["instance_type"] == "small.type"].count(3) == 1
+
+
+def test_a_packed_stage_draws_the_packed_latency_and_runs_k_trials_per_gpu():
+    spec, allocation, clouds, types, packing, _ = TYPED["packed with a queue"]
+    plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing)
+    run = rehearse_once(plan, PACKED_MODEL, seed=0)
+    first = [r for r in run.train_runs if r["stage"] == 0]
+    assert {r["end_s"] - r["start_s"] for r in first} == {1.0 + 2 * 18.0}     # startup + iters * packed L
+    assert {r["gpus"] for r in first} == {0.25}                               # a 1/4 share of one GPU
+    starts = sorted(r["start_s"] for r in first)
+    assert starts.count(starts[0]) == 8 and len(starts) == 12                 # 2 GPUs x 4; 4 queued
+
+
+@pytest.mark.parametrize("shape", ["types", "packed"])
+def test_random_types_and_packing_conform_over_40_seeds_within_3_percent(resnet101, shape):
+    exp = resnet101
+    if shape == "types":
+        clouds = {t: exp.catalog.get(t) for t in ("p3.2xlarge", "p3.8xlarge")}
+        plan = typed_plan(exp.spec, (32, 20, 12, 8), exp.model, clouds,
+                          ["p3.2xlarge", "p3.8xlarge", "p3.8xlarge", "p3.2xlarge"], samples=1000)
+    else:
+        model = exp.model.replace(packed_iter_latency_s={2: exp.model.latency(1).with_moments(
+            exp.model.latency(1).mean * 1.4, exp.model.latency(1).std * 1.4)})
+        plan = typed_plan(exp.spec, (16, 20, 12, 8), model, {exp.cloud.instance_type: exp.cloud}, None,
+                          [2, 1, 1, 1], samples=1000)
+        exp = replace(exp, model=model)
+    results = [rehearse(plan, exp.model, seed=s, mode=exp.mode) for s in range(40)]
+    assert np.mean([r.actual["jct_s"] for r in results]) == pytest.approx(plan.predicted.mean_jct_s, rel=0.03)
+    assert np.mean([r.actual["cost_usd"] for r in results]) == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03)
