@@ -171,8 +171,19 @@ class CloudProfile:
     @property
     def hourly_usd(self) -> float:
         """The hourly price of the chosen market."""
-        if self.market is Market.SPOT:
-            return float(self.spot_price_usd_per_hour)  # type: ignore[arg-type]
+        return self.price(self.market)
+
+    def price(self, market: Market | str) -> float:
+        """The hourly price of one instance on ``market`` (whatever the profile's own market).
+
+        Raises:
+            SpecError: spot asked of a type with no spot price.
+        """
+        if Market(market) is Market.SPOT:
+            if self.spot_price_usd_per_hour is None:
+                raise SpecError(f"market: spot asked of {self.instance_type}, which has no spot_price_usd_per_hour; "
+                                "add one or use on-demand")
+            return float(self.spot_price_usd_per_hour)
         return float(self.price_usd_per_hour)
 
     @property

@@ -351,3 +351,11 @@ def test_an_experiment_may_give_prices_by_zone_name(tmp_path):
 def test_bad_zone_prices_are_one_line_errors(tmp_path, zones, type_fields, match):
     with pytest.raises(SpecError, match=match):
         _zoned_catalog(tmp_path, zones=zones, **type_fields)
+
+
+def test_price_by_market_whatever_the_profiles_own_market():
+    p3 = CloudCatalog.load(AWS).get("p3.8xlarge")
+    assert (p3.price("on-demand"), p3.price(Market.SPOT), p3.hourly_usd) == (12.24, 1.4129, 12.24)
+    assert p3.replace(market=Market.SPOT).hourly_usd == 1.4129
+    with pytest.raises(SpecError, match=r"^market: spot asked of p3\.8xlarge, which has no spot_price_usd_per_hour"):
+        p3.replace(spot_price_usd_per_hour=None).price("spot")
