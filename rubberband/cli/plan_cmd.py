@@ -35,6 +35,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
+    p.add_argument("--zone", metavar="auto|Z1,Z2",
+                   help="plan each Availability Zone's spot market (its trace) and keep the cheapest: auto for "
+                        "every zone of the region, or a list (spot unless --market says auto)")
     p.add_argument("--budget", type=float, metavar="USD",
                    help="plan the shortest mean JCT whose mean cost stays within this many dollars (with "
                         "--confidence p: P(cost <= budget) >= p); an explicit --deadline must be met too")
@@ -114,8 +117,18 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
         if budget_usd is not None:
             from rubberband.plan.budget import plan_for_budget
 
-            return plan_for_budget(exp.spec, exp.model, cloud, budget_usd, confidence, deadline, field="--budget", **kwargs)
-        return compile_plan(exp.spec, exp.model, cloud, deadline, confidence=confidence, compare=compare, **kwargs)
+            return plan_for_budget(exp.spec, exp.model_for_planning, cloud, budget_usd, confidence, deadline,
+                                   field="--budget", **kwargs)
+        if getattr(args, "zone", None):
+            from rubberband.plan.zones import plan_zones
+
+            zones = None if args.zone == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
+            if getattr(args, "market", None) is None:
+                kwargs["market"] = Market.SPOT       # zones differ in their spot markets
+            return plan_zones(exp.spec, exp.model_for_planning, cloud, deadline, zones, confidence=confidence,
+                              compare=compare, **kwargs)
+        return compile_plan(exp.spec, exp.model_for_planning, cloud, deadline, confidence=confidence, compare=compare,
+                            **kwargs)
 
 
 # Below this chance of meeting the deadline, `plan` shows what a surer plan would cost.
@@ -147,10 +160,16 @@ def plan_table(plan) -> str:
 
     p = plan.predicted
 
+    clouds = plan.stage_clouds
+
     def held(s) -> str:
         # A stage may hold more instances than its trials need, for a later stage.
-        idle = s.instances - instances_needed(s.num_trials, s.allocation, plan.cloud.gpus_per_instance)
+        idle = s.instances - instances_needed(s.num_trials, s.allocation, clouds[s.index].gpus_per_instance,
+                                              plan.packing[s.index])
         return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
+
+    types = len(set(plan.instance_types)) > 1
+    packed = any(k > 1 for k in plan.packing)
 
     spot = plan.spot_counts
     on_spot = any(spot)
@@ -161,12 +180,18 @@ def plan_table(plan) -> str:
         prices = f"{'spot' if on_spot else 'on-demand'} {format_usd(plan.cloud.spot_price_usd_per_hour if on_spot else plan.cloud.price_usd_per_hour)}/h"
     markets = ["market", "reclaims"] if on_spot else []
     return render(
-        ["stage", "trials", "iters", "GPUs/trial", "GPUs", "instances", *markets, "mean time", "stage cost"],
-        [[s.index, s.num_trials, s.iters, s.gpus_per_trial, s.allocation, held(s),
+        ["stage", "trials", "iters", *(["type"] if types else []), "GPUs/trial", *(["per GPU"] if packed else []),
+         "GPUs", "instances", *markets, "mean time", "stage cost"],
+        [[s.index, s.num_trials, s.iters, *([clouds[s.index].instance_type] if types else []), s.gpus_per_trial,
+          *([plan.packing[s.index]] if packed else []), s.allocation, held(s),
           *(["spot" if n else "on-demand", f"{s.mean_reclaims:.2f}"] if on_spot else []),
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s, n in zip(p.stages, spot)],
-        title=f"plan ({plan.policy}) on {plan.instance_type} x{max(plan.instances)} at most, "
-              f"{prices}, deadline {format_duration(plan.deadline_s)}"
+        title=f"plan ({plan.policy}) on "
+              + (f"{' + '.join(dict.fromkeys(plan.instance_types))}, a type per stage, " if types else
+                 f"{plan.instance_type} x{max(plan.instances)} at most, ")
+              + (f"zone {plan.info['zone']}, " if plan.info.get("zone") else "")
+              + (f"{prices}, " if not types else "")
+              + f"deadline {format_duration(plan.deadline_s)}"
               + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
     ) + stage_cost_footnote(plan.cloud, "stage cost")
 
@@ -183,12 +208,22 @@ def considered_table(plan) -> str:
         if with_market:
             mark = "*" if str(c.get("market", "")).startswith("chosen") else ""
         else:
-            mark = "*" if (c["policy"] == plan.policy and c["instance_type"] == plan.instance_type) else ""
+            mark = "*" if (c["policy"].split(",")[0] == plan.policy
+                           and c["instance_type"] == plan.summary()["instance_type"]) else ""
         rows.append([c["policy"], c["instance_type"], *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
                      format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
-    return render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",
-                   "cost mean", "cost p90", "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+    table = render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",
+                    "cost mean", "cost p90", "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+    skipped = plan.info.get("skipped") or {}
+    if skipped:     # `auto` names the types it never planned on, and why (grouped: a catalog has dozens)
+        by_reason: dict[str, list[str]] = {}
+        for name, why in skipped.items():
+            by_reason.setdefault(why, []).append(name)
+        table += "\nskipped types: " + "; ".join(
+            f"{why}: {', '.join(names[:2])}" + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+            for why, names in by_reason.items())
+    return table
 
 
 def plan_cmd(args: argparse.Namespace) -> int:

@@ -121,7 +121,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else exp.seed
     cloud = exp.cloud_for(base_type)
     with ProgressLine(args) as progress:
-        scenarios = whatif(exp.spec, exp.model, cloud, deadline, vary, policies, samples=samples, seed=seed,
+        scenarios = whatif(exp.spec, exp.model_for_planning, cloud, deadline, vary, policies, samples=samples, seed=seed,
                            spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
                            trace_file=cloud.spot.trace_file or _shipped_traces(exp), progress=progress)
     axes = list(vary)

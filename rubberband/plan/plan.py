@@ -103,7 +103,7 @@ class Plan:
         """One line of a 'considered plans' table."""
         return {
             "policy": self.policy,
-            "instance_type": self.instance_type if len(set(self.instance_types)) < 2 else "/".join(self.instance_types),
+            "instance_type": "+".join(dict.fromkeys(self.instance_types or (self.instance_type,))),
             "allocation": list(self.allocation),
             "instances": list(self.instances),
             **({"trials_per_gpu": list(self.trials_per_gpu)} if any(k > 1 for k in self.trials_per_gpu) else {}),

@@ -11,7 +11,7 @@ from typing import Any
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
 from rubberband.plan.budget import InfeasibleBudgetError, within_budget
-from rubberband.plan.compile import plan_markets, plan_on_table
+from rubberband.plan.compile import model_of, plan_markets, plan_on_table
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.search import Progress
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
@@ -43,7 +43,7 @@ class Scenario:
                 "allocation": {k: list(v) if v else None for k, v in self.allocations.items()}}
 
 
-def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float,
+def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile], cloud: CloudProfile, deadline_s: float,
            vary: Mapping[str, Sequence[Any]], policies: Sequence[str] = tuple(POLICIES), samples: int = 200,
            seed: int = 0, spec_for_trials: Callable[[int], ExperimentSpec] | None = None,
            cloud_for_type: Callable[[str], CloudProfile] | None = None,
@@ -51,6 +51,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     """Plan the job for every combination of the swept values, with every policy.
 
     Args:
+        model: the model profile, or one per GPU model (each instance type swept plans by its
+            own GPU model's, as ``compile_plan`` does).
         vary: axis name -> values; axes: ``deadline_s``, ``num_trials`` (needs
             ``spec_for_trials``), ``init_latency_s`` (constant seconds), ``billing``
             (``per_instance`` / ``per_function``), ``data_price_usd_per_gb``, ``dataset_gb``,
@@ -104,6 +106,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
     # Refuse a sweep too large before planning its first scenario: its tables (one per
     # combination of the axes other than the deadline) and a plan search per scenario and policy.
     # The largest job of the sweep stands for all of them.
+    models = dict(model) if isinstance(model, Mapping) else None    # checked by the experiment's loader
+    model = model_of(models, cloud) if models is not None else model
     tables = math.prod(len(vary[a]) for a in axes if a != "deadline_s")
     largest = spec_for_trials(max(int(n) for n in vary["num_trials"])) if vary.get("num_trials") and spec_for_trials else spec
     check_table_size(largest, model, cloud, None, samples)
@@ -118,7 +122,9 @@ def whatif(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadl
         tell = None if progress is None else (
             lambda p, number=number: progress(replace(p, scenario=number, scenarios=len(combos))))
         values = dict(zip(axes, combo))
-        s, m, c, d = _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
+        s, m, c, d = _apply(values, spec, model if models is None or "instance_type" not in values else
+                            model_of(models, cloud_for_type(str(values["instance_type"]))),
+                            cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a not in ("deadline_s", "budget_usd"))
         auto = values.get("market") == "auto"
         costs: dict[str, float | None] = dict.fromkeys(policies)

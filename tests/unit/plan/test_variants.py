@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rubberband import ExperimentSpec, ModelProfile, SpecError, load_experiment
-from rubberband.plan import Plan, check_plan, compile_plan, simulate_plan
+from rubberband.plan import Plan, check_plan, compile_plan, simulate_plan, whatif
 from rubberband.plan.compile import usable_profile, variant_tables
 from rubberband.plan.search import pareto_front
 from rubberband.plan.variants import VariantTable
@@ -198,6 +198,20 @@ def test_profiles_per_gpu_model_plan_each_type_by_its_own_and_list_the_skipped_t
     # The T4 type is planned by the T4 profile: 30 s per iteration, not 12.
     t4 = compile_plan(spec, slow.replace(measured_on={"gpu_model": "T4"}), cat.get("g4dn.xlarge"), 3600.0, samples=30)
     assert rows["g4dn.xlarge"]["cost_usd_mean"] == pytest.approx(t4.predicted.mean_cost_usd, rel=1e-9)
+
+
+def test_whatif_plans_each_swept_type_by_its_gpu_models_profile():
+    exp = fig12()
+    cat = exp.catalog.with_overrides(exp.cloud_overrides)
+    spec = ExperimentSpec.sha(8, 2, 8, 2)
+    fast = model(measured_on="p3.2xlarge", gpus=(1,))
+    slow = fast.replace(iter_latency_s={1: ModelProfile.from_dict({"name": "s", "iter_latency_s": {
+        1: {"dist": "normal", "mean": 30.0, "std": 3.0}}}).latency(1)}, measured_on={"gpu_model": "T4"})
+    rows = whatif(spec, {"V100": fast, "T4": slow}, cat.get("p3.2xlarge"), 3600.0,
+                  {"instance_type": ["p3.2xlarge", "g4dn.xlarge"]}, ["optimal"], samples=30, cloud_for_type=cat.get)
+    for row, profile in zip(rows, (fast, slow)):
+        alone = compile_plan(spec, profile, cat.get(row.values["instance_type"]), 3600.0, samples=30)
+        assert row.costs["optimal"] == pytest.approx(alone.predicted.mean_cost_usd, rel=1e-9)
 
 
 @pytest.mark.parametrize("models,message", [

@@ -1,0 +1,111 @@
+"""`rubberband plan` with a type per stage, packed stages, profiles per GPU model and --zone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .helpers import assert_one_line_error, run
+
+ROOT = Path(__file__).resolve().parents[3]
+CATALOG = ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"
+TRACES = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
+
+
+def profile(tmp_path: Path, name: str = "m.yaml", packed: str = "", measured_on: str = "instance_type: p3.16xlarge") -> Path:
+    path = tmp_path / name
+    path.write_text(f"""
+name: m
+measured_on: {{{measured_on}}}
+iter_latency_s:
+  1: {{dist: normal, mean: 12.0, std: 1.2}}
+  2: {{dist: normal, mean: 6.3, std: 0.63}}
+  4: {{dist: normal, mean: 3.45, std: 0.35}}
+  8: {{dist: normal, mean: 2.0, std: 0.2}}
+trial_startup_s: {{dist: constant, value: 5.0}}
+sync_s: {{dist: constant, value: 1.0}}
+gpu_memory_gb_per_trial: 3.0
+{packed}
+""")
+    return path
+
+
+def experiment(tmp_path: Path, model: str, sha: str = "{num_trials: 27, min_iters: 4, max_iters: 108, eta: 3}",
+               instance_type: str = "auto", deadline: str = "50m") -> str:
+    """An experiment on us-east-1 with 1 s INITs and a data cost per launch; 27 trials by default."""
+    path = tmp_path / "exp.yaml"
+    path.write_text(f"""
+sha: {sha}
+model_profile: {model}
+cloud:
+  profile: {CATALOG}
+  instance_type: {instance_type}
+  overrides: {{init_latency_s: {{dist: constant, value: 1}}, data: {{dataset_gb: 20, price_usd_per_gb: 0.02}}}}
+deadline: {deadline}
+samples: 60
+""")
+    return str(path)
+
+
+def test_plan_shows_a_type_per_stage_and_writes_it(capsys, tmp_path):
+    out_file = tmp_path / "plan.json"
+    code, out, err = run(capsys, "plan", experiment(tmp_path, str(profile(tmp_path))), "--out", str(out_file))
+    assert code == 0, err
+    assert "a type per stage" in out.splitlines()[0]
+    header = out.splitlines()[1].split()
+    assert "type" in header and "per" not in header
+    types = json.loads(out_file.read_text())["instance_types"]
+    assert len(set(types)) > 1 and all(t in out for t in types)
+    assert "optimal, type per stage" in out
+    assert "skipped types: no T4 model profile: g4dn.xlarge, g4dn.2xlarge and 5 more" in out
+    # The plan file runs as written: `run --plan` checks it against the experiment.
+    code, out, err = run(capsys, "run", experiment(tmp_path, str(profile(tmp_path))), "--plan", str(out_file),
+                         "--provider", "sim", "--json")
+    assert code == 0, err
+
+
+def test_plan_shows_packed_stages(capsys, tmp_path):
+    packed = "packed_iter_latency_s: {2: {dist: normal, mean: 15.6, std: 1.5}, 4: {dist: normal, mean: 26.4, std: 2.6}}"
+    exp = experiment(tmp_path, str(profile(tmp_path, packed=packed)), sha="{num_trials: 256, min_iters: 1, max_iters: 64, eta: 4}",
+                     instance_type="p3.2xlarge", deadline="1h")
+    code, out, err = run(capsys, "plan", exp, "--json")
+    assert code == 0, err
+    assert 4 in json.loads(out)["trials_per_gpu"]
+    code, out, err = run(capsys, "plan", exp)
+    assert "per GPU" in out.splitlines()[1]
+
+
+def test_plan_by_profiles_per_gpu_model(capsys, tmp_path):
+    v100 = profile(tmp_path, "v100.yaml", measured_on="gpu_model: V100")
+    t4 = profile(tmp_path, "t4.yaml", measured_on="gpu_model: T4")
+    exp = experiment(tmp_path, f"{{V100: {v100}, T4: {t4}}}", sha="{num_trials: 8, min_iters: 2, max_iters: 8, eta: 2}",
+                     deadline="2h")
+    code, out, err = run(capsys, "plan", exp, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    planned = {c["instance_type"] for c in data["considered"] if c["policy"].startswith("optimal")}
+    assert any(t.startswith("g4dn") for t in planned) and any(t.startswith("p3") for t in planned)
+    assert "g5.xlarge" in data["info"]["skipped"] and not any(t.startswith("g4dn") for t in data["info"]["skipped"])
+
+
+def test_plan_zone_keeps_the_cheapest_zone_and_names_it(capsys, tmp_path):
+    path = tmp_path / "zones.yaml"
+    path.write_text(f"""
+sha: {{num_trials: 8, min_iters: 2, max_iters: 8, eta: 2}}
+model_profile: {profile(tmp_path, measured_on="instance_type: p3.2xlarge")}
+cloud:
+  profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-west-2.yaml'}
+  instance_type: p3.2xlarge
+  overrides: {{spot: {{notice_s: 120, preemption: {{trace: {{file: {TRACES}, zone: us-west-2a}}}}}}}}
+deadline: 2h
+samples: 30
+""")
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-2a,us-west-2b", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["info"]["zone"] in ("us-west-2a", "us-west-2b") and set(data["info"]["zones"]) == {"us-west-2a", "us-west-2b"}
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-2a,us-west-2b")
+    assert f"zone {data['info']['zone']}" in out.splitlines()[0]
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-9z")
+    assert code != 0
+    assert_one_line_error(err, "--zone", "us-west-9z")
