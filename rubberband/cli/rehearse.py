@@ -73,10 +73,12 @@ def truth_of(args: argparse.Namespace, exp, plan):
     if args.truth_cloud is not None:
         extra = check_mapping(load_yaml(args.truth_cloud, "--truth-cloud"), f"--truth-cloud {args.truth_cloud}",
                               optional=OVERRIDABLE)
-        try:
-            cloud = exp.catalog.get(plan.cloud.instance_type, plan.cloud.market, {**exp.cloud_overrides, **extra})
+        try:      # every type the plan runs on, each on its market
+            truth = {c.instance_type: exp.catalog.get(c.instance_type, c.market, {**exp.cloud_overrides, **extra})
+                     for c in (plan.cloud, *plan.stage_clouds)}
         except SpecError as exc:
             raise SpecError(f"--truth-cloud {args.truth_cloud}: {exc}") from None
+        cloud = truth[plan.instance_type] if len(truth) == 1 else truth
     return model, cloud
 
 

@@ -377,7 +377,8 @@ def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping
 
 
 def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
-    """A truth model must describe the planned model and cover every GPU count the plan uses.
+    """A truth model must describe the planned model and cover every GPU count (and trials
+    per GPU, packed) the plan uses.
 
     Raises:
         SpecError: naming ``where``, for another model or a missing GPU count.
@@ -389,6 +390,10 @@ def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: s
     if missing:
         raise SpecError(f"{where}: profile {model.name!r} covers {model.min_gpus}..{model.max_gpus} GPUs per trial, "
                         f"but the plan runs trials on {', '.join(map(str, missing))} GPUs; add those counts to it")
+    unpacked = sorted({k for k in plan.packing if k > 1 and k not in model.packed_iter_latency_s})
+    if unpacked:
+        raise SpecError(f"{where}: profile {model.name!r} has no packed_iter_latency_s for "
+                        f"{', '.join(map(str, unpacked))} trials per GPU, which the plan packs; add them to it")
     return model
 
 

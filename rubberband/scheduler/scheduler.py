@@ -304,7 +304,7 @@ class Scheduler:
         queued = [self.trials[t].target - self.trials[t].step for t in self.queue]
         left = net.stage_s(busy, [net.train_s(m, k, n, f, packed) for k in queued], self._concurrency())
         if self.phase == "scaling":        # what is left of the scale-up, on on-demand
-            left += max(net.scale_s - (self._now - self._scale_began), 0.0)
+            left += max(self._scale_s(self.types[self.stage]) - (self._now - self._scale_began), 0.0)
         waves = math.ceil(len(queued) / max(self._concurrency(), 1))
         var = net.train_var(m, max(most, 0.0), f, packed) + waves * net.train_var(m, max(queued, default=0), f, packed)
         return left, var
@@ -323,8 +323,13 @@ class Scheduler:
             total += net.stage_s([], [net.train_s(m, k, n, f, packed)] * n, slots)
             var += math.ceil(n / slots) * net.train_var(m, k, f, packed)
             if self.held[j] > self.held[j - 1] or self.types[j] != self.types[j - 1]:
-                total += net.scale_s
+                total += self._scale_s(self.types[j])
         return net.late(total, var)
+
+    def _scale_s(self, itype: str) -> float:
+        """A scale-up's expected SCALE + INIT on instance type ``itype``."""
+        cloud = self.clouds[itype]
+        return cloud.provision_latency_s.mean + cloud.init_latency_s.mean
 
     def _switch(self, slack: float) -> list[Decision]:
         """The safety net's switch: the rest of the job on on-demand (module docstring)."""

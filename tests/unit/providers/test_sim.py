@@ -324,3 +324,29 @@ def test_random_types_and_packing_conform_over_40_seeds_within_3_percent(resnet1
     results = [rehearse(plan, exp.model, seed=s, mode=exp.mode) for s in range(40)]
     assert np.mean([r.actual["jct_s"] for r in results]) == pytest.approx(plan.predicted.mean_jct_s, rel=0.03)
     assert np.mean([r.actual["cost_usd"] for r in results]) == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03)
+
+
+def test_a_truth_cloud_per_type_draws_each_types_latencies_and_a_truth_model_must_pack_as_the_plan():
+    spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
+    plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing)
+    slow_big = {"big.type": BIG.replace(provision_latency_s=Constant(110.0))}
+    planned, slower = rehearse(plan, PACKED_MODEL, seed=0), rehearse(plan, PACKED_MODEL, slow_big, seed=0)
+    assert slower.actual["jct_s"] - planned.actual["jct_s"] == pytest.approx(100.0)   # one scale-up of big
+    packed = typed_plan(*TYPED["packed, then wider"][:2], PACKED_MODEL, {"big.type": BIG}, None, [4, 2, 1])
+    with pytest.raises(SpecError, match=r"--truth-model: profile 'const' has no packed_iter_latency_s for 2, 4 "):
+        check_truth(packed, MODEL, PACKED_MODEL)
+
+
+def test_truth_cloud_overrides_apply_to_every_type_of_the_plan(resnet101, tmp_path):
+    import argparse
+
+    from rubberband.cli.rehearse import truth_of
+
+    clouds = {t: resnet101.catalog.get(t) for t in ("p3.2xlarge", "p3.8xlarge")}
+    plan = typed_plan(resnet101.spec, (32, 20, 12, 8), resnet101.model, clouds,
+                      ["p3.2xlarge", "p3.8xlarge", "p3.8xlarge", "p3.2xlarge"])
+    truth = tmp_path / "truth.yaml"
+    truth.write_text("provision_latency_s: {dist: constant, value: 300}\n")
+    _, cloud = truth_of(argparse.Namespace(truth_model=None, truth_cloud=str(truth)), resnet101, plan)
+    assert set(cloud) == set(clouds)
+    assert all(c.provision_latency_s.mean == 300.0 and c.instance_type == t for t, c in cloud.items())
