@@ -81,6 +81,7 @@ def validate(args: argparse.Namespace) -> int:
         "stages": [{"num_trials": s.num_trials, "iters": s.iters} for s in exp.spec.stages],
         "bracket_starts": list(exp.spec.bracket_starts),
         "model_profile": {"name": exp.model.name, "gpu_counts": list(exp.model.gpu_counts)},
+        "model_profiles": {gpu: {"name": m.name, "gpu_counts": list(m.gpu_counts)} for gpu, m in exp.models.items()},
         "cloud": [c.to_dict() for c in clouds],
         "instance_type": exp.instance_type,
         "deadline_s": exp.deadline_s,
@@ -93,7 +94,9 @@ def validate(args: argparse.Namespace) -> int:
     lines = [f"experiment {exp.name}: OK ({exp.spec.describe()})", ""]
     lines.append(render(["stage", "trials", "iters", "iters so far"], stage_rows(exp)))
     lines.append("")
-    lines.append(f"model profile  {exp.model.name} (GPUs per trial profiled: {', '.join(map(str, exp.model.gpu_counts))})")
+    for gpu, m in (exp.models or {None: exp.model}).items():     # one line per GPU model's profile
+        lines.append(f"model profile  {m.name}" + (f" for {gpu} types" if gpu else "")
+                     + f" (GPUs per trial profiled: {', '.join(map(str, m.gpu_counts))})")
     for c in clouds:
         spot = f", spot {format_usd(c.spot_price_usd_per_hour)}/h" if c.spot_price_usd_per_hour is not None else ""
         lines.append(

@@ -10,7 +10,10 @@ from rubberband.plan.policies import (
            static_allocation,
 )
 from rubberband.plan.table import StageTable, valid_allocations
+from rubberband.plan.variants import VariantTable
 from rubberband.plan.whatif import Scenario, saving, whatif
+from rubberband.plan.zones import plan_zones
 
 __all__ = ["POLICIES", "Candidate", "Plan", "StageTable", "check_plan", "compile_plan", "fastest_plan", "get_policy", "plan_allocation", "simulate_plan",
-           "pareto_front", "static_allocation", "valid_allocations", "Scenario", "saving", "whatif"]
+           "pareto_front", "static_allocation", "valid_allocations", "Scenario", "saving", "whatif",
+           "VariantTable", "plan_zones"]

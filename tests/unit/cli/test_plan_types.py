@@ -109,3 +109,14 @@ samples: 30
     code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-9z")
     assert code != 0
     assert_one_line_error(err, "--zone", "us-west-9z")
+
+
+def test_validate_lists_each_gpu_models_profile(capsys, tmp_path):
+    v100 = profile(tmp_path, "v100.yaml", measured_on="gpu_model: V100")
+    t4 = profile(tmp_path, "t4.yaml", measured_on="gpu_model: T4")
+    exp = experiment(tmp_path, f"{{V100: {v100}, T4: {t4}}}")
+    code, out, err = run(capsys, "validate", exp)
+    assert code == 0, err
+    assert "model profile  m for V100 types" in out and "model profile  m for T4 types" in out
+    code, out, err = run(capsys, "validate", exp, "--json")
+    assert set(json.loads(out)["model_profiles"]) == {"V100", "T4"}
