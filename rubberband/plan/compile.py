@@ -92,7 +92,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         if instance_type == "auto":
             plan = _plan_auto(spec, models or _models_of(model, catalog), catalog, deadline_s, policy, samples, seed,
                               confidence, market, compare, progress)
-            return replace(plan, warnings=plan_warnings(plan, _model_of(models or model, plan.cloud), catalog)
+            return replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
                            + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
@@ -103,7 +103,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                 raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour; "
                                 "add one to the cloud profile or plan on-demand")
             cloud = cloud.replace(market=market)
-    model = _model_of(models, cloud) if models is not None else model
+    model = model_of(models, cloud) if models is not None else model
     plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress)
     if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
@@ -465,7 +465,7 @@ def catalog_entries(cloud: CloudProfile | CloudCatalog) -> dict[str, dict]:
     return {cloud.instance_type: {"gpu_model": cloud.gpu_model, "gpus_per_instance": cloud.gpus_per_instance}}
 
 
-def _model_of(models: Mapping[str, ModelProfile] | ModelProfile, cloud: CloudProfile) -> ModelProfile:
+def model_of(models: Mapping[str, ModelProfile] | ModelProfile, cloud: CloudProfile) -> ModelProfile:
     """The profile a type plans by: its GPU model's, when there are several."""
     if isinstance(models, ModelProfile):
         return models
@@ -542,7 +542,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
-        considered += _other_policies(spec, _model_of(models, best.cloud), best.cloud, deadline_s, policy, samples,
+        considered += _other_policies(spec, model_of(models, best.cloud), best.cloud, deadline_s, policy, samples,
                                       seed, confidence)
     info = {**best.info, **({"skipped": skipped} if skipped else {})}
     return replace(_with_considered(best, considered), info=info)

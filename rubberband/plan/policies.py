@@ -306,8 +306,12 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
         hull = graph.hull_plan(deadline_s)
         lam = hull[1] if hull is not None else None
     costly = costly_survivors(graph, deadline_s, cap, lam)
-    graph = StageGraph(table, deadline_s, [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)]
-                                           + costly[i] for i in range(table.num_stages)], progress)
+    allocations = [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)] + costly[i]
+                   for i in range(table.num_stages)]
+    if not all(allocations):      # a stage none of whose allocations can be in a plan within the cap
+        return [_candidate(table, p.allocation, p.instances) for p, *_ in filter(None, incumbents)] \
+            + statics(table, deadline_s, cap)
+    graph = StageGraph(table, deadline_s, allocations, progress)
     incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap))
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
