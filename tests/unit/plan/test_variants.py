@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rubberband import ExperimentSpec, ModelProfile, SpecError, load_experiment
+from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, SpecError, load_experiment
 from rubberband.plan import Plan, check_plan, compile_plan, simulate_plan, whatif
 from rubberband.plan.compile import usable_profile, variant_tables
 from rubberband.plan.search import pareto_front
@@ -239,3 +239,13 @@ def test_a_market_given_with_a_profile_applies_to_it():
     assert compile_plan(spec, model(), cloud, 3600.0, samples=20).spot_counts == (0,) * spec.num_stages()
     with pytest.raises(SpecError, match="market: p3.8xlarge has no spot_price_usd_per_hour"):
         compile_plan(spec, model(), cloud.replace(spot_price_usd_per_hour=None), 3600.0, samples=20, market="spot")
+
+
+def test_a_market_vector_with_no_allocation_left_in_a_stage_is_infeasible_not_a_crash():
+    """1-GPU trials on p3.2xlarge, spot at 30% with reclaims: once the incumbent's cost cuts every
+    costly allocation of a stage, the search has nothing to lay out there (was a ValueError)."""
+    c = p3_catalog().with_overrides({"spot": {"notice_s": 120, "preemption": {"rate_per_hour": 0.3}}}).get("p3.2xlarge")
+    c = c.replace(spot_price_usd_per_hour=0.3 * c.price_usd_per_hour)
+    with pytest.raises(InfeasibleDeadlineError, match="no plan meets the deadline of 5400s with probability 0.95"):
+        compile_plan(ExperimentSpec.sha(128, 4, 4096, 2), usable_profile(fig12().model, 4, 1), c, 5400.0,
+                     market="auto", confidence=0.95, samples=50)
