@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, SpecError, load_experiment
+from rubberband import (
+    ExperimentSpec,
+    InfeasibleDeadlineError,
+    ModelProfile,
+    SpecError,
+    load_experiment,
+)
 from rubberband.plan import Plan, check_plan, compile_plan, simulate_plan, whatif
 from rubberband.plan.compile import usable_profile, variant_tables
 from rubberband.plan.search import pareto_front
