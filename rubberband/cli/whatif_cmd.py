@@ -30,6 +30,8 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--notice", help="spot interruption notices to sweep, e.g. 0,120 (seconds)")
     p.add_argument("--budget", help="budgets in USD to sweep, e.g. 20,50,100: the shortest mean JCT within each "
                                     "(no deadline; --plot draws JCT over budget)")
+    p.add_argument("--packing", help="the most trials per GPU the optimal plan may pack, e.g. 1,2,4 (1: none; "
+                                     "counts the model profile has packed latencies for)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
@@ -56,6 +58,7 @@ AXIS_COLUMNS = {
     "zone": ("zone", str),
     "notice_s": ("notice", lambda v: f"{v:g}s"),
     "budget_usd": ("budget (USD)", _g),
+    "packing": ("packing (trials/GPU)", str),
 }
 
 
@@ -104,6 +107,8 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     if args.notice:
         vary["notice_s"] = [parse_duration(v, "--notice") if v.strip() not in ("0", "0s") else 0.0
                             for v in args.notice.split(",")]
+    if args.packing:
+        vary["packing"] = int_list(args.packing, "--packing", "whole numbers of trials per GPU such as 1,2,4")
     if args.budget:
         vary["budget_usd"] = floats(args.budget, "--budget")
         if not min(vary["budget_usd"]) > 0:
@@ -136,9 +141,12 @@ def whatif_cmd(args: argparse.Namespace) -> int:
             cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
             ratio = saving(sc) if "static" in policies and "optimal" in policies else None
         cells.append(f"{ratio:.2f}x" if ratio else "-")
+        if "packing" in vary and "optimal" in policies:     # what the optimal plan packed, per stage
+            cells.append(",".join(map(str, sc.trials_per_gpu.get("optimal") or ())) or "-")
         rows.append(cells)
     measure = "JCT" if budgets else "cost (USD)"
     headers = [AXIS_COLUMNS[a][0] for a in axes] + [f"{p} {measure}" for p in policies] + [f"static/optimal {measure.split()[0]}"]
+    headers += ["optimal trials/GPU"] if "packing" in vary and "optimal" in policies else []
     title = (f"what if: {exp.name} (shortest mean JCT within each budget per policy)" if budgets else
              f"what if: {exp.name} (mean cost of the cheapest plan per policy, deadline {format_duration(deadline)} unless swept)")
     text = render(headers, rows, title=title)
@@ -211,6 +219,8 @@ def whatif_figure(scenarios, axes: list[str], policies, title: str = ""):
                 color=f"C{i // per_policy}", linestyle=styles[i % per_policy % len(styles)])
     if not numeric:
         ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+    elif axis == "packing":       # whole trials per GPU
+        ax.set_xticks(xs)
     header = AXIS_COLUMNS[axis][0]
     ax.set_xlabel("deadline (min)" if axis == "deadline_s" else f"{header} (s)" if axis == "init_latency_s" else header)
     ax.set_ylabel("mean JCT (min)" if "budget_usd" in axes else "mean cost (USD)")

@@ -5,16 +5,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
 from rubberband.plan.budget import InfeasibleBudgetError, within_budget
-from rubberband.plan.compile import model_of, plan_markets, plan_on_table
+from rubberband.plan.compile import model_of, plan_markets, plan_on_table, variant_tables
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.search import Progress
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
+from rubberband.plan.variants import VariantTable
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
 from rubberband.profiles.distributions import Constant
 from rubberband.profiles.model import ModelProfile
@@ -24,7 +25,7 @@ from rubberband.simulator.engine import spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 AXES = ("deadline_s", "num_trials", "init_latency_s", "billing", "data_price_usd_per_gb", "dataset_gb",
-        "instance_type", "straggler_std", "market", "preemption_rate", "zone", "notice_s", "budget_usd")
+        "instance_type", "straggler_std", "market", "preemption_rate", "zone", "notice_s", "budget_usd", "packing")
 SPOT_AXES = ("preemption_rate", "zone", "notice_s")
 MARKETS = ("on-demand", "spot", "auto")
 
@@ -37,10 +38,12 @@ class Scenario:
     costs: dict[str, float | None]
     jcts: dict[str, float | None]
     allocations: dict[str, tuple[int, ...] | None]
+    trials_per_gpu: dict[str, tuple[int, ...] | None] = field(default_factory=dict)   # per stage, where packed
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.values, "cost_usd": self.costs, "jct_s": self.jcts,
-                "allocation": {k: list(v) if v else None for k, v in self.allocations.items()}}
+                "allocation": {k: list(v) if v else None for k, v in self.allocations.items()},
+                "trials_per_gpu": {k: list(v) if v else None for k, v in self.trials_per_gpu.items()}}
 
 
 def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile], cloud: CloudProfile, deadline_s: float,
@@ -62,7 +65,10 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
             ``preemption_rate`` (reclaims per instance-hour), ``zone`` (a zone of
             ``trace_file``, replayed), ``notice_s`` (the interruption notice); and
             ``budget_usd``: each scenario's plan is then the shortest mean JCT within that
-            budget (``plan.budget.within_budget``; no deadline), not the cheapest by a deadline.
+            budget (``plan.budget.within_budget``; no deadline), not the cheapest by a deadline;
+            ``packing``: the most trials per GPU the optimal policy may pack (1: none), each a
+            count the profile has a packed latency for. As in ``compile_plan``, the optimal
+            policy packs wherever the profile allows and it pays; the other policies never pack.
         policies: policy names to compare.
         trace_file: the spot availability traces ``zone`` reads (default: the cloud's own).
         progress: called as each scenario's search goes (``compile_plan``'s, with the scenario
@@ -92,6 +98,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
     if "budget_usd" in vary and "deadline_s" in vary:
         raise SpecError("budget_usd: a budget sweep plans the shortest JCT per budget, with no deadline; "
                         "sweep the deadline or the budget, not both")
+    if "packing" in vary:
+        check_packing(vary["packing"], model_of(dict(model), cloud) if isinstance(model, Mapping) else model, cloud)
     if "zone" in vary and "preemption_rate" in vary:
         raise SpecError("zone: a zone's trace and a reclaim rate are two preemption models; sweep one of them")
     if "zone" in vary:
@@ -134,18 +142,37 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
             out.append(Scenario(values, costs, jcts, allocs))
             continue
         if key not in tables:     # with markets chosen, the on-demand table they derive from
-            tables[key] = StageTable(s, m, c.replace(market=Market.ON_DEMAND) if auto else c, samples=samples, seed=seed)
+            # and, where the profile packs, the optimal policy's table of every trials per GPU (as compile_plan)
+            own = variant_tables(s, m, c.replace(market=Market.ON_DEMAND) if auto else c, samples, seed)
+            tables[key] = own[0], (VariantTable(own, m) if len(own) > 1 else own[0])
+        packs: dict[str, tuple[int, ...] | None] = dict.fromkeys(policies)
         for name in policies:
-            def at(d, name=name, table=tables[key]):
+            def at(d, name=name, table=tables[key][name == "optimal"]):
                 return plan_markets(s, m, c, d, name, samples, seed, None, table, progress=tell) if auto \
                     else plan_on_table(table, d, name, progress=tell)
             try:
                 plan = at(d) if "budget_usd" not in values else within_budget(at, float(values["budget_usd"]))
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
+                packs[name] = plan.trials_per_gpu or None
             except (InfeasibleDeadlineError, InfeasibleBudgetError):
                 pass
-        out.append(Scenario(values, costs, jcts, allocs))
+        out.append(Scenario(values, costs, jcts, allocs, packs))
     return out
+
+
+def check_packing(values: Sequence[Any], model: ModelProfile, cloud: CloudProfile) -> None:
+    """Each value of the ``packing`` axis (the most trials per GPU the planner may pack) is 1 or
+    a trials-per-GPU count the profile has a packed latency for and the GPU's memory holds."""
+    for k in values:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SpecError(f"packing: trials per GPU must be whole numbers of at least 1 (1: no packing), got {k!r}")
+        if k > 1 and k not in model.packed_iter_latency_s:
+            have = ", ".join(map(str, model.packing_counts)) or "none"
+            raise SpecError(f"packing: {k} trials per GPU has no packed latency in model profile {model.name!r} "
+                            f"(profiled: {have}); sweep profiled counts or measure it with `rubberband profile`")
+        if k > model.max_trials_per_gpu(cloud.gpu_memory_gb):
+            raise SpecError(f"packing: {k} trials of {model.gpu_memory_gb_per_trial:g} GB do not fit the "
+                            f"{cloud.gpu_memory_gb:g} GB GPU of {cloud.instance_type}; sweep fewer trials per GPU")
 
 
 def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file=None):
@@ -170,6 +197,9 @@ def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_ty
             cloud = cloud.replace(data=DataCost(cloud.data.dataset_gb, float(value)))
         elif axis == "dataset_gb":
             cloud = cloud.replace(data=DataCost(float(value), cloud.data.price_usd_per_gb))
+        elif axis == "packing":      # at most ``value`` trials per GPU: the planner packs only the counts kept
+            model = model.replace(packed_iter_latency_s={k: d for k, d in model.packed_iter_latency_s.items()
+                                                         if k <= int(value)})
         elif axis == "straggler_std":
             model = model.replace(iter_latency_s={g: d.with_moments(d.mean, float(value)) for g, d in model.iter_latency_s.items()})
         elif axis == "market" and value != "auto":
