@@ -13,8 +13,15 @@ each against its target: the Figure 12 shape with a profile up to 64 GPUs per tr
 eta 3) chained (15 stages) with that profile, at a deadline that binds (10 min) and one no plan
 meets (7 min); SHA(1000, 4, 4096, 3) at 1,000 samples; and
 SHA(512) with ``market="auto"`` at confidence 0.95, on a rate model (spot at 30% of the price,
-0.3 reclaims per instance-hour, 120 s notice) and on a trace zone (us-west-2b). Part 3 plans
-every example experiment with every policy at its own deadline and compares their mean costs.
+0.3 reclaims per instance-hour, 120 s notice) and on a trace zone (us-west-2b); and SHA(512) with
+``instance_type="auto"`` on the three p3 sizes (a type per stage), on-demand and with
+``market="auto"`` at confidence 0.95. Part 3 plans every example experiment with every policy at
+its own deadline and compares their mean costs. Part 4 (issue #14 item 3): the paper's jobs on
+p3.2xlarge / p3.8xlarge / p3.16xlarge with a data cost per launch (20 GB at $0.02/GB, $0.40 a
+launch), the best single-type plan against the plan with a type per stage. Part 5 (issue #16
+item 3): SHA(256, 1, 64, 4) on p3.2xlarge at 1 h, with packing unavailable, with a profile
+where 4 trials on one GPU take 2.2x (and 2 take 1.3x) the solo latency each, and with one where
+packing gives no throughput (k trials take k times as long; no start-up to overlap).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +41,7 @@ from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, lo
 from rubberband.plan import POLICIES, compile_plan  # noqa: E402
 from rubberband.profiles.spot import SpotMarket, load_trace  # noqa: E402
 from rubberband.render import render  # noqa: E402
+from rubberband.spec.experiment import ExperimentSpec as Spec  # noqa: E402
 
 TARGETS_S = {"optimal": 1.0, "greedy": 2.0}
 
@@ -82,6 +91,7 @@ def scale_cases() -> list[tuple[str, float, dict]]:
     hyperband = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 81, 3))
     common = dict(model=wide, cloud=cloud, deadline_s=exp.deadline_s)
     markets = dict(spec=exp.spec, model=exp.model, deadline_s=exp.deadline_s, samples=200, confidence=0.95, market="auto")
+    p3 = p3_catalog(exp, spot=True)
     return [
         ("SHA(512) 64-GPU profile, 100 samples", 1.0, dict(spec=exp.spec, samples=100, **common)),
         ("SHA(512) 64-GPU profile, 200 samples", 2.0, dict(spec=exp.spec, samples=200, **common)),
@@ -92,7 +102,84 @@ def scale_cases() -> list[tuple[str, float, dict]]:
         ("SHA(1000,4,4096,3), 1000 samples", 5.0, dict(spec=ExperimentSpec.sha(1000, 4, 4096, 3), samples=1000, **common)),
         ("SHA(512) market auto, rate 0.3/h, p 0.95", 2.0, dict(cloud=rate, **markets)),
         ("SHA(512) market auto, trace us-west-2b, p 0.95", 2.0, dict(cloud=zone, **markets)),
+        ("SHA(512) a type per stage (p3 2x/8x/16x), 200 samples", 2.0,
+         dict(spec=exp.spec, model=exp.model, cloud=p3, deadline_s=exp.deadline_s, samples=200, instance_type="auto")),
+        ("SHA(512) a type per stage x market auto, p 0.95", 2.0, dict(cloud=p3, instance_type="auto", **markets)),
     ]
+
+
+P3 = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")
+
+
+def p3_catalog(exp, spot: bool = False):
+    """The three p3 sizes with a data cost per launch ($0.40: 20 GB at $0.02/GB); with ``spot``,
+    spot at 30% of the price with 0.3 reclaims per instance-hour and a 120 s notice."""
+    overrides = {**exp.cloud_overrides, "data": {"dataset_gb": 20.0, "price_usd_per_gb": 0.02}}
+    types = {k: v for k, v in exp.catalog.types.items() if k in P3}
+    if spot:
+        overrides["spot"] = {"notice_s": 120, "preemption": {"rate_per_hour": 0.3}}
+        types = {k: {**v, "spot_price_usd_per_hour": 0.3 * v["price_usd_per_hour"]} for k, v in types.items()}
+    return replace(exp.catalog.with_overrides(overrides), types=types)
+
+
+def types_table(samples: int) -> str:
+    """Issue #14 item 3's Done-when: a type per stage against the best single type."""
+    rows = []
+    fig12 = load_experiment(ROOT / "experiments" / "resnet50_sha512.yaml")
+    # Stages that want different shapes: 27 one-GPU trials first, one 8-GPU trial last, by a
+    # profile measured on p3.16xlarge (so p3.2xlarge runs 1-GPU trials only).
+    shapes = wide_profile(fig12.model).replace(measured_on={"instance_type": "p3.16xlarge"})
+    shapes = shapes.replace(iter_latency_s={g: d for g, d in shapes.iter_latency_s.items() if g <= 8})
+    jobs = [load_experiment(ROOT / "experiments" / path) for path in
+            ("resnet50_sha512.yaml", "resnet50_sha64.yaml", "resnet101_cifar10.yaml")]
+    jobs.append(replace(fig12, name="SHA(27,4,108,3) 1->8 GPUs", spec=Spec.sha(27, 4, 108, 3), model=shapes,
+                        deadline_s=1500.0))
+    for exp in jobs:
+        for factor in (1.0, 1.5, 2.0, 3.0) if exp.name.startswith("SHA(27") else (1.0, 1.5, 3.0):
+            deadline = exp.deadline_s * factor
+            try:
+                plan = compile_plan(exp.spec, exp.model, p3_catalog(exp), deadline, instance_type="auto", samples=samples,
+                                    seed=exp.seed)
+            except InfeasibleDeadlineError:
+                rows.append([exp.name, f"{deadline / 60:.0f}m", "infeasible", "", "", "", ""])
+                continue
+            singles = [c for c in plan.considered if c["policy"] == "optimal" and "infeasible" not in c]
+            best = min(singles, key=lambda c: c["cost_usd_mean"])
+            cost = plan.predicted.mean_cost_usd
+            rows.append([exp.name, f"{deadline / 60:.0f}m", best["instance_type"], f"${best['cost_usd_mean']:,.2f}",
+                         "+".join(dict.fromkeys(plan.instance_types)) or plan.instance_type, f"${cost:,.2f}",
+                         f"{100 * (1 - cost / best['cost_usd_mean']):.2f}%"])
+    return render(["experiment", "deadline", "best single type", "its cost", "type per stage", "cost", "saving"], rows,
+                  title=f"a type per stage vs the best single type, p3 2x/8x/16x, $0.40 data per launch, {samples} samples")
+
+
+def packing_table(samples: int) -> str:
+    """Issue #16 item 3's Done-when: packing where it pays, not where it gives nothing."""
+    def profile(packed: dict[int, float], startup: float) -> ModelProfile:
+        data = {"name": "packed", "iter_latency_s": {1: {"dist": "normal", "mean": 12.0, "std": 1.2},
+                                                     2: {"dist": "normal", "mean": 6.3, "std": 0.63}},
+                "trial_startup_s": {"dist": "constant", "value": startup}, "sync_s": {"dist": "constant", "value": 1.0},
+                "gpu_memory_gb_per_trial": 3.0}
+        if packed:
+            data["packed_iter_latency_s"] = {k: {"dist": "normal", "mean": 12.0 * f, "std": 1.2 * f}
+                                             for k, f in packed.items()}
+        return ModelProfile.from_dict(data)
+
+    exp = load_experiment(ROOT / "experiments" / "resnet50_sha512.yaml")
+    cloud = p3_catalog(exp).get("p3.2xlarge")
+    spec = Spec.sha(256, 1, 64, 4)
+    rows = []
+    for label, packed, startup in (("2.2x at 4, 1.3x at 2", {2: 1.3, 4: 2.2}, 5.0),
+                                   ("no throughput (k x), no start-up", {2: 2.0, 4: 4.0}, 0.0)):
+        without = compile_plan(spec, profile({}, startup), cloud, 3600.0, samples=samples)
+        t0 = time.perf_counter()
+        plan = compile_plan(spec, profile(packed, startup), cloud, 3600.0, samples=samples)
+        seconds = time.perf_counter() - t0
+        rows.append([label, f"${without.predicted.mean_cost_usd:,.2f}", f"${plan.predicted.mean_cost_usd:,.2f}",
+                     f"{without.predicted.mean_cost_usd / plan.predicted.mean_cost_usd:.2f}x",
+                     ",".join(map(str, plan.packing)), f"{seconds:.2f}"])
+    return render(["packed latency", "no packing", "packing chosen", "cheaper by", "trials/GPU per stage", "plan (s)"],
+                  rows, title=f"SHA(256,1,64,4) on p3.2xlarge, deadline 60 min, {samples} samples")
 
 
 def plan_or_error(**kwargs):
@@ -150,8 +237,14 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, help="samples for part 3 (default: each experiment's own)")
     parser.add_argument("--cases", help="comma-separated numbers of the part 2 cases to run (default: all)")
     parser.add_argument("--only-scale", action="store_true", help="run part 2 only")
+    parser.add_argument("--only-types", action="store_true", help="run parts 4 and 5 only")
     args = parser.parse_args(argv)
     print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPU(s)\n")
+    if args.only_types:
+        print(types_table(args.samples or 200))
+        print()
+        print(packing_table(args.samples or 200))
+        return 0
     if not args.only_scale:
         print(timing_table(args.repeats))
         print()
@@ -159,6 +252,10 @@ def main(argv=None) -> int:
     if not args.only_scale:
         print()
         print(cost_table(args.samples))
+        print()
+        print(types_table(args.samples or 200))
+        print()
+        print(packing_table(args.samples or 200))
     return 0
 
 
