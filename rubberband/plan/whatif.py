@@ -6,12 +6,14 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.limits import check_samples_seed, check_sweep, table_work
 from rubberband.plan.budget import InfeasibleBudgetError, within_budget
 from rubberband.plan.compile import model_of, plan_markets, plan_on_table, variant_tables
+from rubberband.plan.plan import Plan
 from rubberband.plan.policies import POLICIES
 from rubberband.plan.search import Progress
 from rubberband.plan.table import StageTable, check_table_size, valid_allocations
@@ -147,9 +149,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
             tables[key] = own[0], (VariantTable(own, m) if len(own) > 1 else own[0])
         packs: dict[str, tuple[int, ...] | None] = dict.fromkeys(policies)
         for name in policies:
-            def at(d, name=name, table=tables[key][name == "optimal"]):
-                return plan_markets(s, m, c, d, name, samples, seed, None, table, progress=tell) if auto \
-                    else plan_on_table(table, d, name, progress=tell)
+            at = partial(_plan_at, spec=s, model=m, cloud=c, policy=name, samples=samples, seed=seed, auto=auto,
+                         table=tables[key][name == "optimal"], progress=tell)
             try:
                 plan = at(d) if "budget_usd" not in values else within_budget(at, float(values["budget_usd"]))
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
@@ -158,6 +159,13 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
                 pass
         out.append(Scenario(values, costs, jcts, allocs, packs))
     return out
+
+
+def _plan_at(deadline_s, spec, model, cloud, policy, samples, seed, auto, table, progress) -> Plan:
+    """A scenario's plan for one policy at ``deadline_s``, on the sweep's shared table."""
+    if auto:
+        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, None, table, progress=progress)
+    return plan_on_table(table, deadline_s, policy, progress=progress)
 
 
 def check_packing(values: Sequence[Any], model: ModelProfile, cloud: CloudProfile) -> None:

@@ -13,7 +13,14 @@ import pytest
 from rubberband import load_experiment
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.plan import Plan, compile_plan
-from rubberband.plan.budget import EXACT, LONGEST_S, TOLERANCE, InfeasibleBudgetError, budget_cost, plan_for_budget
+from rubberband.plan.budget import (
+    EXACT,
+    LONGEST_S,
+    TOLERANCE,
+    InfeasibleBudgetError,
+    budget_cost,
+    plan_for_budget,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = 200
