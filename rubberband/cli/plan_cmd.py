@@ -114,19 +114,24 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
         kwargs = dict(policy=getattr(args, "policy", None) or exp.policy, samples=samples,
                       seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
                       instance_type=instance_type, market=market, progress=progress)
-        if budget_usd is not None:
-            from rubberband.plan.budget import plan_for_budget
-
-            return plan_for_budget(exp.spec, exp.model_for_planning, cloud, budget_usd, confidence, deadline,
-                                   field="--budget", **kwargs)
         if getattr(args, "zone", None):
             from rubberband.plan.zones import plan_zones
 
             zones = None if args.zone == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
             if getattr(args, "market", None) is None:
                 kwargs["market"] = Market.SPOT       # zones differ in their spot markets
+            if budget_usd is not None:
+                from rubberband.plan.budget import within_budget
+
+                return within_budget(lambda d: plan_zones(exp.spec, exp.model_for_planning, cloud, d, zones, **kwargs),
+                                     budget_usd, confidence, deadline, field="--budget")
             return plan_zones(exp.spec, exp.model_for_planning, cloud, deadline, zones, confidence=confidence,
                               compare=compare, **kwargs)
+        if budget_usd is not None:
+            from rubberband.plan.budget import plan_for_budget
+
+            return plan_for_budget(exp.spec, exp.model_for_planning, cloud, budget_usd, confidence, deadline,
+                                   field="--budget", **kwargs)
         return compile_plan(exp.spec, exp.model_for_planning, cloud, deadline, confidence=confidence, compare=compare,
                             **kwargs)
 

@@ -60,3 +60,29 @@ def test_bad_budgets_are_one_line(capsys, argv, needles):
     code, _, err = run(capsys, "plan", CIFAR, "--samples", "200", *argv)
     assert code != 0
     assert_one_line_error(err, *needles)
+
+
+def test_plan_budget_with_zones_chooses_a_zone_at_every_probe(capsys, tmp_path):
+    from .test_plan_types import TRACES, profile
+
+    path = tmp_path / "zones.yaml"
+    path.write_text(f"""
+sha: {{num_trials: 8, min_iters: 2, max_iters: 8, eta: 2}}
+model_profile: {profile(tmp_path, measured_on="instance_type: p3.2xlarge")}
+cloud:
+  profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-west-2.yaml'}
+  instance_type: p3.2xlarge
+  overrides: {{spot: {{notice_s: 120, preemption: {{trace: {{file: {TRACES}, zone: us-west-2a}}}}}}}}
+deadline: 2h
+samples: 30
+""")
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-2a,us-west-2b", "--json")
+    assert code == 0, err
+    by_deadline = json.loads(out)
+    cost = by_deadline["predicted"]["cost_usd_mean"]
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-west-2a,us-west-2b", "--budget", repr(cost), "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["info"]["zone"] in ("us-west-2a", "us-west-2b") and plan["info"]["budget_usd"] == cost
+    assert plan["predicted"]["cost_usd_mean"] <= cost and plan["predicted"]["jct_s_mean"] <= 7200.0
+    assert plan["cloud"]["market"] == "spot"           # zones differ in their spot markets: planned on spot
