@@ -137,6 +137,8 @@ class Driver:
     ``replan_with``: the profile the plan was made from — re-plan at every SYNC on it,
     corrected by the TRAINs seen (``None``: follow the plan). ``safety_net``: the same profile
     for the spot safety net's estimate (``None``: none). ``budget_usd``: a hard budget.
+    ``settle_s``: how long a failed gang whose instances look alive waits before it is taken
+    for a gang failure rather than a lost instance.
     """
 
     def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
@@ -144,7 +146,7 @@ class Driver:
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
-                 budget_usd: float | None = None):
+                 budget_usd: float | None = None, settle_s: float = 0.0):
         replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
@@ -157,6 +159,9 @@ class Driver:
         self.on_event = on_event or (lambda kind, data: None)
         self.keep_warm = keep_warm      # leave the runner's warm workers up (back-to-back runs)
         self.poll_s = poll_s            # how often a waiting driver looks for notices and lost instances
+        # How long a gang failure on instances that still look alive waits for the cluster to
+        # notice they died (Ray marks a node dead only after missed heartbeats).
+        self.settle_s = settle_s
         self.trials: dict[str, TrialState] = {}
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
@@ -171,7 +176,7 @@ class Driver:
         self.began: dict[str, tuple[int, float]] = {}    # trial -> (stage, start) of its TRAIN
         self.iter_s: dict[str, list[float]] = {}
         self.running: set[str] = set()
-        self.resuming: set[str] = set()                  # trials whose gang was lost, until they run again
+        self.resuming: dict[str, tuple[str, ...]] = {}   # trials moving mid-TRAIN -> the instances they left
         self.stage = -1
         self.stage_start = 0.0
         self.stage_trials: list[str] = []
@@ -246,7 +251,7 @@ class Driver:
                 timeout = max(min(timeout, self.wake_at - self._now()), 0.0)
             done, _ = self.runner.wait(list(self.pending), timeout)
             self._watch()
-            if self.wake_at is not None and self._now() >= self.wake_at and self.done is None:
+            if self.wake_at is not None and self._now() >= self.wake_at - 1e-6 and self.done is None:
                 self.wake_at = None
                 self._feed(Tick())
             if not done:
@@ -273,7 +278,7 @@ class Driver:
     def _must_wait(self) -> bool:
         """Whether nothing can go on until the instances requested are up."""
         return bool(self.unready) and (not self.pending or self.sched.phase == "scaling"
-                                       or bool(self.resuming.intersection(self.sched.queue)))
+                                       or any(t in self.resuming for t in self.sched.queue))
 
     def _result(self, future: Any) -> None:
         tid = self.pending.pop(future)
@@ -295,12 +300,14 @@ class Driver:
         self.left[tid] -= 1
         if self.left[tid] > 0:
             if self.doomed.intersection(trial.instances):
-                if self.unready:      # the replacement it would move to: wait for it (the old driver's rule)
+                if self.unready:      # the replacement it may move to: wait for it
                     self._wait_for_nodes()
                 gang = trial.gang
+                self.resuming[tid] = trial.instances
                 self._feed(TrialCheckpoint(tid, trial.iters_done))
                 if trial.gang is not gang or tid not in self.running:
                     return            # it moved (a new TRAIN started) or the job stopped
+                del self.resuming[tid]
             self.pending[self.runner.train(trial.gang, 1)] = tid
             return
         if self.metric not in res.metrics:
@@ -326,13 +333,23 @@ class Driver:
         if self.gone.intersection(trial.instances):      # its instance's loss was handled already
             self._stop_gang(trial)
             return
-        alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
-        lost = [i for i in dict.fromkeys(trial.instances) if i not in alive and i in self.name]
-        victims = [trial] if not lost else [t for t in self.trials.values()
-                                             if t.gang is not None and set(t.instances) & set(lost)]
-        progress = {inst: {t.id: t.iters_done for t in victims if inst in t.instances} for inst in lost}
+        instances = trial.instances
+        # Stopping a dead gang waits for its workers to answer, which gives the cluster time
+        # to see a node that died with them; only then is the node's fate read.
+        self._stop_gang(trial)
+        settle = time.time() + self.settle_s
+        while True:
+            alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
+            lost = [i for i in dict.fromkeys(instances) if i not in alive and i in self.name]
+            if lost or time.time() >= settle:
+                break
+            time.sleep(min(self.poll_s, 1.0))
+        victims = [trial] + [t for t in self.trials.values()
+                             if t is not trial and t.gang is not None and set(t.instances) & set(lost)]
+        progress = {inst: {t.id: t.iters_done for t in victims if inst in (instances if t is trial else t.instances)}
+                    for inst in lost}
         for t in victims:
-            self.resuming.add(t.id)
+            self.resuming[t.id] = instances if t is trial else t.instances
             t.restarts += 1
             log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", t.id, reason[:300], t.step)
             self._emit("recover", trial=t.id, error=str(exc), step=t.step)
@@ -504,10 +521,10 @@ class Driver:
             trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
         else:
             trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint)
-            if trial.id in self.resuming:
-                self.resuming.discard(trial.id)
-                self._emit("resume", trial=trial.id, step=trial.step, instances=list(wanted))
         trial.instances = wanted
+        left = self.resuming.pop(trial.id, None)
+        if left is not None:
+            self._emit("resume", trial=trial.id, step=trial.step, left=list(left), instances=list(wanted))
         self._emit("gang", trial=trial.id, instances=list(wanted))
 
     def _release(self, d: ReleaseInstances) -> None:

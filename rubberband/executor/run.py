@@ -20,6 +20,7 @@ from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
 from rubberband.providers.spot_emulation import SpotEmulation, require_local, spot_emulation
 
 UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
+NODE_SETTLE_S = 30.0     # Ray marks a dead node dead after missed heartbeats (about 15-30 s)
 
 
 def new_run_id() -> str:
@@ -108,7 +109,8 @@ def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_d
         on_event("emulation", {"text": emulation.describe()})
     try:
         driver = Driver(plan, session.port, session.runner, search_space, metric, mode, seed=seed,
-                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None, **loop)
+                        checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None,
+                        settle_s=NODE_SETTLE_S, **loop)
         return driver.run()
     finally:
         watcher.stop()

@@ -320,10 +320,14 @@ class FakeRunner:
         return FakeFuture(gang, gang.trial, iters, finish, self._seq)
 
     def wait(self, pending: Sequence[FakeFuture], timeout_s: float) -> tuple[list[FakeFuture], list[FakeFuture]]:
-        """The earliest chunk to finish (ties: the first submitted); the clock moves to its end."""
+        """The earliest chunk to finish (ties: the first submitted); the clock moves to its end,
+        or by ``timeout_s`` if that comes first (then nothing is done)."""
         if not pending:
             return [], []
         first = min(pending, key=lambda f: (f.finish, f.seq))
+        if first.finish > self.clock.now() + timeout_s:
+            self.clock.advance(timeout_s)
+            return [], list(pending)
         if first.finish > self.clock.now():
             self.clock.advance(first.finish - self.clock.now())
         return [first], [f for f in pending if f is not first]

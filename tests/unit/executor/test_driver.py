@@ -9,6 +9,7 @@ import pytest
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
 from rubberband.errors import ProviderError, SpecError
 from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver
+from rubberband.executor.run import ledger_from_events
 from rubberband.executor.search_space import sample_configs
 from rubberband.plan import compile_plan, plan_allocation
 from rubberband.simulator.model import gpus_per_trial
@@ -389,3 +390,18 @@ def test_a_slower_trainer_is_re_planned_at_the_sync_onto_more_instances_and_meet
     assert record.line().startswith("sync 0: 1.85x slower than profiled; stage 1 re-planned 2→4 GPUs")
     assert [req for req, _ in fakes.cluster.called("scale_to")] == [{"fake.gpu": 1}, {"fake.gpu": 2}]
     assert [s.instances for s in replanned.stages] == [1, 2]
+
+
+def test_a_budget_that_runs_out_mid_job_stops_cleanly_with_the_best_trial_so_far():
+    fakes = make_fakes(2, ITER_S, provision_s=10, init_s=5)
+    plan = plan_for(spec((4, 30), (2, 30), (1, 30)), (4, 2, 1), 2)
+    assert plan.predicted.mean_cost_usd > 0.45
+    outcome = Driver(plan, fakes.cluster, fakes.runner, GRID, "loss", clock=fakes.clock, budget_usd=0.3).run()
+    assert outcome.stopped.startswith("budget: $0.29") and outcome.stopped.endswith("one more billing second would break it")
+    assert 0 <= outcome.budget_left_usd < 0.01 and outcome.budget_usd == 0.3
+    assert outcome.best == "t001"                          # stage 0's best; stage 1 never finished
+    assert [s.index for s in outcome.stages] == [0, 1] and outcome.stages[1].promoted == []
+    assert fakes.cluster.nodes() == [] and fakes.runner.live == [] and fakes.runner.shut_down
+    windows = [(s.start_s, s.end_s) for s in outcome.stages]
+    ledger = ledger_from_events(plan, fakes.cluster.events(), outcome.started_at, fakes.clock(), windows)
+    assert ledger.cost_usd(fakes.clock() - outcome.started_at) <= 0.3
