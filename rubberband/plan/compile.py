@@ -422,6 +422,17 @@ def auto_instance_types(model: ModelProfile, catalog: CloudCatalog) -> list[tupl
     return types
 
 
+def jct_floor(tables: list[StageTable], confidence: float | None) -> float:
+    """A lower bound on what a plan's constraint reads on any of ``tables`` (stage by stage, any
+    of them): its mean JCT, or with ``confidence`` the JCT quantile ``choose`` compares (every
+    sample's JCT is at least the sum of its stages' floors, so each order statistic is too)."""
+    total = sum(np.min([t.stage_floor(i) for t in tables], axis=0) for i in range(tables[0].num_stages))
+    if confidence is None:
+        return float(np.mean(total))
+    jct = np.sort(total)
+    return float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+
+
 def check_models(models: Mapping, cloud: CloudProfile | CloudCatalog) -> dict[str, ModelProfile]:
     """Profiles by GPU model, checked against the cloud: one line naming the GPU model for an
     empty mapping, a value that is not a profile, two keys for one GPU model, a GPU model the
@@ -487,7 +498,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     (optimal policy) one choosing a type per stage among them; the cheapest is kept. Types
     without a profile of their GPU model, or without a spot price on the spot market, are
     skipped and listed in ``plan.info["skipped"]``."""
-    plans, considered, infeasible = [], [], []
+    plans, considered, infeasible, hopeless = [], [], [], []
     skipped = {name: f"no {entry.get('gpu_model')} model profile" for name, entry in catalog.types.items()
                if str(entry.get("gpu_model")) not in models}
     for model in models.values():
@@ -507,6 +518,15 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                 own = variant_tables(spec, usable, cloud, samples, seed, draws) if policy == "optimal" else None
                 if own is not None:
                     draws = own[0].draws
+                    floor = jct_floor(own, confidence)
+                    if floor > deadline_s * (1 + 1e-9):
+                        # Even its fastest stages miss: no search (nor its reason, unless every type misses).
+                        hopeless.append((floor, usable, cloud))
+                        considered.append({"policy": policy, "instance_type": name, "infeasible":
+                                           f"no plan meets the deadline of {deadline_s:g}s: even the fastest stages "
+                                           f"on {name} take {floor:.0f}s" + (f" at P >= {confidence:g}"
+                                                                             if confidence else "")})
+                        continue
                     if market != AUTO or cloud.spot_price_usd_per_hour is not None:
                         tables += own
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
@@ -531,6 +551,9 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                 plans.append(plan)
                 if len(set(plan.instance_types)) > 1:      # else it is one of the types' own plans
                     considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})
+    if not plans and hopeless and not infeasible:     # the closest type's own reason
+        _, usable, cloud = min(hopeless, key=lambda h: h[0])
+        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market)
     if not plans:
         if infeasible:   # the advice of the type that comes closest
             best = min(infeasible, key=lambda e: e.needed_s)

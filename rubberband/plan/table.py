@@ -426,17 +426,32 @@ class StageTable:
             return duration, self.stage_usd_per_s[i] * self.need(i, allocation) * duration
         return duration, busy
 
-    def _train_bounds(self, i: int, shape) -> tuple[float, float]:
-        """Lower bounds on a stage's mean TRAIN makespan and its ``busy_usd``. Its trials run on
-        ``r = min(a, n)`` GPUs at a time, each at least as long as without reclaims (a reclaim
-        only adds lost work and a restart), so in every sample the makespan is at least the
-        slowest trial's duration and the work per GPU, ``max(max_j d_j, sum_j d_j / r)``."""
+    def stage_floor(self, i: int) -> np.ndarray:
+        """Per sample, a lower bound on stage ``i``'s duration under any of its allocations: the
+        least over them of ``_train_bounds``' per-sample bound, plus the SYNC (SCALE, INIT,
+        queues and reclaims only add)."""
+        floor = np.full(self.samples, np.inf)
+        for a in self._candidates[i]:
+            shape = self.shape(i, a)
+            longest, total = self._stats(i, shape)
+            floor = np.minimum(floor, np.maximum(longest, total / shape.running))
+        return floor + self.draws[i].sync(self.model)
+
+    def _stats(self, i: int, shape) -> tuple[np.ndarray, np.ndarray]:
+        """The slowest and the summed TRAIN duration of stage ``i`` per sample, for its GPUs per trial."""
         key = (i, shape.gpus_per_trial)
         stats = self._work_stats.get(key)
         if stats is None:
             durations = self.draws[i].train_durations(self.model, shape)
             stats = self._work_stats[key] = (durations.max(axis=0), durations.sum(axis=0))
-        longest, total = stats
+        return stats
+
+    def _train_bounds(self, i: int, shape) -> tuple[float, float]:
+        """Lower bounds on a stage's mean TRAIN makespan and its ``busy_usd``. Its trials run on
+        ``r = min(a, n)`` GPUs at a time, each at least as long as without reclaims (a reclaim
+        only adds lost work and a restart), so in every sample the makespan is at least the
+        slowest trial's duration and the work per GPU, ``max(max_j d_j, sum_j d_j / r)``."""
+        longest, total = self._stats(i, shape)
         train = float(np.maximum(longest, total / shape.running).mean())
         busy = float(total.mean()) * shape.gpu_share * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
         return train, busy

@@ -255,3 +255,20 @@ def test_a_market_vector_with_no_allocation_left_in_a_stage_is_infeasible_not_a_
     with pytest.raises(InfeasibleDeadlineError, match="no plan meets the deadline of 5400s with probability 0.95"):
         compile_plan(ExperimentSpec.sha(128, 4, 4096, 2), usable_profile(fig12().model, 4, 1), c, 5400.0,
                      market="auto", confidence=0.95, samples=50)
+
+
+def test_stage_floors_bound_every_plans_jct_sample_by_sample():
+    """``jct_floor`` screens out types that cannot meet a deadline: every sample's JCT of any plan
+    is at least the sum of its stages' floors (queues, INIT and reclaims only add)."""
+    table = small_variants(samples=40)
+    floor = sum(np.min([t.stage_floor(i) for t in table.tables], axis=0) for i in range(table.num_stages))
+    rng = np.random.default_rng(5)
+    for _ in range(12):
+        alloc = [int(rng.choice(table.candidates(i))) for i in range(table.num_stages)]
+        held = [table.need(i, k) for i, k in enumerate(alloc)]
+        assert np.all(table.simulate(alloc, held).jct_s >= floor - 1e-9)
+
+
+def test_when_every_type_misses_the_error_is_the_closest_types_own():
+    with pytest.raises(InfeasibleDeadlineError, match=r"no plan meets the deadline of 60s; the shortest achievable JCT"):
+        compile_plan(ExperimentSpec.sha(27, 4, 108, 3), model(), p3_catalog(), 60.0, instance_type="auto", samples=20)
