@@ -4,15 +4,17 @@
 the exact (``optimal``) policy c(D) is non-increasing in D — a plan that meets D meets every
 later deadline — so the plans within a budget B are those of the deadlines D >= D*, and the
 shortest mean JCT within B is the JCT of c's plan at D*. ``plan_for_budget`` finds D* by
-bisection between the fastest plan's mean JCT and the cheapest plan's, with each feasible
-probe pulling the upper end down to the JCT of the plan it returned (never above the
-probe). Once the bracket is within ``TOLERANCE`` of its lower end, one probe just below the
-best plan's JCT settles it: if that probe is over budget, no plan the planner returns is
-faster within the budget, and the answer is exact (to ``EXACT``); if it is within budget it
-is a faster plan, and the search goes on. The bracket reaches ``TOLERANCE`` after about
-log2((hi - lo) / (TOLERANCE * lo)) probes (10-13 for the paper's jobs, 0.5-3 s); a search cut
-short by ``MAX_PROBES`` keeps the best plan found, always within the budget, and within
-``TOLERANCE`` of the shortest once the bracket got there (its lower end is over budget).
+bisection (geometric: the tolerance is relative) between the fastest plan's mean JCT and the
+cheapest plan's, with each feasible probe pulling the upper end down to the JCT of the plan it
+returned (never above the probe). Once the bracket is within ``TOLERANCE`` of its lower end,
+one probe just below the best plan's JCT settles it: if that probe is over budget, no plan the
+planner returns is faster within the budget, and the answer is exact (to ``EXACT``); if it is
+within budget it is a faster plan, and the search goes on. The bracket reaches ``TOLERANCE``
+after about log2(ln(hi / lo) / TOLERANCE) probes; with the settling probes, 10-13 in all for
+the paper's jobs (0.5-3 s on-demand, about 13 s for SHA(512) with markets chosen per stage:
+each probe is a full search). A search cut short by ``MAX_PROBES`` keeps the best plan found,
+always within the budget, and within ``TOLERANCE`` of the shortest once the bracket got there
+(its lower end is over budget).
 Every probe reuses the planner as it is — markets, instance types, trace zones and all.
 
 With ``confidence=p`` the budget must hold with probability p: P(cost <= B) >= p over the
@@ -150,7 +152,8 @@ def within_budget(planner: Callable[[float], Plan], budget_usd: float, confidenc
     while fastest is None and len(probes) < MAX_PROBES:
         hi = best.predicted.mean_jct_s
         settled = hi - lo <= TOLERANCE * lo
-        plan = probe(hi * (1 - EXACT) if settled else (lo + hi) / 2)
+        # The middle on a log scale: the tolerance is relative, so this halves what matters.
+        plan = probe(hi * (1 - EXACT) if settled else math.sqrt(lo * hi))
         if plan is not None:
             best = plan      # the planner's plan meets the probe's deadline: faster than hi
         elif settled:
