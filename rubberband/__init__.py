@@ -16,7 +16,7 @@ _EXPORTS = {
     "InfeasibleDeadlineError": "rubberband.errors", "ProviderError": "rubberband.errors",
     "RubberbandError": "rubberband.errors", "SpecError": "rubberband.errors",
     "Plan": "rubberband.plan", "compile_plan": "rubberband.plan", "simulate_plan": "rubberband.plan", "whatif": "rubberband.plan",
-    "plan_zones": "rubberband.plan",
+    "plan_zones": "rubberband.plan", "plan_for_budget": "rubberband.plan",
     "Billing": "rubberband.profiles", "BillingModel": "rubberband.profiles", "CloudCatalog": "rubberband.profiles",
     "CloudProfile": "rubberband.profiles", "DataCost": "rubberband.profiles", "Market": "rubberband.profiles",
     "ModelProfile": "rubberband.profiles",
