@@ -350,3 +350,40 @@ def test_truth_cloud_overrides_apply_to_every_type_of_the_plan(resnet101, tmp_pa
     _, cloud = truth_of(argparse.Namespace(truth_model=None, truth_cloud=str(truth)), resnet101, plan)
     assert set(cloud) == set(clouds)
     assert all(c.provision_latency_s.mean == 300.0 and c.instance_type == t for t, c in cloud.items())
+
+
+@pytest.mark.parametrize("shape", ["packed", "types"])
+def test_packed_and_type_changing_plans_on_spot_conform_with_reclaims(resnet101, shape):
+    """Twice per instance-hour, no notice: a reclaim interrupts every trial on the instance,
+    packed ones included, and a stage's replacements are of its type (3%, as unpacked)."""
+    exp = resnet101
+    latency = exp.model.latency(1)
+    model = exp.model.replace(packed_iter_latency_s={2: latency.with_moments(latency.mean * 1.4, latency.std * 1.4)})
+    spot = {**exp.cloud_overrides, "spot": {"notice_s": 0.0, "preemption": {"rate_per_hour": 2.0}}}
+    c2, c8 = (exp.catalog.get(t, Market.SPOT, spot) for t in ("p3.2xlarge", "p3.8xlarge"))
+    if shape == "packed":
+        plan = typed_plan(exp.spec, (16, 20, 12, 8), model, {"p3.8xlarge": c8}, None, [2, 1, 1, 1], samples=1000)
+    else:
+        plan = typed_plan(exp.spec, (32, 20, 12, 8), model, {"p3.2xlarge": c2, "p3.8xlarge": c8},
+                          ["p3.2xlarge", "p3.8xlarge", "p3.8xlarge", "p3.2xlarge"], samples=1000)
+    results = [rehearse(plan, model, seed=s) for s in range(150)]
+    assert np.mean([r.actual["jct_s"] for r in results]) == pytest.approx(plan.predicted.mean_jct_s, rel=0.03)
+    assert np.mean([r.actual["cost_usd"] for r in results]) == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03)
+    reclaimed = [[i for i in r.ledger["instances"] if i["release_reason"] == "interrupted"] for r in results]
+    assert np.mean([len(x) for x in reclaimed]) == pytest.approx(sum(s.mean_reclaims for s in plan.predicted.stages),
+                                                                 rel=0.2)
+    if shape == "types":       # a replacement is of its stage's type
+        types = plan.instance_types
+        assert all(i["instance_type"] == types[i["stage_requested"]] for r in results for i in r.ledger["instances"])
+
+
+def test_a_replan_of_a_type_changing_plan_simulates_it_on_its_types_and_the_run_follows_the_new_packing():
+    spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
+    plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing)
+    run = rehearse_once(plan, PACKED_MODEL, seed=0, replan_with=PACKED_MODEL)
+    [replan] = run.scheduler.replans       # an hour's deadline: the cheapest plan packs on one small GPU
+    new_types, new_packing = run.scheduler.types[1:], run.scheduler.packing[1:]
+    assert replan.new_allocation == (1, 1, 1) and new_types == ["small.type"] * 3 and new_packing[0] > 1
+    stage1 = [r for r in run.train_runs if r["stage"] == 1]
+    assert {r["gpus"] for r in stage1} == {1 / new_packing[0]}
+    assert {i.instance_type for i in run.instances} == {"small.type"}      # stage 0's kept; no big launched
