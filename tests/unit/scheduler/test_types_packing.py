@@ -144,3 +144,14 @@ def test_a_packed_train_at_the_packed_latency_is_on_the_profiled_pace():
     for _ in range(5):
         r.observe(1, 10, 1.0 + 10 * 25.0, trials_per_gpu=4)
     assert r.factor == pytest.approx(1.0)
+
+
+def test_the_budget_prices_each_stages_requests_at_its_own_type():
+    spec = ExperimentSpec.from_stages([(8, 2), (4, 3), (2, 4), (1, 5)])
+    plan = make_plan(spec, [8, 8, 8, 1], ["small", "big", "big", "small"])
+    # 8 small at their 60 s minimum ($0.40) fit; 2 big at theirs ($0.40) no longer do.
+    s = Scheduler(plan, budget_usd=0.55)
+    log = run(s)
+    assert [(d.instance_type, len(d.names)) for d in log if isinstance(d, RequestInstances)] == [("small", 8)]
+    assert s.stopped.startswith("budget: ") and "cannot pay the minimum charge of 2 more big (on-demand): $0.40" \
+        in s.stopped
