@@ -499,6 +499,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     without a profile of their GPU model, or without a spot price on the spot market, are
     skipped and listed in ``plan.info["skipped"]``."""
     plans, considered, infeasible, hopeless = [], [], [], []
+    usable_by_type: dict[str, ModelProfile] = {}     # the part of its profile each type plans by
     skipped = {name: f"no {entry.get('gpu_model')} model profile" for name, entry in catalog.types.items()
                if str(entry.get("gpu_model")) not in models}
     for model in models.values():
@@ -509,6 +510,8 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                 skipped[name] = "no spot price"
                 continue
             cloud = catalog.get(name, Market.ON_DEMAND if market == AUTO else market)
+            if usable is not None:
+                usable_by_type[name] = usable
             if usable is None:
                 considered.append({"policy": policy, "instance_type": name, "infeasible":
                                    f"profile {model.name!r} starts at {model.min_gpus} GPUs per trial, more than one "
@@ -565,7 +568,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
-        considered += _other_policies(spec, model_of(models, best.cloud), best.cloud, deadline_s, policy, samples,
+        considered += _other_policies(spec, usable_by_type[best.instance_type], best.cloud, deadline_s, policy, samples,
                                       seed, confidence)
     info = {**best.info, **({"skipped": skipped} if skipped else {})}
     return replace(_with_considered(best, considered), info=info)
