@@ -6,6 +6,9 @@
    and with a 120 s notice) and replaying the shipped traces of two zones (p50/p90 too: the
    trace's JCT is heavy-tailed — a job that meets a capacity gap waits hours — so its mean
    and p90 converge slowly: on us-west-2b, 400 seeds can be 15% off, 1500 agree to 0.1%).
+   Last, an instance type per stage (p3.2xlarge, p3.8xlarge, p3.8xlarge, p3.2xlarge: each
+   change releases every instance and launches the new type) and a packed first stage (two
+   1-GPU trials to a GPU at 1.4x the solo latency, 16 GPUs), on-demand and on spot (2/h, no notice).
 2. Re-planning: a truth 25% slower than the profile, a 25-minute deadline, confidence 0.9:
    the share of 30 rehearsals that meet the deadline re-planning and with the plan fixed.
 3. Wall time of one rehearsal of SHA(512, 4, 4096, 2) (``experiments/resnet50_sha512.yaml``),
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from rubberband import load_experiment
 from rubberband.cli.rehearse import rehearse
-from rubberband.plan import compile_plan, plan_allocation
+from rubberband.plan import compile_plan, plan_allocation, simulate_plan
 from rubberband.profiles import Normal
 from rubberband.profiles.cloud import Market
 
@@ -86,6 +90,25 @@ def conformance(args) -> None:
         cloud = exp.catalog.get("p3.8xlarge", Market.SPOT, exp.cloud_overrides).in_zone(zone, str(TRACES))
         spot = plan_allocation(exp.spec, plan.allocation, exp.model, cloud, exp.deadline_s, samples=2000)
         _compare(f"spot trace {zone}", spot, exp.model, args.spot_seeds, quantiles=True)
+    solo = exp.model.latency(1)
+    model = exp.model.replace(packed_iter_latency_s={2: solo.with_moments(solo.mean * 1.4, solo.std * 1.4)})
+    for market, seeds in ((Market.ON_DEMAND, args.seeds), (Market.SPOT, args.spot_seeds)):
+        overrides = {**exp.cloud_overrides, "spot": {"notice_s": 0, "preemption": {"rate_per_hour": 2.0}}}
+        clouds = {t: exp.catalog.get(t, market, overrides) for t in ("p3.2xlarge", "p3.8xlarge")}
+        types = ("p3.2xlarge", "p3.8xlarge", "p3.8xlarge", "p3.2xlarge")
+        typed = _exact(replace(plan_allocation(exp.spec, (32, 20, 12, 8), model, clouds["p3.2xlarge"], exp.deadline_s),
+                               instance_types=types, type_clouds=clouds), model)
+        _compare(f"types 2x,8x,8x,2x {market.value}", typed, model, seeds)
+        packed = _exact(replace(plan_allocation(exp.spec, (32, 20, 12, 8), model, clouds["p3.8xlarge"], exp.deadline_s),
+                                allocation=(16, 20, 12, 8), trials_per_gpu=(2, 1, 1, 1)), model)
+        _compare(f"packed 2/GPU 16,20,12,8 {market.value}", packed, model, seeds)
+
+
+def _exact(plan, model):
+    """``plan`` with its instances and prediction re-simulated as it now says (types, packing)."""
+    result = simulate_plan(replace(plan, instances=None), model, samples=2000, seed=0)
+    return replace(plan, instances=result.instances, predicted=result,
+                   gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages))
 
 
 def replanning() -> None:
