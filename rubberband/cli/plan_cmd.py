@@ -215,7 +215,8 @@ def considered_table(plan) -> str:
         else:
             mark = "*" if (c["policy"].split(",")[0] == plan.policy
                            and c["instance_type"] == plan.summary()["instance_type"]) else ""
-        rows.append([c["policy"], c["instance_type"], *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
+        packed = f" ({max(c['trials_per_gpu'])} per GPU)" if c.get("trials_per_gpu") else ""
+        rows.append([c["policy"], c["instance_type"] + packed, *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
                      format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
     table = render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",

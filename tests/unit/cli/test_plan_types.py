@@ -73,6 +73,8 @@ def test_plan_shows_packed_stages(capsys, tmp_path):
     assert 4 in json.loads(out)["trials_per_gpu"]
     code, out, err = run(capsys, "plan", exp)
     assert "per GPU" in out.splitlines()[1]
+    considered = out.split("considered plans (* chosen)")[1]
+    assert "p3.2xlarge (4 per GPU)" in considered
 
 
 def test_plan_by_profiles_per_gpu_model(capsys, tmp_path):
