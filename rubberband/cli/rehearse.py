@@ -155,14 +155,16 @@ def result_of(plan, run, seed: int, metric: str):
 
 def ledger_dict(ledgers: dict, now: float) -> dict[str, Any]:
     """The run's ledger: the plan type's, or with several types their instances, trials and
-    cost together and each type's own ledger under ``by_type``."""
+    cost together, ``markets`` per market and type (``on-demand p3.2xlarge``) and each type's
+    own ledger under ``by_type``."""
     dicts = {t: x.to_dict(now=now) for t, x in ledgers.items()}
     if len(dicts) == 1:
         return next(iter(dicts.values()))
     first = next(iter(dicts.values()))
     return {**first, "instance_type": "/".join(dicts), "cost_usd": sum(d["cost_usd"] for d in dicts.values()),
             "instances": [i for d in dicts.values() for i in d["instances"]],
-            "trials": [t for d in dicts.values() for t in d["trials"]], "by_type": dicts}
+            "trials": [t for d in dicts.values() for t in d["trials"]], "by_type": dicts,
+            "markets": {f"{m} {t}": v for t, d in dicts.items() for m, v in d["markets"].items()}}
 
 
 def run_dict(result, plan, run) -> dict[str, Any]:

@@ -287,7 +287,10 @@ def test_a_deterministic_rehearsal_of_types_and_packing_is_the_simulator_to_the_
 def test_a_type_change_releases_every_old_instance_at_the_sync_and_launches_the_new_type():
     spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
     plan = typed_plan(spec, allocation, PACKED_MODEL, clouds, types, packing)
-    records = rehearse(plan, PACKED_MODEL, seed=0).ledger["instances"]
+    ledger = rehearse(plan, PACKED_MODEL, seed=0).ledger
+    records = ledger["instances"]
+    assert {k: v["instances"] for k, v in ledger["markets"].items()} == {"on-demand small.type": 9,
+                                                                         "on-demand big.type": 2}
     small0 = [r for r in records if r["stage_requested"] == 0]
     big = [r for r in records if r["instance_type"] == "big.type"]
     assert len(small0) == 8 and all(r["instance_type"] == "small.type" for r in small0)
