@@ -172,6 +172,8 @@ class StageTable:
         self._init_cache: dict[tuple[int, int], float] = {}
         # Per (stage, GPUs per trial): the slowest and the summed TRAIN duration, per sample.
         self._work_stats: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        # Full simulations by (markets, allocation, held), shared by every table derived from this one.
+        self._simulations: dict[tuple, SimResult] = {}
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
 
     def _set_markets(self, markets: tuple[Market, ...]) -> None:
@@ -181,7 +183,6 @@ class StageTable:
         if Market.SPOT in markets and cloud.spot_price_usd_per_hour is None:
             raise SpecError(f"market: {cloud.instance_type} has no spot_price_usd_per_hour; plan on-demand only")
         self.markets = markets
-        self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
         prices = {Market.ON_DEMAND: cloud.price_usd_per_hour / 3600.0,
                   Market.SPOT: (cloud.spot_price_usd_per_hour or 0.0) / 3600.0}
         # Per stage: the price per instance-second, and whether its instances may be reclaimed.
@@ -199,17 +200,17 @@ class StageTable:
 
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
         """The full simulation of a plan on this table's random numbers and markets (once)."""
-        key = (tuple(int(a) for a in allocation), tuple(int(h) for h in held))
+        key = (self.markets, tuple(int(a) for a in allocation), tuple(int(h) for h in held))
         if key not in self._simulations:
-            self._simulations[key] = simulate(self.spec, key[0], self.model, self.cloud, samples=self.samples,
-                                              seed=self.seed, instances=key[1], draws=self.draws,
-                                              spot_instances=self.spot_instances(key[1]),
+            self._simulations[key] = simulate(self.spec, key[1], self.model, self.cloud, samples=self.samples,
+                                              seed=self.seed, instances=key[2], draws=self.draws,
+                                              spot_instances=self.spot_instances(key[2]),
                                               trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
         """The full simulation of a plan if ``simulate`` ran it already, else ``None``."""
-        return self._simulations.get((tuple(int(a) for a in allocation), tuple(int(h) for h in held)))
+        return self._simulations.get((self.markets, tuple(int(a) for a in allocation), tuple(int(h) for h in held)))
 
     def for_markets(self, markets: Sequence[Market]) -> StageTable:
         """This table with other markets per stage, sharing its random numbers and stage means."""

@@ -182,8 +182,19 @@ class VariantTable:
             out["trials_per_gpu"] = ()
         return out
 
+    def _one_variant(self, allocation: Sequence[int], held: Sequence[int]):
+        """The variant table and its own vectors of a plan all in one variant, else ``None``."""
+        V, T = len(self.tables), self.state_types
+        variants = {int(a) % V for a in allocation}
+        if len(variants) != 1:
+            return None
+        return self.tables[variants.pop()], [int(a) // V for a in allocation], [int(h) // T for h in held]
+
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
-        """The full simulation of a plan's keys, once."""
+        """The full simulation of a plan's keys, once (a plan of one variant: that table's, shared)."""
+        one = self._one_variant(allocation, held)
+        if one is not None:
+            return one[0].simulate(one[1], one[2])
         key = (tuple(int(a) for a in allocation), tuple(int(h) for h in held))
         if key not in self._simulations:
             f = self.plan_fields(*key)
@@ -195,6 +206,9 @@ class VariantTable:
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
+        one = self._one_variant(allocation, held)
+        if one is not None:
+            return one[0].simulated(one[1], one[2])
         return self._simulations.get((tuple(int(a) for a in allocation), tuple(int(h) for h in held)))
 
     def spot_instances(self, held: Sequence[int]) -> tuple[int, ...]:
