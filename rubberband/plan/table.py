@@ -174,6 +174,7 @@ class StageTable:
         self._work_stats: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         # Full simulations by (markets, allocation, held), shared by every table derived from this one.
         self._simulations: dict[tuple, SimResult] = {}
+        self._queue_bounds: dict[tuple[int, int], float] = {}     # market-free: shared too
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
 
     def _set_markets(self, markets: tuple[Market, ...]) -> None:
@@ -245,6 +246,12 @@ class StageTable:
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
         """Lower bound on stage ``i``'s mean duration, without simulating it: its average load
         per GPU slot, ``n * E[duration] / slots``, plus the SYNC."""
+        key = (i, int(allocation))
+        if key not in self._queue_bounds:
+            self._queue_bounds[key] = self._queue_bound(i, allocation)
+        return self._queue_bounds[key]
+
+    def _queue_bound(self, i: int, allocation: int) -> float:
         stage = self.spec.stages[i]
         shape = self.shape(i, allocation)
         slots = shape.running
