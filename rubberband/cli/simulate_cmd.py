@@ -58,7 +58,9 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     samples = args.samples if args.samples is not None else exp.samples
     seed = args.seed if args.seed is not None else exp.seed
     plan = dict(instances=instances, spot_instances=spot, trials_per_gpu=packing, instance_types=types)
-    result = simulate(exp.spec, allocation, exp.model, cloud, samples=samples, seed=seed, **plan)
+    # One profile per GPU model, when the experiment has several: each stage runs by its type's.
+    model = exp.model_for_planning
+    result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, **plan)
     on_spot = any(s.spot_instances for s in result.stages)
     packed = any(k > 1 for k in result.trials_per_gpu)
     payload = {"experiment": exp.name, "instance_type": first.instance_type, **result.to_dict()}
@@ -84,7 +86,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
 
         # The median run, not sample 0: that one may sit anywhere in the distribution.
         k = median_sample(result.jct_s)
-        timeline = sample_timeline(exp.spec, allocation, exp.model, cloud, seed=seed, samples=samples, sample=k, **plan)
+        timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k, **plan)
         draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
         text.append(f"wrote {args.gantt}")

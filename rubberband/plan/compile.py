@@ -21,6 +21,7 @@ from rubberband.plan.policies import (
 from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
 from rubberband.plan.variants import VariantTable
+from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice, did_you_mean
@@ -474,16 +475,6 @@ def catalog_entries(cloud: CloudProfile | CloudCatalog) -> dict[str, dict]:
     if isinstance(cloud, CloudCatalog):
         return cloud.types
     return {cloud.instance_type: {"gpu_model": cloud.gpu_model, "gpus_per_instance": cloud.gpus_per_instance}}
-
-
-def model_of(models: Mapping[str, ModelProfile] | ModelProfile, cloud: CloudProfile) -> ModelProfile:
-    """The profile a type plans by: its GPU model's, when there are several."""
-    if isinstance(models, ModelProfile):
-        return models
-    if str(cloud.gpu_model) not in models:
-        raise SpecError(f"model: {cloud.instance_type} has {cloud.gpu_model} GPUs but the model profiles cover "
-                        f"{', '.join(models)} only; add a {cloud.gpu_model} profile or plan on another type")
-    return models[str(cloud.gpu_model)]
 
 
 def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelProfile]:

@@ -322,14 +322,16 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
     return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed)
 
 
-def simulate_plan(plan: Plan, model: ModelProfile, samples: int | None = None, seed: int | None = None) -> SimResult:
+def simulate_plan(plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], samples: int | None = None,
+                  seed: int | None = None) -> SimResult:
     """Simulate exactly what ``plan`` says — allocation, instances held, spot instances, each
     stage's instance type and trials per GPU — on its own cloud, e.g. out of sample with
     another ``seed`` to re-check its promise.
 
     Args:
         plan: from ``compile_plan`` (or ``Plan.from_json``).
-        model: the model profile to simulate with (the plan's, or another to ask "what if").
+        model: the model profile to simulate with (the plan's, or another to ask "what if"),
+            or one per GPU model (each stage runs by its type's, as ``simulate``).
         samples, seed: Monte-Carlo samples and seed (default: the plan's own).
     """
     return simulate(plan.spec, plan.allocation, model, samples=samples or plan.samples or 1000,

@@ -8,6 +8,7 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_simulation
+from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import did_you_mean
@@ -24,13 +25,14 @@ from rubberband.simulator.spot import (
 from rubberband.spec.experiment import ExperimentSpec
 
 
-def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile | Sequence[ModelProfile],
            cloud: CloudProfile | Sequence[CloudProfile], instances: Sequence[int] | None = None,
            trials_per_gpu: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
     """Validate an allocation vector and return each stage's shape and held instance count.
 
     ``cloud`` is one profile, or one per stage (``stage_clouds``): a stage's instances are
-    counted in its own type. ``trials_per_gpu`` packs stages (default: 1 everywhere).
+    counted in its own type; ``model`` likewise (``stage_models``). ``trials_per_gpu`` packs
+    stages (default: 1 everywhere).
 
     Raises:
         SpecError: wrong length, non-integers, zero or out-of-profile allocations, an explicit
@@ -46,8 +48,9 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
         )
     clouds = [cloud] * len(allocation) if isinstance(cloud, CloudProfile) else list(cloud)
     packing = _per_stage(trials_per_gpu, "trials_per_gpu", len(clouds), "trials per GPU") or [1] * len(clouds)
-    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], model, c, k)
-              for i, (s, c, k) in enumerate(zip(spec.stages, clouds, packing))]
+    models = [model] * len(clouds) if isinstance(model, ModelProfile) else list(model)
+    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], m, c, k)
+              for i, (s, c, k, m) in enumerate(zip(spec.stages, clouds, packing, models))]
     if instances is None:
         held = [s.instances_needed for s in shapes]
     else:
@@ -120,6 +123,23 @@ def stage_clouds(cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile]
     return [profiles[name] for name in types]
 
 
+def stage_models(model: ModelProfile | Mapping[str, ModelProfile], clouds: Sequence[CloudProfile],
+                 per_stage_types: bool) -> list[ModelProfile]:
+    """Each stage's model profile: ``model`` itself, or (a mapping of GPU model to profile)
+    the profile of its type's GPU model (``model_of``).
+
+    Raises:
+        SpecError: naming ``instance_types[i]`` (``per_stage_types``) or ``instance_type``
+            for a type whose GPU model has no profile.
+    """
+    if isinstance(model, ModelProfile):
+        return [model] * len(clouds)
+    if not isinstance(model, Mapping) or not model:
+        raise SpecError(f"model: expected a ModelProfile or a mapping of GPU model to ModelProfile, got {model!r}")
+    return [model_of(model, c, f"instance_types[{i}]" if per_stage_types else "instance_type")
+            for i, c in enumerate(clouds)]
+
+
 def launches(held: Sequence[int], spot: Sequence[int] | None = None,
              types: Sequence[str] | None = None) -> list[tuple[int, int]]:
     """New (on-demand, spot) instances per stage: each market keeps what it held before (the
@@ -137,7 +157,7 @@ def launches(held: Sequence[int], spot: Sequence[int] | None = None,
     return out
 
 
-def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile | Mapping[str, ModelProfile],
              cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
              samples: int = 1000, seed: int = 0, instances: Sequence[int] | None = None,
              draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None,
@@ -170,7 +190,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     Args:
         spec: the job's stages.
         allocation: GPUs per stage.
-        model: the model profile (iteration latency by GPUs per trial, start-up, SYNC).
+        model: the model profile (iteration latency by GPUs per trial, start-up, SYNC), or
+            a mapping of GPU model to profile: each stage runs by its type's GPU model's.
         cloud: the instance type's profile (GPUs, price, billing, latencies, data cost), or
             a ``CloudCatalog`` / mapping of type name to profile with ``instance_types``.
         samples: Monte-Carlo samples.
@@ -188,11 +209,13 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
 
     Raises:
-        SpecError: for an invalid allocation, instance, spot, packing or type vector.
+        SpecError: for an invalid allocation, instance, spot, packing or type vector, or a
+            type whose GPU model ``model`` has no profile for.
     """
     check_samples_seed(samples, seed)
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
-    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    models = stage_models(model, clouds, instance_types is not None)
+    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
     check_simulation(spec.trials, [s.allocation for s in shapes], max(sum(n) for n in launches(held, spot, types)),
@@ -213,7 +236,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     prev = clouds[0]
     od, sp = _pools(prev)
     offsets = trace_offsets(prev.spot, seed, samples)
-    for shape, count, s, c in zip(shapes, held, spot, clouds):
+    for shape, count, s, c, model in zip(shapes, held, spot, clouds, models):
         i, d = shape.index, draws[shape.index]
         per_instance = c.billing.model is BillingModel.PER_INSTANCE
         if c.instance_type != prev.instance_type:

@@ -30,6 +30,7 @@ from rubberband.simulator.engine import (
     spot_billable,
     spot_layout,
     stage_clouds,
+    stage_models,
 )
 from rubberband.simulator.model import StageDraws, billed_seconds
 from rubberband.simulator.spot import (
@@ -124,7 +125,7 @@ class _Held:
                             self.replaces, self.instance_type)
 
 
-def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
+def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile | Mapping[str, ModelProfile],
                     cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
                     seed: int = 0, instances: Sequence[int] | None = None, samples: int = 1,
                     sample: int = 0, spot_instances: Sequence[int] | None = None,
@@ -145,7 +146,8 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or not 0 <= sample < samples:
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
-    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    models = stage_models(model, clouds, instance_types is not None)
+    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     for i, (c, n_spot) in enumerate(zip(clouds, spot)):
         check_trace_cap(c.spot, [n_spot], stages=[i])
@@ -161,7 +163,7 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     stages = []
     prev: CloudProfile | None = None
 
-    for shape, count, s, c in zip(shapes, held, spot, clouds):
+    for shape, count, s, c, model in zip(shapes, held, spot, clouds, models):
         def launch(market: str, requested: float, launched: float, ready: float, replaces: int | None = None,
                    c: CloudProfile = c) -> _Held:
             h = _Held(len(every), market, requested, launched, ready, replaces, c.instance_type)
