@@ -20,6 +20,7 @@ from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
 from rubberband.providers.spot_emulation import SpotEmulation, require_local, spot_emulation
 
 UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
+REPLAN_GROWTH = 2       # a re-planned run may hold up to this many times the plan's most instances
 NODE_SETTLE_S = 30.0     # Ray marks a dead node dead after missed heartbeats (about 15-30 s)
 
 
@@ -77,14 +78,23 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    # Room for one replacement per spot instance, launched while the noticed one is still up.
-    headroom = max(plan.spot_counts)
-    with cluster_session(prov, plan.cloud, max(plan.instances) + headroom, run_dir, run_id=run_id, trainer=trainer,
+    with cluster_session(prov, plan.cloud, _cluster_room(plan, config, replan_with is not None), run_dir, run_id=run_id, trainer=trainer,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
                          dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd))
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
+
+
+def _cluster_room(plan: Plan, config: Any, replans: bool) -> int:
+    """How many instances the cluster may hold: the plan's most, one replacement per spot
+    instance (launched while the noticed one is still up), and, when the run re-plans, room
+    for REPLAN_GROWTH times the plan's most (a re-plan may move later stages onto more
+    instances), within the cluster's own ``max_workers`` where it has one."""
+    need = max(plan.instances) + max(plan.spot_counts)
+    room = max(plan.instances) * (REPLAN_GROWTH if replans else 1) + max(plan.spot_counts)
+    limit = getattr(config, "max_workers", None)
+    return max(need, min(room, limit)) if limit else room
 
 
 def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, seed: int) -> SpotEmulation | None:

@@ -46,3 +46,32 @@ def test_the_status_line_counts_the_instance_a_stage_runs_on():
     assert "| instances 1 |" in out.getvalue()
     gone = events + [{"event": "terminated", "instance": "rb-instance-1", "reason": "released", "t": t0 + 12}]
     assert live_spend(plan, gone, t0, now=t0 + 20)["instances_up"] == 0
+
+
+def test_the_status_line_shows_the_budget_left_and_the_loop_prints_its_lines():
+    out = Terminal()
+    show = progress_printer(out)
+    show("stage", {"index": 1, "trials": 2, "iters": 1, "gpus_per_trial": 1, "instances": 1, "budget_left_usd": 0.4})
+    assert "| budget left $0.4000 |" in out.getvalue()
+    show("replan", {"line": "sync 0: 2.10x slower than profiled; stage 1 re-planned 2→4 GPUs"})
+    show("stopped", {"reason": "budget: $0.4000 left of $1.00 cannot pay ...", "best": "t001"})
+    text = out.getvalue()
+    assert "sync 0: 2.10x slower than profiled; stage 1 re-planned 2→4 GPUs\n" in text
+    assert "stopped: budget: $0.4000 left of $1.00 cannot pay ... (best so far: t001)\n" in text
+    assert text.rstrip().endswith("s") and "| budget left $0.4000 |" in text.splitlines()[-1]
+
+
+def test_a_re_planning_run_gets_a_cluster_with_room_to_grow_within_its_max_workers():
+    from types import SimpleNamespace
+
+    from rubberband.executor.run import REPLAN_GROWTH, _cluster_room
+
+    cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 3.6,
+                                    "provision_latency_s": 2, "init_latency_s": 1})
+    plan = plan_allocation(ExperimentSpec.from_stages([(4, 1), (2, 1)]), (4, 2),
+                           ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud, 1e6, samples=1)
+    assert max(plan.instances) == 2
+    assert _cluster_room(plan, None, replans=False) == 2
+    assert _cluster_room(plan, None, replans=True) == 2 * REPLAN_GROWTH
+    assert _cluster_room(plan, SimpleNamespace(max_workers=3), replans=True) == 3
+    assert _cluster_room(plan, SimpleNamespace(max_workers=1), replans=True) == 2      # the plan's own need stands
