@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 from collections.abc import Callable
 
@@ -136,7 +137,7 @@ def summary_line(result, deadline: float | None) -> str:
     line = (f"JCT  mean {format_duration(result.mean_jct_s)}  p50 {format_duration(result.p50_jct_s)}  "
             f"p90 {format_duration(result.p90_jct_s)}\ncost mean {format_usd(result.mean_cost_usd)}  "
             f"p50 {format_usd(result.p50_cost_usd)}  p90 {format_usd(result.p90_cost_usd)}")
-    if deadline:
+    if deadline and math.isfinite(deadline):    # a plan with no deadline (inf) has none to meet
         line += f"\nP(JCT <= {format_duration(deadline)}) = {result.p_meet(deadline):.1%}"
     return line
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -196,7 +197,7 @@ def plan_table(plan) -> str:
                  f"{plan.instance_type} x{max(plan.instances)} at most, ")
               + (f"zone {plan.info['zone']}, " if plan.info.get("zone") else "")
               + (f"{prices}, " if not types else "")
-              + f"deadline {format_duration(plan.deadline_s)}"
+              + (f"deadline {format_duration(plan.deadline_s)}" if math.isfinite(plan.deadline_s) else "no deadline")
               + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
     ) + stage_cost_footnote(plan.cloud, "stage cost")
 

@@ -11,6 +11,7 @@ Exit codes: 0 the job ran to its end, ``EXIT_BUDGET`` (3) a rehearsal stopped be
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import numpy as np
@@ -216,19 +217,21 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
               f"{format_usd(budget_usd)}: expect it to stop before its end")
     if args.repeat is None:
         one, result = runs[0], results[0]
-        verdict = "met" if one["met_deadline"] else "missed"
+        # A budget's plan, or an allocation run without --deadline, has no deadline (inf).
+        verdict = (f"{'met' if one['met_deadline'] else 'missed'} the deadline {format_duration(plan.deadline_s)}"
+                   if math.isfinite(plan.deadline_s) else "no deadline to meet")
         lines = [*one["replans"], *one["safety_net"]]
         budget = "" if budget_usd is None else f"; {format_usd(one['budget_left_usd'])} of {format_usd(budget_usd)} left"
         stopped = f"\nstopped: {one['stopped']} (best so far: {one['best'].get('trial')})" if one["stopped"] else ""
         emit(args, one, "".join(r["line"] + "\n" for r in lines) + result.table() +
-             f"\nrehearsal (sim, seed {seed}): {verdict} the deadline {format_duration(plan.deadline_s)}; "
+             f"\nrehearsal (sim, seed {seed}): {verdict}; "
              f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s){budget}{stopped}")
         return code
     s = summary(runs, plan.deadline_s)
     emit(args, {"summary": s, "runs": runs},
          f"{repeat} rehearsals (sim, seeds {seed}..{seed + repeat - 1}):\n"
-         f"P(JCT <= {format_duration(plan.deadline_s)}) = {s['p_meet']:.1%}\n"
-         f"JCT  mean {format_duration(s['jct_s_mean'])}  p90 {format_duration(s['jct_s_p90'])}\n"
+         + (f"P(JCT <= {format_duration(plan.deadline_s)}) = {s['p_meet']:.1%}\n" if math.isfinite(plan.deadline_s) else "")
+         + f"JCT  mean {format_duration(s['jct_s_mean'])}  p90 {format_duration(s['jct_s_p90'])}\n"
          f"cost mean {format_usd(s['cost_usd_mean'])}  p90 {format_usd(s['cost_usd_p90'])}\n"
          f"re-planned {s['replans_mean']:.2f} times per rehearsal on average; safety net used in "
          f"{s['safety_net_share']:.0%}" + (f"; {s['stopped_on_budget']} stopped on the budget" if budget_usd else ""))

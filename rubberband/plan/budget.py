@@ -85,8 +85,9 @@ def plan_for_budget(spec, model, cloud, budget_usd: float, confidence: float | N
         ``info["budget_usd"]``, ``info["budget_confidence"]``, ``info["budget_cost_usd"]``
         (the cost held against the budget), ``info["p_within_budget"]`` and
         ``info["budget_probes"]`` (every deadline probed — ``None`` for the cheapest plan —
-        with its plan's mean JCT, cost and whether it was within the budget). ``deadline_s`` is the deadline asked for, else
-        the probe's.
+        with its plan's mean JCT, cost and whether it was within the budget). ``deadline_s`` is the deadline asked for,
+        else ``math.inf``: the budget chose the plan, and the probe it came from is the search's
+        deadline, no promise (a run of the plan keeps no deadline: no re-planning, no safety net).
 
     Raises:
         SpecError: a budget that is not a positive number, or a bad confidence.
@@ -164,4 +165,4 @@ def within_budget(planner: Callable[[float], Plan], budget_usd: float, confidenc
             "budget_cost_usd": budget_cost(best, confidence),
             "p_within_budget": float(np.mean(best.predicted.cost_usd <= budget_usd * (1 + 1e-12))),
             "budget_probes": probes}
-    return replace(best, info=info, deadline_s=float(deadline_s) if deadline_s else best.deadline_s)
+    return replace(best, info=info, deadline_s=float(deadline_s) if deadline_s else math.inf)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,26 @@ def test_plan_budget_with_a_deadline_meets_both(capsys):
     assert plan["predicted"]["cost_usd_mean"] <= 14.0
     # Without --deadline the experiment's 20 minutes are no constraint: $13 buys a slower plan.
     assert plan_json(capsys, "--budget", "13")["predicted"]["jct_s_mean"] > 1200.0
+
+
+def test_plan_budget_without_a_deadline_promises_none_and_runs(capsys, tmp_path):
+    # Before: "deadline 17m42s ... P(JCT <= 17m42s)", a search probe shown and stored as the deadline.
+    out_file = tmp_path / "plan.json"
+    code, out, err = run(capsys, "plan", CIFAR, "--samples", "200", "--budget", "15", "--out", str(out_file))
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(", no deadline") and "P(JCT <=" not in out
+    assert json.loads(out_file.read_text())["deadline_s"] == math.inf
+    # The plan runs as written: no deadline to keep, so no re-planning and no safety net.
+    code, out, err = run(capsys, "run", CIFAR, "--plan", str(out_file), "--provider", "sim")
+    assert code == 0, err
+    assert "rehearsal (sim, seed 0): no deadline to meet; 0 spot reclaim(s), 0 re-plan(s)" in out
+    assert "P(JCT <=" not in out and "deadline inf" not in out
+    code, out, err = run(capsys, "run", CIFAR, "--plan", str(out_file), "--provider", "sim", "--repeat", "2")
+    assert code == 0, err
+    assert "2 rehearsals" in out and "P(JCT <=" not in out
+    code, out, err = run(capsys, "run", CIFAR, "--plan", str(out_file), "--provider", "sim", "--json")
+    assert code == 0, err
+    assert json.loads(out)["deadline_s"] == math.inf
 
 
 @pytest.mark.parametrize(("argv", "needles"), [

@@ -12,7 +12,7 @@ import pytest
 
 from rubberband import load_experiment
 from rubberband.errors import InfeasibleDeadlineError, SpecError
-from rubberband.plan import Plan, compile_plan
+from rubberband.plan import Plan, check_plan, compile_plan
 from rubberband.plan.budget import (
     EXACT,
     LONGEST_S,
@@ -142,6 +142,17 @@ def test_the_budget_travels_with_the_plan_json():
     back = Plan.from_json(plan.to_json())
     assert back.info["budget_usd"] == 20.0
     assert json.loads(plan.to_json())["info"]["budget_probes"][0]["deadline_s"] is None    # the cheapest plan
+
+
+def test_without_a_deadline_the_plan_keeps_none():
+    # The search's probes are deadlines no one asked for: none of them becomes the plan's.
+    exp = experiment()
+    plan = for_budget(15.0)
+    assert plan.deadline_s == math.inf
+    back = Plan.from_json(plan.to_json())
+    assert back.deadline_s == math.inf and back.allocation == plan.allocation
+    checked = check_plan(back, exp.spec, exp.model, exp.catalog.with_overrides(exp.cloud_overrides), samples=SAMPLES)
+    assert checked.deadline_s == math.inf and checked.allocation == plan.allocation
 
 
 def test_market_and_instance_type_choices_pass_through():
