@@ -69,3 +69,9 @@ def test_simulate_plan_takes_the_profiles_per_gpu_model():
 
     plan = plan_allocation(SPEC, ALLOCATION, A10G, CATALOG.get("g5.12xlarge"), 3600.0, samples=30, seed=2)
     assert np.array_equal(simulate_plan(plan, MODELS).jct_s, simulate_plan(plan, A10G).jct_s)
+
+
+@pytest.mark.parametrize("model", [{}, [V100], "v100.yaml"])
+def test_a_model_that_is_no_profile_is_one_line(model):
+    with pytest.raises(SpecError, match=r"^model: expected a ModelProfile or a mapping of GPU model to ModelProfile"):
+        simulate(SPEC, ALLOCATION, model, CATALOG.get("p3.8xlarge"), samples=10)
