@@ -543,7 +543,8 @@ class Driver:
             self.cluster.release_to(keep, stage=self.stage)
         self.gone.update(names)
         self.doomed.difference_update(names)
-        if cancelled:
+        # release_to lowers the request to what is kept: ask again for what is still coming.
+        if cancelled or (names and self.unready):
             self.cluster.scale_to(self._want(), stage=self.stage)
 
     def _sync(self, i: int) -> None:
