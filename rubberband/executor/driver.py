@@ -147,6 +147,9 @@ class Driver:
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
                  budget_usd: float | None = None, settle_s: float = 0.0):
+        if max(plan.packing) > 1 or len(set(c.instance_type for c in plan.stage_clouds)) > 1:
+            raise SpecError("plan: packed stages and stages on several instance types run only in a rehearsal "
+                            "(--provider sim) so far; plan with one instance type and no packing")
         replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
@@ -193,8 +196,8 @@ class Driver:
     def _now(self) -> float:
         return self.clock() - self.started
 
-    def _node_type(self, market: Market) -> NodeType:
-        return NodeType(self.plan.instance_type, market.value)
+    def _node_type(self, market: Market, instance_type: str) -> NodeType:
+        return NodeType(instance_type, market.value)
 
     def _want(self) -> dict[NodeType, int]:
         """The request: every instance held and usable, and those not up yet, by node type."""
@@ -476,7 +479,7 @@ class Driver:
             self._wait_for_nodes()
 
     def _request(self, d: RequestInstances) -> None:
-        t = self._node_type(d.market)
+        t = self._node_type(d.market, d.instance_type)
         old = self.real.get(d.replaces) if d.replaces else None
         self.unready += [(name, t) for name in d.names]
         if old is not None and old in self.doomed and old not in self.gone:
@@ -489,6 +492,9 @@ class Driver:
         # A replacement for a lost instance: the standing request already asks for it.
 
     def _start(self, d: StartTrial) -> None:
+        if d.trials_per_gpu > 1:     # a re-plan chose packing: a worker holds a whole GPU here
+            raise ProviderError(f"stage {d.stage}: packed trials ({d.trials_per_gpu} to a GPU) run only in a rehearsal "
+                                "(--provider sim) so far; run with --no-replan")
         trial = self._trial(d.trial)
         self._gang(trial, d.slots)
         self.left[d.trial] = d.iters
