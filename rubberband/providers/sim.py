@@ -50,6 +50,7 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.plan.plan import Plan
+from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.scheduler import (
@@ -151,14 +152,15 @@ class _Train:
 class SimCluster:
     """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
 
-    def __init__(self, plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
+    def __init__(self, plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
                  seed: int = 0,
                  mode: str = "min", replan_with: ModelProfile | None = None,
                  safety_net: ModelProfile | None = None, budget_usd: float | None = None):
         """
         Args:
             plan: the plan to run (its cloud's prices are what instances are billed at).
-            model: the truth model: TRAIN, start-up and SYNC latencies are drawn from it.
+            model: the truth model: TRAIN, start-up and SYNC latencies are drawn from it (a
+                mapping of GPU model to profile: each stage from its type's GPU model's).
             cloud: the truth cloud (SCALE, INIT latencies, the spot market) of the plan's type;
                 default ``plan.cloud``. A plan with a type per stage draws each other type's
                 from its own profile (``plan.type_clouds``); a mapping of type name to profile
@@ -293,13 +295,18 @@ class SimCluster:
                 self._wake += 1
                 self._push(max(d.at_s, self.now), "tick", self._wake)
             elif isinstance(d, RunSync):
-                self._push(self.now + float(self.model.sync_s.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
+                sync = self._model(d.stage).sync_s
+                self._push(self.now + float(sync.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
             elif isinstance(d, JobDone):
                 self.done, self.stopped = True, d.stopped
                 if d.stopped and self._stage_start < self.now:      # the stage it stopped in
                     self.windows.append((self._stage_start, self.now))
             else:
                 raise SpecError(f"sim: unknown decision {d!r}")
+
+    def _model(self, stage: int) -> ModelProfile:
+        """The truth profile stage ``stage`` runs by: its type's GPU model's, when there are several."""
+        return model_of(self.model, self._cloud(self.scheduler.types[stage]), f"instance_types[{stage}]")
 
     def _cloud(self, itype: str) -> CloudProfile:
         """The truth profile of an instance type (one a re-plan brought in: the scheduler's)."""
@@ -356,9 +363,10 @@ class SimCluster:
         m, k = len(d.slots), d.trials_per_gpu
         key = (d.trial, d.stage)
         if key not in self._draws:      # once per trial and stage: a slow trial stays slow after a reclaim
-            dist = self.model.packed_latency(k) if k > 1 else self.model.latency(m)
+            model = self._model(d.stage)
+            dist = model.packed_latency(k) if k > 1 else model.latency(m)
             self._draws[key] = (float(dist.sample(self._rng[_TRAIN], 1)[0]),
-                                float(self.model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
+                                float(model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
         latency, startup = self._draws[key]
         step0 = self.scheduler.trials[d.trial].step
         run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m, m / k)

@@ -390,3 +390,15 @@ def test_a_replan_of_a_type_changing_plan_simulates_it_on_its_types_and_the_run_
     stage1 = [r for r in run.train_runs if r["stage"] == 1]
     assert {r["gpus"] for r in stage1} == {1 / new_packing[0]}
     assert {i.instance_type for i in run.instances} == {"small.type"}      # stage 0's kept; no big launched
+
+
+def test_a_stage_runs_by_its_types_gpu_model_profile_as_simulate_does():
+    spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
+    clouds = {"small.type": SMALL.replace(gpu_model="T4"), "big.type": BIG.replace(gpu_model="V100")}
+    models = {"T4": const_model({1: 20.0, 2: 11.0, 4: 6.0, 8: 3.5}, startup=2.0, sync=1.5), "V100": PACKED_MODEL}
+    plan = typed_plan(spec, allocation, models, clouds, types, packing)
+    result = rehearse(plan, models, seed=3)
+    assert result.actual["jct_s"] == pytest.approx(plan.predicted.jct_s[0], rel=1e-12)
+    assert result.actual["cost_usd"] == pytest.approx(plan.predicted.cost_usd[0], rel=1e-12)
+    for stage, predicted in zip(result.stages, plan.predicted.stages):
+        assert stage["actual"]["duration_s"] == pytest.approx(predicted.mean_duration_s, rel=1e-12)
