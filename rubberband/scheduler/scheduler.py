@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rubberband.errors import ProviderError, SpecError
@@ -335,7 +336,7 @@ class Scheduler:
         """The safety net's switch: the rest of the job on on-demand (module docstring)."""
         i, last = self.stage, self.spec.num_stages() - 1
         spot = sorted((p for p in self.positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
-        refused = self._afford(len(spot), Market.ON_DEMAND, self.types[i])
+        refused = self._afford({Market.ON_DEMAND: len(spot)}, self.types[i])
         if refused:
             return self._stop(refused)
         record = SafetySwitch(self._now, i, last, slack, self.net.needed_s)
@@ -395,17 +396,20 @@ class Scheduler:
             self.waiting.discard(name)
         return ReleaseInstances(tuple(names), self.stage)
 
-    def _afford(self, count: int, market: Market, itype: str) -> str | None:
-        """Why ``count`` more ``itype`` instances on ``market`` would break the budget (``None``: they would not)."""
-        if self.budget is None or count <= 0:
+    def _afford(self, want: Mapping[Market, int], itype: str) -> str | None:
+        """Why ``want`` (more ``itype`` instances by market) would break the budget (``None``: it
+        would not). Checked once for all markets: each alone may fit what is left while all do not."""
+        want = {m: c for m, c in want.items() if c > 0}
+        if self.budget is None or not want:
             return None
-        need = count * self.budget.minimum_usd(market, itype)
+        need = sum(c * self.budget.minimum_usd(m, itype) for m, c in want.items())
         left = self.budget_left()
         # The instances held keep billing while the new ones come up: keep a granule for them.
         if need <= left - self.budget.granularity_usd([(x.market, x.itype) for x in self.instances.values()]):
             return None
+        more = " and ".join(f"{c} more {itype} ({m.value})" for m, c in want.items())
         return (f"budget: {format_usd(left)} left of {format_usd(self.budget.usd)} cannot pay the minimum charge of "
-                f"{count} more {itype} ({market.value}): {format_usd(need)}")
+                f"{more}: {format_usd(need)}")
 
     def _stop(self, reason: str) -> list[Decision]:
         """Stop the job now: every trial stopped, every instance released, the best so far reported."""
@@ -444,10 +448,9 @@ class Scheduler:
         itype = self.types[i]
         fresh = {market: count - sum(1 for p in self.positions.values() if p.market is market and p.itype == itype)
                  for market, count in self._want(i).items()}
-        for market, count in fresh.items():
-            refused = self._afford(count, market, itype)
-            if refused:
-                return self._stop(refused)
+        refused = self._afford(fresh, itype)
+        if refused:
+            return self._stop(refused)
         for market, count in fresh.items():
             if count > 0:
                 names = tuple(self._new_position(market) for _ in range(count))
@@ -550,7 +553,7 @@ class Scheduler:
         pos = self.positions[inst.position]
         if pos.current != ev.name:
             return []
-        refused = self._afford(1, pos.market, pos.itype)
+        refused = self._afford({pos.market: 1}, pos.itype)
         if refused:
             return self._stop(refused)
         pos.old.append(ev.name)

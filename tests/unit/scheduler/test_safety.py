@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rubberband import ExperimentSpec, Market, SpecError
@@ -129,3 +131,18 @@ def test_bad_budgets_are_one_line_naming_the_flag():
     # 6 trial-iterations of 10 GPU-seconds at $4/h spot over 4 GPUs, plus a 60 s minimum: $0.0167 + $0.0667.
     with pytest.raises(SpecError, match=r"--budget: \$0\.0500 is below the cheapest possible run of this job, \$0\.0833"):
         check_budget(0.05, SPEC, MODEL, cloud("spot"))
+
+
+def test_the_budget_pays_a_stages_on_demand_and_spot_requests_together_or_stops():
+    # Stage 0 on 2 on-demand and 2 spot 1-GPU instances: minimum charges 2 x $0.20 + 2 x $0.0667
+    # = $0.5333. $0.45 pays either market's pair alone, not both: nothing is requested.
+    plan = replace(plan_allocation(SPEC, [4, 2], MODEL, cloud("spot", G=1), 100.0, instances=[4, 2], samples=4),
+                   spot_instances=(2, 1))
+    out = Scheduler(plan, budget_usd=0.45).start(0.0)
+    assert not of(out, RequestInstances)
+    (done,) = of(out, JobDone)
+    assert done.stopped == ("budget: $0.4500 left of $0.4500 cannot pay the minimum charge of "
+                            "2 more p3.8xlarge (on-demand) and 2 more p3.8xlarge (spot): $0.5333")
+    # $0.54 pays both pairs: all four are requested.
+    out = Scheduler(plan, budget_usd=0.54).start(0.0)
+    assert sorted((r.market.value, len(r.names)) for r in of(out, RequestInstances)) == [("on-demand", 2), ("spot", 2)]
