@@ -41,7 +41,13 @@ def test_repeated_rehearsals_summarise_p_meet_jct_and_cost(capsys):
     assert summary["jct_s_mean"] == pytest.approx(sum(r["actual"]["jct_s"] for r in result["runs"]) / 4)
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--repeat", "3", "--samples", "50")
     assert code == 0, err
-    assert "3 rehearsals (sim, seeds 0..2):\nP(JCT <= 20m00s) = " in out and "cost mean $" in out
+    assert "3 rehearsals (sim, seeds 0..2):\nP(met 20m00s, not stopped) = " in out and "cost mean $" in out
+    # Stopped by the budget, every run ends early (well inside the deadline) and meets nothing.
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--repeat", "3", "--json", "--samples", "50",
+                         "--budget", "8")
+    result = json.loads(out)
+    assert all(r["stopped"] and r["actual"]["jct_s"] < 1200.0 for r in result["runs"])
+    assert result["summary"]["p_meet"] == 0.0
 
 
 def test_a_spot_rehearsal_reclaims_instances(capsys, tmp_path):
