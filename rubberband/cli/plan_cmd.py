@@ -38,7 +38,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
     p.add_argument("--zone", metavar="auto|Z1,Z2",
                    help="plan each Availability Zone's spot market (its trace) and keep the cheapest: auto for "
-                        "every zone of the region, or a list (spot unless --market says auto)")
+                        "every zone of the region, or a list (on spot, or the experiment's or --market's spot/auto)")
     p.add_argument("--budget", type=float, metavar="USD",
                    help="plan the shortest mean JCT whose mean cost stays within this many dollars (with "
                         "--confidence p: P(cost <= budget) >= p); an explicit --deadline must be met too")
@@ -119,8 +119,8 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
             from rubberband.plan.zones import plan_zones
 
             zones = None if args.zone == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
-            if getattr(args, "market", None) is None:
-                kwargs["market"] = Market.SPOT       # zones differ in their spot markets
+            if market == Market.ON_DEMAND and getattr(args, "market", None) is None:
+                kwargs["market"] = Market.SPOT       # zones differ in their spot markets; keep an experiment's spot or auto
             if budget_usd is not None:
                 from rubberband.plan.budget import within_budget
 

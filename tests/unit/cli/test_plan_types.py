@@ -122,3 +122,16 @@ def test_validate_lists_each_gpu_models_profile(capsys, tmp_path):
     assert "model profile  m for V100 types" in out and "model profile  m for T4 types" in out
     code, out, err = run(capsys, "validate", exp, "--json")
     assert set(json.loads(out)["model_profiles"]) == {"V100", "T4"}
+
+
+def test_plan_zone_keeps_an_experiments_auto_market(capsys, tmp_path):
+    # In us-east-1's zones spot cannot carry this job at 0.9 within 2h: with the experiment's
+    # `market: auto` the zones' plans fall back to on-demand rather than failing on spot alone.
+    path = tmp_path / "east.yaml"
+    text = (ROOT / "experiments" / "resnet101_spot.yaml").read_text()
+    text = text.replace("../", f"{ROOT}/").replace("us-west-2.yaml", "us-east-1.yaml").replace("us-west-2a", "us-east-1a")
+    path.write_text(text)
+    code, out, err = run(capsys, "plan", str(path), "--zone", "us-east-1a,us-east-1c", "--samples", "40", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["spot_instances"] == [0] * 4 and data["info"]["zone"] in ("us-east-1a", "us-east-1c")
