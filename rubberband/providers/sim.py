@@ -327,7 +327,7 @@ class SimCluster:
         cloud = self._cloud(itype)
         market, priced = cloud.spot, self.priced.get(itype, cloud)
         granted = self._zone_next(self.now, True, itype) if spot and market.trace else self.now
-        price = (priced.spot_price_usd_per_hour if spot else priced.price_usd_per_hour) or 0.0
+        price = priced.price(d.market)
         for name in d.names:
             launched = granted + scale
             ready = launched + float(cloud.init_latency_s.sample(self._rng[_INIT], 1)[0])

@@ -115,10 +115,7 @@ class Budget:
         return self.types.get(itype, self.cloud) if itype else self.cloud
 
     def hourly(self, market: Market, itype: str | None = None) -> float:
-        cloud = self._of(itype)
-        if market is Market.SPOT and cloud.spot_price_usd_per_hour is not None:
-            return float(cloud.spot_price_usd_per_hour)
-        return float(cloud.price_usd_per_hour)
+        return self._of(itype).price(market)
 
     def minimum_usd(self, market: Market, itype: str | None = None) -> float:
         """The least one more instance on ``market`` costs: its minimum charge and its data."""

@@ -8,6 +8,7 @@ import pytest
 
 from rubberband import ExperimentSpec, Market, SpecError
 from rubberband.plan import plan_allocation
+from rubberband.profiles.cloud import CloudProfile
 from rubberband.scheduler import (
     InstanceLost,
     InstanceReady,
@@ -23,7 +24,7 @@ from rubberband.scheduler import (
     TrainFinished,
     Wake,
 )
-from rubberband.scheduler.safety import check_budget
+from rubberband.scheduler.safety import Budget, check_budget
 from tests.unit.scheduler.test_scheduler import MODEL, cloud, of
 
 # SHA(4, 1, 2): 4 trials of 1 iteration, then 2. With MODEL (10 s an iteration on 1 GPU, 1 s
@@ -146,3 +147,12 @@ def test_the_budget_pays_a_stages_on_demand_and_spot_requests_together_or_stops(
     # $0.54 pays both pairs: all four are requested.
     out = Scheduler(plan, budget_usd=0.54).start(0.0)
     assert sorted((r.market.value, len(r.names)) for r in of(out, RequestInstances)) == [("on-demand", 2), ("spot", 2)]
+
+
+def test_the_budget_prices_by_the_clouds_own_rule_and_refuses_spot_with_no_spot_price():
+    od_only = CloudProfile.from_dict({"instance_type": "p3.8xlarge", "gpus_per_instance": 4, "price_usd_per_hour": 12.0})
+    budget = Budget(cloud(), 10.0)
+    assert budget.hourly(Market.SPOT) == 4.0 and budget.hourly(Market.ON_DEMAND) == 12.0
+    # Billing a spot instance at the on-demand price (as the budget once did) hid a profile error.
+    with pytest.raises(SpecError, match=r"market: spot asked of p3\.8xlarge, which has no spot_price_usd_per_hour"):
+        Budget(od_only, 10.0).hourly(Market.SPOT)
