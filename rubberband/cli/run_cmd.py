@@ -20,6 +20,7 @@ from rubberband.cli.rehearse import EXIT_BUDGET, rehearse_args, rehearse_cmd, wa
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
+from rubberband.schema import load_yaml
 from rubberband.units import parse_duration
 
 
@@ -44,8 +45,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
-    p.add_argument("--latency-scale", type=float, default=1.0,
-                   help="scale the emulated provisioning latency (local; aws against an emulator)")
+    p.add_argument("--latency-scale", type=float,
+                   help="scale the emulated provisioning latency (local; aws against an emulator; default 1)")
     p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
     p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
     p.add_argument("--spot-emulation", nargs="?", const=PLAN_MODEL, metavar="OVERRIDE",
@@ -75,6 +76,18 @@ def run_cmd(args: argparse.Namespace) -> int:
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
     if args.spot_emulation is not None:
         require_local(args.provider)
+    if args.latency_scale is not None:
+        if not args.latency_scale > 0 or not math.isfinite(args.latency_scale):
+            raise SpecError(f"--latency-scale: expected a positive factor, e.g. 0.5, got {args.latency_scale}")
+        if args.provider == "sim":
+            raise SpecError("--latency-scale: a rehearsal draws its latencies from the cloud profile; "
+                            "drop it, or use --truth-cloud to change them")
+    if args.budget is not None and (not args.budget > 0 or not math.isfinite(args.budget)):
+        raise SpecError(f"--budget: expected a positive amount of dollars, e.g. 50, got {args.budget}")
+    for dest in ("truth_model", "truth_cloud"):
+        # Read them now: a wrong path is known before planning, not after the plan table.
+        if getattr(args, dest, None) is not None:
+            load_yaml(getattr(args, dest), f"--{dest.replace('_', '-')}")
     planning = [f for f, v in (("--market", args.market), ("--confidence", args.confidence),
                                ("--instance-type", args.instance_type)) if v is not None]
     if planning and (args.plan or args.allocation):
@@ -90,8 +103,8 @@ def run_cmd(args: argparse.Namespace) -> int:
             raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {getattr(exc, 'strerror', None) or exc}") from None
         # A plan file is user input: check it against the experiment and predict it again.
         try:
-            plan = check_plan(Plan.from_json(text), exp.spec, exp.model, exp.catalog.with_overrides(exp.cloud_overrides),
-                              samples=args.samples or exp.samples)
+            plan = check_plan(Plan.from_json(text), exp.spec, exp.model_for_planning,
+                              exp.catalog.with_overrides(exp.cloud_overrides), samples=args.samples or exp.samples)
         except SpecError as exc:
             raise SpecError(f"--plan {args.plan}: {exc}") from None
     elif args.allocation:
@@ -100,7 +113,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         plan = plan_allocation(exp.spec, int_list(args.allocation, "--allocation"), exp.model, exp.cloud,
                                deadline_arg(args, exp) or float("inf"), samples=args.samples or exp.samples, seed=exp.seed)
     else:
-        plan = plan_from_args(args, exp)
+        # With --budget, plan for it as `plan --budget` does (below the cheapest plan: its error).
+        plan = plan_from_args(args, exp, budget_usd=args.budget)
     if not args.json:
         print(plan_table(plan))
         print(summary_line(plan.predicted, plan.deadline_s))
@@ -109,12 +123,14 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.budget is not None:
         from rubberband.scheduler.safety import check_budget
 
+        # The scheduler's lower bound: a guard for --plan and --allocation, which plan nothing.
         budget = check_budget(args.budget, exp.spec, exp.model, plan.cloud)
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
-                     latency_scale=args.latency_scale, on_event=None if args.json else progress_printer(),
+                     latency_scale=1.0 if args.latency_scale is None else args.latency_scale,
+                     on_event=None if args.json else progress_printer(),
                      cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
                      spot_emulation=args.spot_emulation,
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.

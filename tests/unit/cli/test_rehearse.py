@@ -44,7 +44,7 @@ def test_repeated_rehearsals_summarise_p_meet_jct_and_cost(capsys):
     assert "3 rehearsals (sim, seeds 0..2):\nP(met 20m00s, not stopped) = " in out and "cost mean $" in out
     # Stopped by the budget, every run ends early (well inside the deadline) and meets nothing.
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--repeat", "3", "--json", "--samples", "50",
-                         "--budget", "8")
+                         "--budget", "8", "--allocation", "32,20,12,12")
     result = json.loads(out)
     assert all(r["stopped"] and r["actual"]["jct_s"] < 1200.0 for r in result["runs"])
     assert result["summary"]["p_meet"] == 0.0
@@ -127,13 +127,16 @@ def test_a_rehearsal_replans_a_slow_job_one_line_per_replan_unless_told_not_to(c
 
 
 def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
-    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8", "--json")
+    # The deadline's plan, given: planning for $8 would refuse it (the cheapest plan costs more).
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8", "--json",
+                         "--allocation", "32,20,12,12")
     assert code == 3, err
     result = json.loads(out)
     assert result["stopped"].startswith("budget: ") and not result["met_deadline"]
     assert result["actual"]["cost_usd"] <= 8.0 and result["budget_left_usd"] >= 0 and result["budget_usd"] == 8.0
     assert result["best"]["trial"]       # stage 0 finished: the best trial so far
-    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8")
+    code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", "--budget", "8",
+                         "--allocation", "32,20,12,12")
     assert code == 3, err
     assert "\nstopped: budget: $7.9" in out and " left" in out
     assert "note: the plan is predicted to cost $14.06, more than the budget $8.00: expect it to stop" in out
@@ -143,8 +146,10 @@ def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
 
 
 @pytest.mark.parametrize("argv, needles", [
-    (["--budget", "0"], ["--budget: expected a positive amount of dollars, got 0.0"]),
-    (["--budget", "0.5"], ["--budget: $0.5000 is below the cheapest possible run of this job, $1.14"]),
+    (["--budget", "0"], ["--budget: expected a positive amount of dollars, e.g. 50, got 0.0"]),
+    (["--budget", "0.5"], ["--budget: $0.5000 is below the cheapest possible run, which costs $12.07"]),
+    (["--budget", "0.5", "--allocation", "32,20,12,12"],
+     ["--budget: $0.5000 is below the cheapest possible run of this job, $1.14"]),
 ])
 def test_bad_budgets_are_one_line_naming_the_flag(capsys, argv, needles):
     code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", *argv)
