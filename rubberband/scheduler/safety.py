@@ -38,15 +38,16 @@ the count errs high, so the budget holds.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping
 from statistics import NormalDist
 
+import numpy as np
+
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.model import billed_seconds
+from rubberband.simulator.model import billed_seconds, list_schedule
 from rubberband.units import format_usd
 
 REPLACEMENTS = 2.0        # the slack must cover this many replacement delays (SCALE + INIT)
@@ -89,11 +90,11 @@ class SafetyNet:
     def stage_s(self, busy: list[float], queued: list[float], slots: int) -> float:
         """A stage's TRAINs list-scheduled on ``slots``: ``busy`` are the running ones' times
         left, ``queued`` the durations of those still to start (in order); plus its SYNC."""
-        free = sorted(busy) + [0.0] * max(slots - len(busy), 0)
-        heapq.heapify(free)
-        for d in queued:
-            heapq.heappush(free, heapq.heappop(free) + d)
-        return max(free, default=0.0) + self.sync_s
+        # The simulator's list scheduling, one sample: the running TRAINs (and idle slots, at 0)
+        # are the first on the slots, the queued ones follow.
+        slots = max(slots, len(busy), 1)
+        durations = np.array([*busy, *[0.0] * (slots - len(busy)), *queued])[:, None]
+        return float(list_schedule(durations, slots)[0]) + self.sync_s
 
 
 class Budget:
