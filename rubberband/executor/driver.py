@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.executor.ports import ClusterPort, Node, Request, TrialRunnerPort
+from rubberband.executor.ports import ClusterPort, Node, TrialRunnerPort
 from rubberband.executor.search_space import sample_configs
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
@@ -69,18 +69,6 @@ from rubberband.scheduler import (
 from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS  # noqa: F401 - re-exported for callers
 
 log = logging.getLogger("rubberband.executor")
-
-
-def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
-    """The instances to keep for ``target``: the oldest of each node type (``nodes`` are
-    oldest first), so the most recently launched of each type go first (DESIGN §4)."""
-    left = dict(target)
-    keep = []
-    for node in nodes:
-        if left.get(node.node_type, 0) > 0:
-            left[node.node_type] -= 1
-            keep.append(node.name)
-    return keep
 
 
 @dataclass

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.executor.driver import keep_oldest
 from rubberband.executor.ports import Node, Notice, Request, TrainResult
 from rubberband.executor.spot_notice import NoticeBoard, NoticeWatcher
 from rubberband.executor.worker import DDPWorker
@@ -25,6 +24,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("the executor needs Ray: pip install 'rubberband[ray,torch]'") from exc
 
 INSTANCE_PREFIX = "rb-instance-"
+
+
+def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
+    """The instances to keep for ``target``: the oldest of each node type (``nodes`` are
+    oldest first), so the most recently launched of each type go first (DESIGN §4)."""
+    left = dict(target)
+    keep = []
+    for node in nodes:
+        if left.get(node.node_type, 0) > 0:
+            left[node.node_type] -= 1
+            keep.append(node.name)
+    return keep
 
 
 @dataclass(eq=False)
@@ -222,11 +233,14 @@ class RayClusterPort:
 
     def __init__(self, gpus_per_instance: int, types: Sequence[NodeType] = (), events: Any = None, poll_s: float = 0.2,
                  release_file: str | None = None, require_ready: bool | None = None,
-                 metadata_url: str | None = None, watch_poll_s: float = 1.0, request: Any = None):
-        """``request(bundles=...)``: how the demand reaches the autoscaler (Ray's ``request_resources``)."""
+                 metadata_url: str | None = None, watch_poll_s: float = 1.0, request: Any = None,
+                 clock: Any = time.time):
+        """``request(bundles=...)``: how the demand reaches the autoscaler (Ray's ``request_resources``);
+        ``clock``: the wall clock notices' reclaim times are read against."""
         from ray.autoscaler.sdk import request_resources
 
         self._request = request or request_resources
+        self._clock = clock
         self.G = gpus_per_instance
         self.types = {t.slot: t for t in types}
         self.release_file = release_file
@@ -274,7 +288,7 @@ class RayClusterPort:
         if alive is None:
             alive = self._alive() if self.noticed else []
         up = {n.name for n in alive}
-        now = time.time()
+        now = self._clock()
         want = dict(self.wanted)
         for name, (node_type, until) in self.noticed.items():
             if name in up and now < until:
@@ -382,7 +396,7 @@ class RayClusterPort:
         node = next((n for n in alive if n.name == instance), None)
         if node is None:
             return
-        now = time.time()
+        now = self._clock()
         reclaim_at = self._reclaim_times.get(instance, now + 120.0)     # AWS gives two minutes
         self.noticed[instance] = (node.node_type, reclaim_at - min(self.RECLAIM_MARGIN_S, (reclaim_at - now) / 2))
         self._push(alive)

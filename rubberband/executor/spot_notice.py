@@ -5,7 +5,8 @@ EC2 shows the two-minute notice only from inside the instance, at
 ``{"action": "terminate", "time": "2026-11-26T12:00:00Z"}``; IMDSv2 wants a token from
 ``PUT /latest/api/token`` first). ``NoticeWatcher`` runs on the node (the runner makes it a
 Ray actor pinned there), polls every few seconds, and posts the notice to the driver's
-``NoticeBoard`` (a named Ray actor); the cluster port reads the board. The metadata URL is
+``NoticeBoard`` (a Ray actor the cluster port creates and hands to each watcher); the port
+reads the board. The metadata URL is
 configurable: the local provider's spot emulation serves each node's notice on a fake
 endpoint, so the same watcher runs there.
 """
@@ -13,13 +14,17 @@ endpoint, so the same watcher runs there.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 from typing import Any
 
 from rubberband.providers.spot_emulation import ACTION_PATH, TOKEN_PATH
+
+log = logging.getLogger("rubberband.executor")
 
 EC2_METADATA_URL = "http://169.254.169.254"
 TOKEN_TTL_S = 300
@@ -53,7 +58,8 @@ def instance_action(base_url: str, timeout_s: float = 2.0) -> dict[str, Any] | N
 
 
 class NoticeBoard:
-    """Where watchers post notices and the driver takes them (a named Ray actor)."""
+    """Where watchers post notices and the driver takes them (an unnamed Ray actor: the port
+    passes its handle to each watcher)."""
 
     def __init__(self) -> None:
         self._posted: list[dict[str, Any]] = []
@@ -98,8 +104,17 @@ class NoticeWatcher:
         if action is None:
             return False
         self.posted = action
+        try:
+            reclaim_at = parse_time(action["time"])
+            kind = str(action.get("action", "terminate"))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            # A notice we cannot read is still a notice: losing it (and this thread) would let
+            # the instance die unannounced, so take the reclaim as imminent.
+            log.warning("spot notice for %s has no readable time (%r): taking the reclaim as imminent",
+                        self.instance, action)
+            reclaim_at, kind = time.time(), "terminate"
         post = getattr(self.board.post, "remote", self.board.post)
-        post(self.instance, parse_time(action["time"]), str(action.get("action", "terminate")))
+        post(self.instance, reclaim_at, kind)
         return True
 
     def status(self) -> dict[str, Any]:

@@ -4,10 +4,6 @@ beside it, and is not launched twice)."""
 
 from __future__ import annotations
 
-import time
-
-import pytest
-
 from rubberband.executor.ports import Node
 from rubberband.executor.ray_runner import RayClusterPort
 from rubberband.providers.node_types import NodeType
@@ -20,7 +16,8 @@ class Port(RayClusterPort):
 
     def __init__(self, alive: list[Node]):
         self.asked: list[list[dict]] = []
-        super().__init__(2, [OD, SPOT], request=lambda bundles: self.asked.append(bundles))
+        self.now = 1_000.0          # the wall clock, moved by hand
+        super().__init__(2, [OD, SPOT], request=lambda bundles: self.asked.append(bundles), clock=lambda: self.now)
         self.live = alive
 
     def _alive(self, events=None):
@@ -39,13 +36,13 @@ def test_a_noticed_instance_counts_until_half_its_notice_before_the_reclaim():
     nodes = [Node("rb-instance-1", 2, OD), Node("rb-instance-2", 2, SPOT)]
     port = Port(nodes)
     port.scale_to({OD: 1, SPOT: 1}, stage=0)
-    port._reclaim_times["rb-instance-2"] = time.time() + 4.0       # what the watcher's notice said
+    port._reclaim_times["rb-instance-2"] = port.now + 4.0          # what the watcher's notice said
     port.replace("rb-instance-2")
     assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}] + [{"rb-slot-local_2gpu_spot": 1}] * 2   # its replacement
     assert port.nodes() == [nodes[0]] and port.doomed() == ["rb-instance-2"]
     until = port.noticed["rb-instance-2"][1]
-    assert until - time.time() == pytest.approx(2.0, abs=0.1)    # half the 4 s notice
-    port.noticed["rb-instance-2"] = (SPOT, time.time() - 0.01)      # that moment has passed
+    assert until == port.now + 2.0                                  # half the 4 s notice
+    port.now = until + 0.01                                         # that moment has passed
     port._push()
     assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}, {"rb-slot-local_2gpu_spot": 1}]
     port.release(["rb-instance-2"], stage=0)                        # let go: no longer noticed

@@ -50,3 +50,22 @@ def test_an_unreachable_endpoint_is_retried_not_fatal():
         time.sleep(0.02)
     watcher.stop()
     assert watcher.errors >= 2 and watcher.posted is None and board.take() == []
+
+
+@pytest.mark.parametrize("action", [{"action": "terminate"}, {"action": "terminate", "time": "in two minutes"},
+                                    {"time": None}, ["terminate"]])
+def test_a_notice_without_a_readable_time_is_posted_as_imminent_not_lost(monkeypatch, caplog, action):
+    monkeypatch.setattr("rubberband.executor.spot_notice.instance_action", lambda url: action)
+    board = NoticeBoard()
+    before = time.time()
+    watcher = NoticeWatcher("rb-instance-4", "http://unused", board, poll_s=0.05)
+    deadline = time.time() + 5
+    posted: list = []
+    while not posted and time.time() < deadline:
+        posted = board.take()
+        time.sleep(0.02)
+    watcher.stop()
+    (notice,) = posted
+    assert notice["instance"] == "rb-instance-4" and notice["action"] == "terminate"
+    assert before <= notice["reclaim_at"] <= time.time()
+    assert "no readable time" in caplog.text
