@@ -113,13 +113,20 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table=None,
-              market: Market | str | None = None, progress: Progress | None = None) -> Plan:
+              market: Market | str | None = None, progress: Progress | None = None,
+              cost_cap: float = math.inf) -> Plan | None:
+    """The plan on one type (or ``table``'s variants), on ``market``. With a finite ``cost_cap``
+    (a plan in hand costs that much), only plans of surrogate cost under it are weighed: ``None``
+    when there is none."""
     if table is None and policy == "optimal" and packing_counts(model, cloud):
         table = VariantTable(variant_tables(spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
                                             else cloud, samples, seed), model)
     if market == AUTO:
         return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, base=table,
-                            progress=progress)
+                            progress=progress, cost_cap=cost_cap)
+    if math.isfinite(cost_cap):
+        return cheaper_plan(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy,
+                            confidence, cost_cap=cost_cap, progress=progress)
     return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence,
                          progress=progress)
 
@@ -164,21 +171,23 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
                  samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
-                 progress: Progress | None = None) -> Plan:
+                 progress: Progress | None = None, cost_cap: float = math.inf) -> Plan | None:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
     plans list all on-demand, all spot and the chosen mix; a job that spot cannot carry falls
     back to on-demand stages and says so in ``Plan.warnings``. ``base``: an on-demand table of the
     same job and cloud to derive the markets' tables from (what-if sweeps share one across
-    deadlines)."""
+    deadlines). With a finite ``cost_cap`` (a plan in hand elsewhere costs that much) every vector
+    is cut there (``cheaper_plan``), all on-demand and all spot too: ``None`` when none has a plan
+    left."""
     if cloud.spot_price_usd_per_hour is None:
         plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence,
                          progress=progress)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
-    best_usd = math.inf
+    best_usd = cost_cap
     vectors = market_vectors(spec.num_stages())
     screened = _screen_zone(base, vectors, deadline_s, confidence) if cloud.spot.trace is not None else {}
     for k, markets in enumerate(vectors):
@@ -192,7 +201,7 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         if markets in screened:
             plans[markets] = screened[markets] if k < 2 else None
             continue
-        if k < 2:      # all on-demand and all spot: listed in the considered plans, so planned in full
+        if k < 2 and not math.isfinite(cost_cap):   # listed in the considered plans, so planned in full
             try:
                 plans[markets] = plan_on_table(table, deadline_s, policy, confidence, budget, progress)
             except InfeasibleDeadlineError as exc:
@@ -202,6 +211,8 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
         if isinstance(plans[markets], Plan):
             best_usd = min(best_usd, plans[markets].predicted.mean_cost_usd)
     feasible = [p for p in plans.values() if isinstance(p, Plan)]
+    if not feasible and math.isfinite(cost_cap):
+        return None
     if not feasible:
         raise plans[(Market.ON_DEMAND,) * spec.num_stages()]   # the on-demand plan's own reason
     best = min(feasible, key=lambda p: p.predicted.mean_cost_usd)
@@ -209,16 +220,19 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     for markets, label in (((Market.ON_DEMAND,) * spec.num_stages(), "all on-demand"),
                            ((Market.SPOT,) * spec.num_stages(), "all spot")):
         p = plans[markets]
+        if p is None:      # under a cost cap: not cheaper, which is all that is known
+            continue
         rows.append({**p.summary(), "market": label} if isinstance(p, Plan) else
                     {"policy": policy, "instance_type": cloud.instance_type, "market": label, "infeasible": str(p)})
     rows.append({**best.summary(), "market": "chosen: " + market_label(best)})
     warnings = ()
     all_spot = plans[(Market.SPOT,) * spec.num_stages()]
-    if not isinstance(all_spot, Plan) and any(best.spot_counts):
+    spot_fails = isinstance(all_spot, InfeasibleDeadlineError)    # None under a cap: not known
+    if spot_fails and any(best.spot_counts):
         od = [i for i, n in enumerate(best.spot_counts) if n == 0]
         warnings = (f"market auto: all spot cannot meet the deadline; stage(s) {', '.join(map(str, od))} "
                     f"run on on-demand instances",)
-    elif not any(best.spot_counts) and not isinstance(all_spot, Plan):
+    elif not any(best.spot_counts) and spot_fails:
         warnings = ("market auto: all spot cannot meet the deadline, nor is any mix cheaper; planned on-demand",)
     if any(best.spot_counts) and not cloud.spot.modelled:
         warnings += (f"market auto: {cloud.instance_type} has no spot preemption model, so spot instances were "
@@ -536,12 +550,15 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
             plans.append(plan)
             considered.append(plan.summary())
         if len({t.cloud.instance_type for t in tables}) > 1:
+            # Only a plan cheaper than the types' own counts: the cheapest so far cuts the search.
+            cap = min((p.predicted.mean_cost_usd for p in plans), default=math.inf)
             try:
                 plan = _plan_one(spec, model, tables[0].cloud, deadline_s, policy, samples, seed, confidence,
-                                 table=VariantTable(tables, model), market=market, progress=progress)
+                                 table=VariantTable(tables, model), market=market, progress=progress, cost_cap=cap)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
-            else:
+                plan = None
+            if plan is not None:
                 plans.append(plan)
                 if len(set(plan.instance_types)) > 1:      # else it is one of the types' own plans
                     considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})

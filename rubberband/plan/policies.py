@@ -299,6 +299,8 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # reclaimed) at its lower bounds, for an incumbent; then only the costly allocations that
     # its cost and Lagrangian weight cannot rule out (``costly_survivors``) are simulated.
     graph = StageGraph(table.optimistic(), deadline_s, progress=progress)
+    if _cannot_beat(graph, deadline_s, cost_cap):
+        return statics(table, deadline_s, cost_cap)
     incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
@@ -322,6 +324,21 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # says so.
     front += [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
     return [_candidate(table, alloc, held) for alloc, held in front] + statics(table, deadline_s, cap)
+
+
+def _cannot_beat(graph: StageGraph, deadline_s: float, cost_cap: float) -> bool:
+    """Whether every plan of ``graph`` (laid out on ``StageTable.optimistic()``, so below every
+    plan's surrogate) that meets ``deadline_s`` costs at least ``cost_cap``: by duality, each
+    such plan costs at least ``min(C + λT) − λ·deadline_s`` for the hull's weight ``λ``. Then
+    the search has nothing under the cap to find (a cap from another type or market: the
+    type-per-stage search of ``market="auto"`` skips most market vectors so)."""
+    if not (math.isfinite(cost_cap) and math.isfinite(deadline_s)):
+        return False
+    hull = graph.hull_plan(deadline_s)
+    if hull is None:
+        return False
+    plan, lam = hull
+    return plan.cost_usd + lam * (plan.jct_s - deadline_s) >= cost_cap + 1e-9 * max(1.0, cost_cap)
 
 
 # Retargets of the incumbent when the hull plan meets the mean but not the confidence.

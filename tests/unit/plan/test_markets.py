@@ -12,7 +12,10 @@ import pytest
 from rubberband import load_experiment
 from rubberband.errors import SpecError
 from rubberband.plan import compile_plan, simulate_plan
-from rubberband.plan.compile import market_label, market_vectors
+from rubberband.plan import policies
+from rubberband.plan.compile import market_label, market_vectors, plan_markets
+from rubberband.plan.policies import optimal_policy
+from rubberband.plan.search import StageGraph
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import Market
 from rubberband.profiles.spot import SpotMarket
@@ -143,3 +146,32 @@ def test_spot_plans_are_predicted_by_their_full_simulation_within_the_stated_tol
     assert cost == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03 if notice <= 120 else 0.15)
     again = simulate_plan(plan, exp.model)
     assert np.array_equal(again.jct_s, plan.predicted.jct_s) and np.array_equal(again.cost_usd, plan.predicted.cost_usd)
+
+
+def test_under_a_cost_cap_auto_returns_only_a_cheaper_plan():
+    """The type-per-stage search of ``instance_type="auto"`` x ``market="auto"`` is cut at the
+    cheapest single-type plan: under a cap it returns the uncapped plan if that is cheaper, ``None``
+    if no plan's surrogate is under the cap — never a claim about all spot that it did not plan."""
+    exp = experiment()
+    c = cloud(0.3)
+    args = (exp.spec, exp.model, c, 1200.0, "optimal", 100, exp.seed, 0.95)
+    free = plan_markets(*args)
+    assert plan_markets(*args, cost_cap=0.5 * free.predicted.mean_cost_usd) is None
+    capped = plan_markets(*args, cost_cap=1.01 * free.predicted.mean_cost_usd)
+    assert (capped.allocation, capped.instances, capped.spot_counts) == (free.allocation, free.instances,
+                                                                          free.spot_counts)
+    assert capped.predicted.mean_cost_usd == free.predicted.mean_cost_usd
+    assert capped.warnings == free.warnings
+
+
+def test_a_cap_no_plan_can_beat_ends_the_optimal_search_after_its_first_pass(monkeypatch):
+    """By duality every plan meeting the deadline costs at least min(C + λT) − λD on the first,
+    optimistic pass: at or under that, nothing is searched further (same candidates under the cap)."""
+    exp = experiment()
+    table = StageTable(exp.spec, exp.model, cloud(0.3).replace(market=SPOT), samples=100, seed=exp.seed)
+    best = min(c.cost_usd for c in optimal_policy(table, 1200.0, 0.95))
+    graphs = []
+    monkeypatch.setattr(policies, "StageGraph", lambda *a, **k: graphs.append(1) or StageGraph(*a, **k))
+    cands = optimal_policy(table, 1200.0, 0.95, cost_cap=0.5 * best)
+    assert len(graphs) == 1
+    assert not [c for c in cands if c.cost_usd < 0.5 * best]
