@@ -259,13 +259,14 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
                 raise SpecError(f"plan.{field_}: {name!r} is not in the experiment's cloud profile "
                                 f"{cloud.path or cloud.region}; plan it again on its types")
             own = plan.type_clouds.get(name, plan.cloud)
-            type_clouds[name] = cloud.get(name, own.market)
+            type_clouds[name] = _in_zone_of(cloud.get(name, own.market), own)
         cloud = type_clouds[plan.instance_type]
     elif plan.instance_type != cloud.instance_type or set(plan.instance_types) - {cloud.instance_type}:
         other = next(t for t in (plan.instance_type, *plan.instance_types) if t != cloud.instance_type)
         raise SpecError(f"plan.cloud.instance_type: the plan is for {other} but the experiment runs on "
                         f"{cloud.instance_type}; plan it again on {cloud.instance_type}")
     else:
+        cloud = _in_zone_of(cloud, plan.cloud)
         type_clouds = {cloud.instance_type: cloud}
     if isinstance(model, Mapping):
         gpu = str(cloud.gpu_model)
@@ -284,6 +285,18 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
         raise SpecError(f"plan.gpus_per_trial: {list(plan.gpus_per_trial)} is not what allocation "
                         f"{list(plan.allocation)} gives ({list(gpus)}); plan it again or fix the allocation")
     return replace(plan, spec=spec, cloud=cloud, predicted=result, samples=result.samples)
+
+
+def _in_zone_of(rebuilt: CloudProfile, own: CloudProfile) -> CloudProfile:
+    """``rebuilt`` on the spot market ``own`` (the plan's) was planned in: a plan made with
+    ``--zone`` replays its zone's trace and price, not the experiment's zone."""
+    zone = own.spot.trace.zone if own.spot.trace is not None else None
+    if zone is None or rebuilt.spot.trace is None or rebuilt.spot.trace.zone == zone:
+        return rebuilt
+    try:
+        return rebuilt.in_zone(zone)
+    except SpecError as exc:
+        raise SpecError(f"plan.cloud.{exc}") from None
 
 
 def _ints(value: Any, where: str, minimum: int = 1, length: int | None = None) -> list[int]:

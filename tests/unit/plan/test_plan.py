@@ -200,3 +200,19 @@ def test_a_spot_plan_says_which_instances_are_spot_and_survives_its_json():
 def test_bad_spot_counts_in_a_plan_file_name_the_field(spot, pattern):
     with pytest.raises(SpecError, match=pattern):
         Plan.from_json(edited(spot_instances=spot))
+
+
+def test_a_plan_made_in_another_zone_checks_in_its_own_zone():
+    # The experiment replays us-west-2a; a plan made with --zone keeps its zone's trace and price.
+    from rubberband.plan.zones import plan_zones
+
+    exp = load_experiment(ROOT / "experiments" / "resnet101_spot.yaml")
+    catalog = exp.catalog.with_overrides(exp.cloud_overrides)
+    assert exp.cloud.spot.trace.zone == "us-west-2a"
+    made = plan_zones(exp.spec, exp.model_for_planning, catalog, 7200, ["us-west-2b"], instance_type=exp.instance_type,
+                      market="spot", samples=40, seed=3)
+    checked = check_plan(Plan.from_json(made.to_json()), exp.spec, exp.model_for_planning, catalog)
+    assert checked.cloud.spot.trace.zone == "us-west-2b"
+    assert checked.cloud.spot_price_usd_per_hour == made.cloud.spot_price_usd_per_hour
+    np.testing.assert_allclose(checked.predicted.jct_s, made.predicted.jct_s, atol=1e-4)
+    np.testing.assert_allclose(checked.predicted.cost_usd, made.predicted.cost_usd, atol=1e-6)
