@@ -115,10 +115,13 @@ def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float 
         kwargs = dict(policy=getattr(args, "policy", None) or exp.policy, samples=samples,
                       seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
                       instance_type=instance_type, market=market, progress=progress)
-        if getattr(args, "zone", None):
+        if getattr(args, "zone", None) is not None:
             from rubberband.plan.zones import plan_zones
 
-            zones = None if args.zone == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
+            zones = None if args.zone.strip() == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
+            if zones == []:     # an empty list would otherwise read as every zone
+                raise SpecError(f"--zone: {args.zone!r} names no zone; give auto for every zone of the region, "
+                                "or zones such as us-west-2a,us-west-2b")
             if market == Market.ON_DEMAND and getattr(args, "market", None) is None:
                 kwargs["market"] = Market.SPOT       # zones differ in their spot markets; keep an experiment's spot or auto
             if budget_usd is not None:

@@ -279,3 +279,10 @@ def test_whatif_sweeps_the_spot_market(capsys, tmp_path):
     code, _, err = run(capsys, "whatif", spot_experiment(tmp_path), "--zone", "us-east-1b", "--samples", "20")
     assert code == 2
     assert_one_line_error(err, "zone: 'us-east-1b' is not in", "did you mean `us-east-2b`")
+
+
+@pytest.mark.parametrize("zone", [",", " , "])
+def test_a_zone_list_with_no_zone_is_refused_not_read_as_every_zone(capsys, zone):
+    code, _, err = run(capsys, "plan", str(ROOT / "experiments" / "resnet101_spot.yaml"), "--zone", zone)
+    assert code == 2
+    assert_one_line_error(err, f"--zone: {zone!r} names no zone; give auto for every zone")
