@@ -13,8 +13,10 @@ does (a straggler 30% slow among 32 normal TRAINs moves ``c`` by under 1%).
 
 **Decision.** At the SYNC ending stage ``i`` the remaining stages ``i+1..`` are simulated
 under the corrected model against the remaining deadline (``deadline - now``), as they are
-planned now and as the normal planner (``compile_plan``, same policy, confidence and
-market) would plan them afresh; when no plan meets the deadline, the fastest one the
+planned now and as the normal planner (``compile_plan``, same policy and confidence) would
+plan them afresh: over the plan's instance types (a type per stage when it has several), on
+spot and on-demand (``market="auto"``) when it holds spot instances, unless the safety net
+has moved the job to on-demand; when no plan meets the deadline, the fastest one the
 planner names. The simulator starts a job with no instances, so a plan whose first
 remaining stage fits on the instances held now is given back the SCALE and INIT it will not
 wait for (their means) on top of the remaining deadline. The plan changes only when
@@ -35,8 +37,9 @@ from dataclasses import dataclass
 
 from rubberband.errors import InfeasibleDeadlineError
 from rubberband.plan import compile_plan, plan_allocation
+from rubberband.plan.compile import profile_gpu
 from rubberband.plan.plan import Plan
-from rubberband.profiles.cloud import Market
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator import simulate
 from rubberband.spec.experiment import ExperimentSpec
@@ -146,12 +149,18 @@ class Replanner:
                        spot_instances=spot[first:], trials_per_gpu=packing[first:],
                        instance_types=types[first:] if several else None)
         old_left = self._time_left(remaining, instances[first], instances[sync])
-        mixed = any(0 < s < h for s, h in zip(spot, instances))
+        if market is None:
+            # A market-auto plan's cloud says on-demand even when every stage is on spot: a plan
+            # holding spot is re-planned on spot and on-demand both (only the safety net forces
+            # on-demand); an all-spot plan of market spot stays on spot.
+            mixed = any(0 < s < h for s, h in zip(spot, instances))
+            market = cloud.market if cloud.market is Market.SPOT and not mixed else "auto" if any(spot) else cloud.market
         policy = self.plan.policy if self.plan.policy != "manual" else "optimal"
+        catalog = _catalog(self.plan.type_clouds, model)
         try:
-            new = compile_plan(sub, model, cloud, self._time_left(remaining, 0, instances[sync]), policy=policy,
-                               samples=self.samples, seed=self.seed, confidence=self.plan.confidence,
-                               market=market or ("auto" if mixed else cloud.market))
+            new = compile_plan(sub, model, catalog or cloud, self._time_left(remaining, 0, instances[sync]),
+                               policy=policy, samples=self.samples, seed=self.seed, confidence=self.plan.confidence,
+                               instance_type="auto" if catalog else None, market=market)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed)
         same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
@@ -171,3 +180,19 @@ class Replanner:
         record = Replan(sync, self.factor, first, self.plan.spec.num_stages() - 1, tuple(allocation[first:]),
                         tuple(new.allocation), -saving, new.predicted.p_meet(new_left), reason, trigger)
         return new, record
+
+
+def _catalog(clouds: dict[str, CloudProfile], model: ModelProfile) -> CloudCatalog | None:
+    """A plan's several types as a catalog to re-plan over, a type per stage again
+    (``instance_type="auto"``); ``None`` for one type, or when the profile does not say it was
+    measured on their GPU model (``auto`` could not tell where it holds): the first type's then."""
+    if len(clouds) < 2:
+        return None
+    first = next(iter(clouds.values()))
+    catalog = CloudCatalog(first.provider, first.region, {name: {k: v for k, v in c.to_dict().items() if k not in _NOT_OF_A_TYPE}
+                                                          for name, c in clouds.items()}, {})
+    gpu = profile_gpu(model, catalog)[0]
+    return catalog if gpu is not None and gpu in {c.gpu_model for c in clouds.values()} else None
+
+
+_NOT_OF_A_TYPE = ("provider", "region", "instance_type", "market")     # the catalog (or the market asked) says these

@@ -14,6 +14,7 @@ from rubberband.cli.rehearse import rehearse
 from rubberband.config import load_experiment
 from rubberband.plan import compile_plan
 from rubberband.profiles import Constant, Normal
+from rubberband.profiles.cloud import CloudCatalog, Market
 from rubberband.providers.sim import rehearse_once
 from rubberband.scheduler import (
     InstanceReady,
@@ -127,3 +128,42 @@ def test_noise_alone_does_not_make_a_mean_constrained_plan_flap():
     plan = compile_plan(exp.spec, exp.model, exp.cloud, 20 * 60, samples=1000)
     runs = [rehearse_once(plan, exp.model, seed=s, mode=exp.mode, replan_with=exp.model) for s in range(20)]
     assert [r.scheduler.replans for r in runs] == [[]] * 20
+
+
+def test_a_market_auto_plan_on_spot_and_two_types_is_replanned_on_spot_over_both_types():
+    """A market-auto plan's cloud says on-demand, and its stages say which are on spot: here all
+    of them, on a type per stage. Re-planned, a slow job stays on spot and weighs both types;
+    only the safety net (``market`` on-demand) moves it to on-demand."""
+    lat = {"dist": "constant", "value": 5}
+    catalog = CloudCatalog.from_dict({
+        "provider": "aws", "region": "r", "defaults": {"provision_latency_s": lat, "init_latency_s": lat},
+        "instance_types": {
+            "x4": {"gpus_per_instance": 4, "price_usd_per_hour": 12.0, "spot_price_usd_per_hour": 1.5, "gpu_model": "V100"},
+            "x8": {"gpus_per_instance": 8, "price_usd_per_hour": 22.0, "spot_price_usd_per_hour": 2.8, "gpu_model": "V100"},
+        }})
+    model = MODEL.replace(measured_on={"gpu_model": "V100"})
+    spec = ExperimentSpec.from_stages([(16, 2), (8, 4), (4, 8), (2, 16)])
+    cheapest = compile_plan(spec, model, catalog, 10_000, samples=4, instance_type="auto", market="auto")
+    plan = compile_plan(spec, model, catalog, cheapest.predicted.mean_jct_s * 1.05, samples=4,
+                        instance_type="auto", market="auto")
+    assert plan.cloud.market is Market.ON_DEMAND and plan.spot_counts == plan.instances
+    assert plan.instance_types == ("x8", "x8", "x4", "x4")
+    now = plan.predicted.stages[0].mean_duration_s * 1.5
+
+    def replan(market, profile=model):
+        replanner = Replanner(plan, profile, samples=4)
+        for _ in range(8):
+            replanner.observe(1, 2, 2.0 + 2 * 40.0 * 1.5)      # 50% slower than profiled
+        return replanner.replan(0, now, list(plan.allocation), list(plan.instances), list(plan.spot_counts),
+                                market=market)
+
+    new, record = replan(None)
+    assert record.reason == "to meet the deadline"
+    assert new.spot_counts == new.instances
+    assert {c["instance_type"] for c in new.considered} == {"x4", "x8"}
+    forced, _ = replan(Market.ON_DEMAND)
+    assert set(forced.spot_counts) == {0}
+    assert new.predicted.mean_cost_usd < forced.predicted.mean_cost_usd / 3
+    # A profile that does not say its GPU model cannot tell where it holds: the first type's.
+    unsure, _ = replan(None, MODEL)
+    assert {c["instance_type"] for c in unsure.considered} == {"x8"} and unsure.spot_counts == unsure.instances
