@@ -128,10 +128,14 @@ def within_budget(planner: Callable[[float], Plan], budget_usd: float, confidenc
     def over(plan: Plan, what: str) -> InfeasibleBudgetError:
         sure = "" if confidence is None else f" with probability {confidence:g}"
         cost = budget_cost(plan, confidence)
+        # The whole layout, so the plan can be told apart (and rerun) from the message alone.
+        types = plan.instance_types if len(set(plan.instance_types)) > 1 else ()
+        on = f"{','.join(types)} per stage" if types else plan.instance_type
+        packed = f", trials per GPU {','.join(map(str, plan.packing))}" if any(k > 1 for k in plan.packing) else ""
         return InfeasibleBudgetError(
             f"{field}: {format_usd(budget_usd)} is below {what}, which costs {format_usd(cost)}{sure} "
             f"(mean JCT {format_duration(plan.predicted.mean_jct_s)}, allocation "
-            f"{','.join(map(str, plan.allocation))} on {plan.instance_type}); raise the budget to at least "
+            f"{','.join(map(str, plan.allocation))} on {on}{packed}); raise the budget to at least "
             f"{format_usd(math.ceil(cost * 100) / 100)}", plan)
 
     # The upper end: the cheapest plan (or the cheapest that meets the deadline asked for).

@@ -98,6 +98,21 @@ def test_a_budget_below_the_cheapest_run_names_the_cheapest_plan():
     assert for_budget(cost).predicted.mean_cost_usd <= cost
 
 
+def test_the_cheapest_plan_in_the_message_shows_its_types_per_stage_and_its_packing():
+    from dataclasses import replace
+
+    from rubberband.plan.budget import within_budget
+
+    cheapest = cheapest_at(LONGEST_S)
+    small = cheapest.cloud.replace(instance_type="p3.2xlarge", gpus_per_instance=1)
+    mixed = replace(cheapest, instance_types=("p3.8xlarge", "p3.8xlarge", "p3.2xlarge", "p3.2xlarge"),
+                    type_clouds={"p3.8xlarge": cheapest.cloud, "p3.2xlarge": small}, trials_per_gpu=(2, 2, 1, 1))
+    alloc = ",".join(map(str, mixed.allocation))
+    with pytest.raises(InfeasibleBudgetError, match=rf"allocation {alloc} on p3\.8xlarge,p3\.8xlarge,p3\.2xlarge,"
+                                                    rf"p3\.2xlarge per stage, trials per GPU 2,2,1,1\); raise the budget"):
+        within_budget(lambda d: mixed, 0.01)
+
+
 @pytest.mark.parametrize("budget", [0, -5.0, math.nan, math.inf, True, "50"])
 def test_a_budget_that_is_not_a_positive_amount_is_one_line(budget):
     with pytest.raises(SpecError, match=r"^budget_usd: expected a positive amount of dollars, e\.g\. 50, got"):
