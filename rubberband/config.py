@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import RubberbandWarning, SpecError
+from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import resolve_trace_file
@@ -324,11 +325,7 @@ def _model_for_type(models: dict[str | None, ModelProfile], catalog: CloudCatalo
     """The profile an experiment's own instance type runs by (the first one under ``auto``)."""
     if None in models or instance_type == "auto" or instance_type not in catalog.types:
         return next(iter(models.values()))
-    gpu = catalog.types[instance_type].get("gpu_model")
-    if gpu not in models:
-        raise SpecError(f"cloud.instance_type: {instance_type} has {gpu} GPUs but model_profile has profiles for "
-                        f"{', '.join(str(k) for k in models)} only; add a {gpu} profile or choose another type (or auto)")
-    return models[gpu]
+    return model_of(models, catalog.get(instance_type), "cloud.instance_type")
 
 
 def _confidence(value: Any) -> float | None:

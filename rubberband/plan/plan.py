@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
+from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, integer, jsonable, number
@@ -268,12 +269,7 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
     else:
         cloud = _in_zone_of(cloud, plan.cloud)
         type_clouds = {cloud.instance_type: cloud}
-    if isinstance(model, Mapping):
-        gpu = str(cloud.gpu_model)
-        if gpu not in model:
-            raise SpecError(f"plan.cloud.instance_type: {plan.instance_type} has {gpu} GPUs but the experiment's "
-                            f"model_profile has profiles for {', '.join(model)} only; plan it again")
-        model = model[gpu]
+    model = model_of(model, cloud, "plan.cloud.instance_type")
     plan = replace(plan, cloud=cloud, type_clouds=type_clouds if plan.instance_types else {})
     try:
         result = simulate(spec, plan.allocation, model, samples=plan.samples or samples, seed=plan.seed,

@@ -278,7 +278,7 @@ def test_model_profile_may_give_one_profile_per_gpu_model():
     ({"V1OO": str(MODEL)}, "p3.8xlarge", r"^model_profile\.V1OO: 'V1OO' is no GPU model of .*us-east-1\.yaml; its types have A100, .*V100"),
     ({"V100": str(MODEL), "v100": str(MODEL)}, "p3.8xlarge", r"^model_profile\.v100: V100 and v100 name one GPU model; keep one"),
     ({"A10G": str(MODEL)}, "g5.xlarge", r"^model_profile\.A10G: profile 'resnet101-cifar10-bs1024' was measured on V100, not A10G; list it under V100"),
-    ({"A10G": A10G}, "p3.8xlarge", r"^cloud\.instance_type: p3\.8xlarge has V100 GPUs but model_profile has profiles for A10G only"),
+    ({"A10G": A10G}, "p3.8xlarge", r"^cloud\.instance_type: p3\.8xlarge has V100 GPUs but the model profiles cover A10G only; add a V100"),
     ({}, "p3.8xlarge", r"^model_profile: expected a profile's path, or a mapping of GPU model to profile path"),
     ({"V100": "nope.yaml"}, "p3.8xlarge", r"^model_profile\.V100: no such file 'nope\.yaml'"),
 ])

@@ -216,3 +216,11 @@ def test_a_plan_made_in_another_zone_checks_in_its_own_zone():
     assert checked.cloud.spot_price_usd_per_hour == made.cloud.spot_price_usd_per_hour
     np.testing.assert_allclose(checked.predicted.jct_s, made.predicted.jct_s, atol=1e-4)
     np.testing.assert_allclose(checked.predicted.cost_usd, made.predicted.cost_usd, atol=1e-6)
+
+
+def test_a_plan_on_a_gpu_model_the_experiment_has_no_profile_for_names_the_field():
+    exp = load_experiment(CIFAR)
+    plan = Plan.from_json(_plan_json())
+    with pytest.raises(SpecError, match=r"^plan\.cloud\.instance_type: p3\.8xlarge has V100 GPUs but the model profiles "
+                                        r"cover A10G only; add a V100 profile"):
+        check_plan(plan, exp.spec, {"A10G": exp.model}, exp.catalog.with_overrides(exp.cloud_overrides))
