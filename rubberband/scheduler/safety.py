@@ -23,10 +23,26 @@ deterministic estimate that leans late (``finish_s``):
   the stages are independent, and a stage's duration varies about as much as one TRAIN of it
   (``k * std(m) * c``, per wave when trials queue), so ``T_od`` is exceeded about once in 700.
 
+The rule is armed only where spot can cost time, and only once it has:
+
+* spot that cannot be reclaimed (``CloudProfile.spot.at_risk`` false: no preemption rate and no
+  trace, an unmodelled cloud included) never arms it: moving it to on-demand would only cost
+  more, so a job holding no reclaimable spot, now or in the stages to come, is left alone
+  (unless a spot instance is reclaimed all the same, on a real cloud whose profile has no
+  model: then the rule applies to all its spot);
+* the switch keeps the deadline when spot *has* cost time: the slack rule applies from the
+  first reclaim (a notice, or a spot instance lost) or once a spot request has waited for
+  capacity, i.e. is still not granted two replacement delays after it was made. Before
+  that the plan is followed: a plan whose on-demand finish estimate (which leans late by
+  ``LATE_STDS``) already passes the deadline at the start would otherwise move to on-demand
+  at once, though nothing went wrong and its own spot estimate met the deadline.
+
 The margin of two replacement delays pays for the switch itself (on-demand instances to
 provision) and for one more reclaim of a spot instance whose trial is still finishing on it.
 Since nothing may happen for a long time (a spot request waiting for a zone's capacity), the
-scheduler asks to be woken (``Wake``) when ``slack`` would reach ``needed`` if no work got done.
+scheduler asks to be woken (``Wake``) when ``slack`` would reach ``needed`` if no work got done,
+or, when it already has but the rule is not armed, when the oldest ungranted spot request
+would count as waiting for capacity.
 
 **Budget.** ``Budget`` counts what the run has committed, by the billing rules of DESIGN §4:
 each instance from its launch to its release (or now), rounded up to the granularity and at

@@ -40,7 +40,9 @@ It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
   estimate of its remaining work says (several instances lost at once are one reclaim).
 * **Spot safety net** (with a ``SafetyNet``, ``safety.py``: the rule and its estimate of the
   on-demand finish time): reclaimed spot is replaced with spot until the slack left no
-  longer covers finishing on on-demand plus two replacement delays; then, once, every
+  longer covers finishing on on-demand plus two replacement delays (a rule armed only for
+  spot that can be reclaimed, from the first reclaim or a spot request waiting for
+  capacity: ``safety.py``); then, once, every
   stage from the current one runs on on-demand (``SafetySwitch``): spot requests not yet
   granted are cancelled, each spot position gets an on-demand instance (one scale-up), and
   a spot instance still up is *retired* — nothing new is placed on it, the trial on it
@@ -184,6 +186,7 @@ class Scheduler:
         self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s)
                                         if replanner is not None and math.isfinite(plan.deadline_s) else None)
         self.switches: list[SafetySwitch] = []
+        self._spot_cost = False          # a spot instance was reclaimed (safety.py: arms the net)
         self.stopped: str | None = None
         self._wake_at: float | None = None
         self._scale_began = 0.0
@@ -225,6 +228,9 @@ class Scheduler:
             raise SpecError(f"scheduler: unknown event {event!r}")
         if self.phase == "done":
             return []
+        if isinstance(event, (ReclaimNotice, InstanceLost)) and event.name in self.instances \
+                and self.instances[event.name].market is Market.SPOT:
+            self._spot_cost = True          # arms the safety net's slack rule (safety.py)
         return self._guard(handler(event))
 
     @property
@@ -269,21 +275,36 @@ class Scheduler:
                 wakes.append(self._now + max((left - 2 * granule) / rate, WAKE_RESOLUTION_S))
         if self.net is not None and not self.switches and self._on_spot():
             slack = self.net.deadline_s - self._now - self._finish_on_demand_s()
-            if slack < self.net.needed_s + WAKE_RESOLUTION_S:
+            overdue = self._spot_overdue_at()
+            if slack < self.net.needed_s + WAKE_RESOLUTION_S and (self._spot_cost or overdue <= self._now):
                 out += self._switch(slack)
                 if self.phase == "done":
                     return out
-            else:
+            elif slack >= self.net.needed_s + WAKE_RESOLUTION_S:
                 wakes.append(self._now + slack - self.net.needed_s)
+            elif math.isfinite(overdue):       # short of slack, but spot has cost nothing yet
+                wakes.append(overdue)
         out += self._release_retired()
         if wakes and min(wakes) != self._wake_at:
             self._wake_at = min(wakes)
             out.append(Wake(self._wake_at))
         return out
 
+    def _at_risk(self, itype: str) -> bool:
+        return self.clouds[itype].spot.at_risk
+
     def _on_spot(self) -> bool:
-        return (any(p.market is Market.SPOT for p in self.positions.values())
-                or any(s > 0 for s in self.spot[self.stage:]))
+        """Whether the job holds, or will hold, spot that can be reclaimed: by its profile, or
+        any spot once one was (a reclaim the profile did not model); else the net stays off."""
+        risky = (lambda t: True) if self._spot_cost else self._at_risk
+        return (any(p.market is Market.SPOT and risky(p.itype) for p in self.positions.values())
+                or any(s > 0 and risky(t) for s, t in zip(self.spot[self.stage:], self.types[self.stage:])))
+
+    def _spot_overdue_at(self) -> float:
+        """When the oldest spot request still not granted counts as waiting for capacity: two
+        replacement delays (the net's margin) after it was made (``inf``: none waits)."""
+        return min((x.requested_s + self.net.needed_s for x in self.instances.values()
+                    if x.market is Market.SPOT and not x.ready and self._at_risk(x.itype)), default=math.inf)
 
     def _factor(self) -> float:
         return self.replanner.factor if self.replanner is not None else 1.0

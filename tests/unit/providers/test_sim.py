@@ -402,3 +402,18 @@ def test_a_stage_runs_by_its_types_gpu_model_profile_as_simulate_does():
     assert result.actual["cost_usd"] == pytest.approx(plan.predicted.cost_usd[0], rel=1e-12)
     for stage, predicted in zip(result.stages, plan.predicted.stages):
         assert stage["actual"]["duration_s"] == pytest.approx(predicted.mean_duration_s, rel=1e-12)
+
+
+def test_the_safety_net_leaves_spot_that_cannot_be_reclaimed_on_spot(resnet101):
+    """Spot with no preemption model is never reclaimed in the simulator: with the deadline at
+    the plan's own estimate (on-demand's late estimate already past it), the net must not move
+    the job to on-demand, so the rehearsal costs what spot costs."""
+    exp = resnet101
+    cloud = exp.catalog.get("p3.8xlarge", Market.SPOT, exp.cloud_overrides)
+    assert not cloud.spot.at_risk
+    loose = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, cloud, 3600.0, samples=50, seed=0)
+    p90 = float(np.percentile(loose.predicted.jct_s, 90))
+    plan = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, cloud, p90, samples=50, seed=0)
+    for seed in range(2):
+        net = rehearse(plan, exp.model, seed=seed, mode=exp.mode, safety_net=exp.model)
+        assert {i["market"] for i in net.ledger["instances"]} == {"spot"}

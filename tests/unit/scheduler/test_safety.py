@@ -156,3 +156,37 @@ def test_the_budget_prices_by_the_clouds_own_rule_and_refuses_spot_with_no_spot_
     # Billing a spot instance at the on-demand price (as the budget once did) hid a profile error.
     with pytest.raises(SpecError, match=r"market: spot asked of p3\.8xlarge, which has no spot_price_usd_per_hour"):
         Budget(od_only, 10.0).hourly(Market.SPOT)
+
+
+def unmodelled_spot() -> CloudProfile:
+    """``cloud("spot")`` with no preemption model: its spot instances are never reclaimed."""
+    data = cloud("spot").to_dict()
+    data.pop("spot", None)
+    return CloudProfile.from_dict(data)
+
+
+def test_spot_that_cannot_be_reclaimed_never_arms_the_net_however_short_the_slack():
+    # Deadline 40 s: 6 s of on-demand slack, under the 20 s the net needs, from the start.
+    plan = plan_allocation(SPEC, [4, 2], MODEL, unmodelled_spot(), 40.0, samples=4)
+    assert not plan.cloud.spot.at_risk and plan.spot_counts[0] > 0
+    sched = netted(plan)
+    first = sched.start(0.0)
+    assert not of(first, SafetySwitch) and not of(first, Wake)
+    (spot,) = of(first, RequestInstances)
+    assert spot.market is Market.SPOT
+    # Even a spot request that waits long is left alone: nothing can be reclaimed.
+    assert sched.on(Tick(), 30.0) == [] and not sched.switches
+
+
+def test_the_net_on_reclaimable_spot_waits_for_spot_to_cost_time_before_switching():
+    sched = netted(spot_plan(40.0))       # slack short from the start, but nothing went wrong yet
+    first = sched.start(0.0)
+    assert not of(first, SafetySwitch)
+    (spot,) = of(first, RequestInstances)
+    # Woken when the request would count as waiting for capacity: two replacement delays.
+    assert of(first, Wake) == [Wake(20.0)]
+    out = sched.on(InstanceReady(spot.names[0], 4, 5.0), 10.0)
+    assert not of(out, SafetySwitch) and len(of(out, StartTrial)) == 4
+    # The first reclaim arms it: the slack is short, so the rest goes to on-demand.
+    out = sched.on(InstanceLost(spot.names[0], {}), 15.0)
+    assert of(out, SafetySwitch) and sched.spot == [0, 0]
