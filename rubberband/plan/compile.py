@@ -526,6 +526,10 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                 own = variant_tables(spec, usable, cloud, samples, seed, draws) if policy == "optimal" else None
                 if own is not None:
                     draws = own[0].draws
+                    # A type too slow for the whole job may still be the cheapest for some stages:
+                    # its tables join the type-per-stage search whatever its own search does.
+                    if market != AUTO or cloud.spot_price_usd_per_hour is not None:
+                        tables += own
                     floor = jct_floor(own, confidence)
                     if floor > deadline_s * (1 + 1e-9):
                         # Even its fastest stages miss: no search (nor its reason, unless every type misses).
@@ -535,8 +539,6 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                                            f"on {name} take {floor:.0f}s" + (f" at P >= {confidence:g}"
                                                                              if confidence else "")})
                         continue
-                    if market != AUTO or cloud.spot_price_usd_per_hour is not None:
-                        tables += own
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
                 plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, table=table,
                                  market=market, progress=progress)
