@@ -55,6 +55,14 @@ def wants_rehearsal(args: argparse.Namespace) -> bool:
     return False
 
 
+def plan_model(exp, plan):
+    """The one profile a plan's re-planning and safety net reason with: its (first) type's GPU
+    model's, when the experiment gives one per GPU model."""
+    from rubberband.profiles.by_gpu import model_of
+
+    return model_of(exp.model_for_planning, plan.cloud, "plan.cloud.instance_type")
+
+
 def truth_of(args: argparse.Namespace, exp, plan):
     """The truth model and cloud a rehearsal draws from: the planning ones unless overridden.
 
@@ -66,10 +74,11 @@ def truth_of(args: argparse.Namespace, exp, plan):
     from rubberband.providers.sim import check_truth
     from rubberband.schema import check_mapping, load_yaml
 
-    model = exp.model
+    model = exp.model_for_planning      # by default each type runs by its GPU model's own profile
     if args.truth_model is not None:
         model = check_truth(plan, ModelProfile.from_dict(load_yaml(args.truth_model, "--truth-model"),
-                                                         where=f"--truth-model {args.truth_model}"), exp.model)
+                                                         where=f"--truth-model {args.truth_model}"),
+                            plan_model(exp, plan))
     cloud = plan.cloud
     if args.truth_cloud is not None:
         extra = check_mapping(load_yaml(args.truth_cloud, "--truth-cloud"), f"--truth-cloud {args.truth_cloud}",
@@ -204,8 +213,8 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
     model, cloud = truth_of(args, exp, plan)
     seed = args.seed if args.seed is not None else exp.seed
     runs, results = [], []
-    replan_with = None if args.no_replan else exp.model
-    net = None if args.no_safety_net else exp.model
+    replan_with = None if args.no_replan else plan_model(exp, plan)
+    net = None if args.no_safety_net else plan_model(exp, plan)
     for k in range(repeat):
         run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode, replan_with=replan_with,
                             safety_net=net, budget_usd=budget_usd)

@@ -17,7 +17,7 @@ from rubberband.cli.common import (
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
-from rubberband.cli.rehearse import EXIT_BUDGET, rehearse_args, rehearse_cmd, wants_rehearsal
+from rubberband.cli.rehearse import EXIT_BUDGET, plan_model, rehearse_args, rehearse_cmd, wants_rehearsal
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
@@ -144,7 +144,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         from rubberband.scheduler.safety import check_budget
 
         # The scheduler's lower bound: a guard for --plan and --allocation, which plan nothing.
-        budget = check_budget(args.budget, exp.spec, exp.model, plan.cloud)
+        budget = check_budget(args.budget, exp.spec, plan_model(exp, plan), plan.cloud)
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
@@ -154,8 +154,8 @@ def run_cmd(args: argparse.Namespace) -> int:
                      cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
                      spot_emulation=args.spot_emulation,
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
-                     replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else exp.model,
-                     safety_net=None if args.no_safety_net else exp.model, budget_usd=budget)
+                     replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else plan_model(exp, plan),
+                     safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
     return EXIT_BUDGET if result.loop.get("stopped") else 0
 

@@ -32,3 +32,28 @@ def test_a_type_that_cannot_run_the_whole_job_still_serves_its_cheapest_stages()
     single = [c for c in plan.considered if c.get("cost_usd_mean") and "type per stage" not in c["policy"]]
     assert plan.predicted.mean_cost_usd < 0.9 * min(c["cost_usd_mean"] for c in single)
     assert simulate_plan(plan, exp.model_for_planning).mean_cost_usd == plan.predicted.mean_cost_usd
+
+
+def test_a_rehearsal_runs_each_type_by_its_own_gpu_models_profile(capsys, tmp_path):
+    import json
+
+    import yaml
+
+    from rubberband.cli.main import main
+
+    t4 = tmp_path / "t4.yaml"
+    t4.write_text(yaml.safe_dump(T4.to_dict()))
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(yaml.safe_dump({
+        "sha": {"num_trials": 16, "min_iters": 4, "max_iters": 64, "eta": 2},
+        "model_profile": {"V100": str(ROOT / "profiles" / "resnet50_cifar10_p3.yaml"), "T4": str(t4)},
+        "cloud": {"profile": str(ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"), "instance_type": "p3.8xlarge",
+                  "overrides": {"init_latency_s": {"dist": "constant", "value": 0}}},
+        "deadline": "40m", "samples": 100}))
+    assert main(["run", str(exp), "--provider", "sim", "--instance-type", "g4dn.12xlarge", "--repeat", "20",
+                 "--no-replan", "--no-safety-net", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    actual = sum(r["actual"]["jct_s"] for r in data["runs"]) / len(data["runs"])
+    predicted = data["runs"][0]["predicted"]["jct_s"]
+    # On the V100 profile (the experiment's first) the T4 plan would rehearse ~1.6x faster.
+    assert abs(actual / predicted - 1) < 0.05, (actual, predicted)
