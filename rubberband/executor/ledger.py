@@ -74,11 +74,9 @@ class Ledger:
     def price_usd_per_hour(self, market: str) -> float:
         """The hourly price of ``market`` for the run's instance type (a profile that knows no
         spot price prices everything at the plan's market price)."""
-        if market == SPOT and self.cloud.spot_price_usd_per_hour is not None:
-            return float(self.cloud.spot_price_usd_per_hour)
-        if market == SPOT:
+        if market == SPOT and self.cloud.spot_price_usd_per_hour is None:
             return self.cloud.hourly_usd
-        return float(self.cloud.price_usd_per_hour)
+        return self.cloud.price(market)
 
     def running(self) -> list[InstanceRecord]:
         return [r for r in self.instances.values() if r.released_s is None]
