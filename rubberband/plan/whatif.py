@@ -21,7 +21,7 @@ from rubberband.plan.variants import VariantTable
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
 from rubberband.profiles.distributions import Constant
 from rubberband.profiles.model import ModelProfile
-from rubberband.profiles.spot import SpotMarket, load_trace, trace_zones
+from rubberband.profiles.spot import SpotMarket, trace_zones
 from rubberband.schema import did_you_mean
 from rubberband.simulator.engine import spot_billable
 from rubberband.spec.experiment import ExperimentSpec
@@ -214,9 +214,8 @@ def _apply(values, spec, model, cloud, deadline_s, spec_for_trials, cloud_for_ty
             cloud = cloud.replace(market=Market(value))
         elif axis == "preemption_rate":
             cloud = cloud.replace(spot=SpotMarket(notice_s=cloud.spot.notice_s, rate_per_hour=float(value)))
-        elif axis == "zone":
-            cloud = cloud.replace(spot=SpotMarket(notice_s=cloud.spot.notice_s, trace_file=str(trace_file),
-                                                  trace=load_trace(trace_file, str(value))))
+        elif axis == "zone":      # the zone's trace, and its spot price where the profile knows it
+            cloud = cloud.in_zone(str(value), trace_file)
     if "notice_s" in values:      # after the model it applies to
         cloud = cloud.replace(spot=replace(cloud.spot, notice_s=float(values["notice_s"])))
     return spec, model, cloud, deadline_s

@@ -50,6 +50,16 @@ def test_zone_axis_replays_each_zone_s_trace():
     assert cost[("auto", "us-west-2b")] == cost[("spot", "us-west-2b")] < cost[("auto", "us-east-1a")]
 
 
+def test_zone_axis_prices_each_zone_at_its_own_spot_price():
+    # A zone replays its trace and, where the profile knows the zone's price (a region file with
+    # the account's `zones:` mapping), is priced at it: the same plan, only dearer spot.
+    base = experiment().cloud.replace(spot=SpotMarket(notice_s=120))
+    priced = base.replace(spot_price_usd_per_hour_by_zone=(("us-west-2b", base.spot_price_usd_per_hour * 2),))
+    cheap, dear = (sweep({"market": ["spot"], "zone": ["us-west-2b"]}, cloud=c, deadline_s=3600.0, trace_file=TRACES)[0]
+                   for c in (base, priced))
+    assert cheap.costs["optimal"] is not None and dear.costs["optimal"] > cheap.costs["optimal"] * 1.5
+
+
 @pytest.mark.parametrize(("vary", "kw", "pattern"), [
     ({"preemption_rate": [0.3]}, {}, r"preemption_rate: on-demand instances are never reclaimed; sweep --market spot,auto"),
     ({"market": ["spot", "cheap"]}, {}, r"market: unknown market 'cheap'"),
