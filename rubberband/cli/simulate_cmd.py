@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from rubberband.cli.common import (
     cloud_for_args,
@@ -21,6 +22,8 @@ from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
+GANTT_RUNS = {"median": 0.5, "p90": 0.9, "worst": 1.0}     # --gantt-run: the run at this quantile of JCT
+
 
 def _simulate_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
@@ -38,6 +41,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--deadline", help="report P(JCT <= deadline), e.g. 20m")
     p.add_argument("--gantt", metavar="PNG", help="draw one sampled timeline to this PNG file")
+    p.add_argument("--gantt-run", choices=sorted(GANTT_RUNS), default="median",
+                   help="which sampled run --gantt draws, by JCT: the median (default), the p90 run (a slow "
+                        "one: on spot, where the reclaims show), or the worst")
 
 
 def simulate_cmd(args: argparse.Namespace) -> int:
@@ -81,16 +87,20 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     ) + stage_cost_footnote(first, "mean cost"), ""]
     text.append(summary_line(result, deadline))
     if args.gantt:
+        import numpy as np
+
         from rubberband.cli.gantt import draw_gantt
         from rubberband.simulator.trace import median_sample, sample_timeline
 
-        # The median run, not sample 0: that one may sit anywhere in the distribution.
-        k = median_sample(result.jct_s)
+        # A run at a quantile of JCT, not sample 0: that one may sit anywhere in the distribution.
+        q = GANTT_RUNS[args.gantt_run]
+        k = median_sample(result.jct_s) if q == 0.5 else int(np.argsort(result.jct_s, kind="stable")[
+            math.floor(q * (len(result.jct_s) - 1))])
         timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k, **plan)
-        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the median run by JCT (sample {k} of {samples}, "
+        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the {args.gantt_run} run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
-        text.append(f"wrote {args.gantt}")
-        payload["gantt"], payload["gantt_sample"] = args.gantt, k
+        text.append(f"wrote {args.gantt} (the {args.gantt_run} run)")
+        payload["gantt"], payload["gantt_sample"], payload["gantt_run"] = args.gantt, k, args.gantt_run
         if on_spot:
             payload["gantt_reclaims"] = timeline.reclaims
     emit(args, payload, "\n".join(text))

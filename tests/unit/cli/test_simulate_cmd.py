@@ -104,6 +104,17 @@ def test_gantt_draws_the_median_run_not_sample_zero(tmp_path, capsys, matplotlib
     assert payload["gantt_sample"] != 0
 
 
+@pytest.mark.parametrize(("run", "rank"), [("p90", 179), ("worst", 199)])
+def test_gantt_run_draws_the_run_at_that_quantile_of_jct(tmp_path, capsys, matplotlib, run, rank):
+    png = tmp_path / "run.png"
+    assert main([*ARGS, "--gantt", str(png), "--gantt-run", run, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    exp = load_experiment(PAPER_JOB)
+    jct = simulate(exp.spec, [32, 20, 12, 8], exp.model, exp.cloud, samples=200, seed=exp.seed).jct_s
+    assert sorted(jct).index(jct[payload["gantt_sample"]]) == rank and payload["gantt_run"] == run
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize(
     ("extra", "pattern"),
     [
