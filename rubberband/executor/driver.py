@@ -13,7 +13,10 @@ the cluster into the scheduler's events and applies the decisions it answers:
 * ``StartTrial`` → the trial's gang (kept when it already runs on those instances; handed over
   from the trial that just freed them, as ``reassign``; else started from its checkpoint),
   then ``train`` one iteration at a time: each iteration ends in a checkpoint, which is what a
-  trial resumes from when its instance is lost. ``ResizeTrial`` → stop and start from the
+  trial resumes from when its instance is lost. A packed ``StartTrial`` (``trials_per_gpu`` k >
+  1) gives its trial a worker of ``1/k`` GPU on the GPU serving its slot, beside the other
+  trials placed there; a trial that moves to another share or slot restarts from its
+  checkpoint, and each stage warms workers of its own share. ``ResizeTrial`` → stop and start from the
   checkpoint; ``StopTrial`` → ``stop``; ``ReleaseInstances`` → ``release_instance`` then
   ``release_to`` (at a SYNC: keep the rest) or ``release`` (noticed or retired instances).
 * ``RunSync`` is the barrier: the trials already reported their metrics, so ``SyncDone`` follows
@@ -84,6 +87,8 @@ class TrialState:
     metrics: dict[str, float] = field(default_factory=dict)
     gang: Any = None
     instances: tuple[str, ...] = ()
+    slots: tuple = ()              # the scheduler's slots of its gang: (name, GPU index) each
+    share: int = 1                 # trials per GPU its gang was started for (packed: > 1)
     history: list[dict[str, Any]] = field(default_factory=list)
     eliminated_after: int | None = None
     restarts: int = 0              # times its gang was lost (a dead gang or a lost instance)
@@ -135,9 +140,6 @@ class Driver:
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
                  budget_usd: float | None = None, settle_s: float = 0.0):
-        if max(plan.packing) > 1 or len(set(c.instance_type for c in plan.stage_clouds)) > 1:
-            raise SpecError("plan: packed stages and stages on several instance types run only in a rehearsal "
-                            "(--provider sim) so far; plan with one instance type and no packing")
         replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
@@ -166,6 +168,7 @@ class Driver:
         self.left: dict[str, int] = {}                   # trial -> iterations left of its TRAIN
         self.began: dict[str, tuple[int, float]] = {}    # trial -> (stage, start) of its TRAIN
         self.iter_s: dict[str, list[float]] = {}
+        self.gpu_ids: dict[str, list] = {}               # trial -> the GPU ids its gang's ranks last reported
         self.running: set[str] = set()
         self.resuming: dict[str, tuple[str, ...]] = {}   # trials moving mid-TRAIN -> the instances they left
         self.stage = -1
@@ -197,6 +200,10 @@ class Driver:
             want[t] = want.get(t, 0) + 1
         return want
 
+    def _share(self) -> int:
+        """Trials per GPU of the stage running now (the scheduler's, re-plans included)."""
+        return self.sched.packing[max(self.stage, 0)]
+
     def _trial(self, tid: str) -> TrialState:
         if tid not in self.trials:
             info = self.sched.trials[tid]
@@ -224,7 +231,7 @@ class Driver:
             try:
                 self.runner.stop(trial.gang)
             finally:
-                trial.gang, trial.instances = None, ()
+                trial.gang, trial.instances, trial.slots = None, (), ()
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> DriverOutcome:
@@ -283,6 +290,8 @@ class Driver:
         trial.step = res.step
         trial.iters_done += 1
         self.iter_s.setdefault(tid, []).extend(res.iter_times)
+        if res.gpu_ids:
+            self.gpu_ids[tid] = res.gpu_ids
         if res.digests and len(res.digests) > 1:
             first = res.digests[0]
             trial.ranks_in_sync = trial.ranks_in_sync and all(
@@ -309,11 +318,14 @@ class Driver:
         stage, start = self.began.pop(tid)
         end = self._now()
         gpus = len(trial.instances)
+        where = {"instances": list(trial.instances), "trials_per_gpu": trial.share,
+                 **({"gpu_ids": self.gpu_ids.pop(tid)} if tid in self.gpu_ids else {})}
         trial.history.append({"stage": stage, "iters": self.plan.spec.stages[stage].iters, "gpus": gpus,
-                              "step": trial.step, "instances": list(trial.instances), "restarts": trial.restarts,
+                              "step": trial.step, **where, "restarts": trial.restarts,
                               "start_s": start, "end_s": end, **trial.metrics})
         self.train_runs.append({"trial": tid, "stage": stage, "gpus": gpus, "start_s": start, "end_s": end,
-                                "iters": self.plan.spec.stages[stage].iters, "iter_s": self.iter_s.pop(tid, [])})
+                                "iters": self.plan.spec.stages[stage].iters, "iter_s": self.iter_s.pop(tid, []),
+                                **where})
         self._emit("trial", trial=tid, stage=stage, metric=trial.metric, step=trial.step)
         self._feed(TrainFinished(tid, trial.iters_done, trial.metric))
 
@@ -381,7 +393,8 @@ class Driver:
         want = self._want()
         nodes = self.cluster.wait_nodes(want, self.node_timeout_s)
         self.doomed.intersection_update(self.cluster.doomed())
-        warm_s = self.runner.warm(nodes)     # part of initialising a new instance: one warm worker per GPU
+        # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
+        warm_s = self.runner.warm(nodes, self._share())
         self._emit("nodes", stage=self.stage, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
         self._map_ready(nodes)
 
@@ -414,7 +427,7 @@ class Driver:
             elif isinstance(d, ResizeTrial):
                 trial = self._trial(d.trial)
                 self._stop_gang(trial)
-                self._gang(trial, d.slots)
+                self._gang(trial, d.slots, self.sched.packing[self.sched.stage])
             elif isinstance(d, StopTrial):
                 trial = self._trial(d.trial)
                 self._stop_gang(trial)
@@ -452,7 +465,8 @@ class Driver:
         self.stage_trials = list(self.sched.active)
         stage = self.plan.spec.stages[i]
         self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=self.sched.gpus_per_trial[i],
-                   instances=self.sched.held[i], spot=self.sched.spot[i], **self._budget())
+                   trials_per_gpu=self.sched.packing[i], instances=self.sched.held[i], spot=self.sched.spot[i],
+                   **self._budget())
         self._wait_stage = True
 
     def _budget(self) -> dict[str, float]:
@@ -480,11 +494,8 @@ class Driver:
         # A replacement for a lost instance: the standing request already asks for it.
 
     def _start(self, d: StartTrial) -> None:
-        if d.trials_per_gpu > 1:     # a re-plan chose packing: a worker holds a whole GPU here
-            raise ProviderError(f"stage {d.stage}: packed trials ({d.trials_per_gpu} to a GPU) run only in a rehearsal "
-                                "(--provider sim) so far; run with --no-replan")
         trial = self._trial(d.trial)
-        self._gang(trial, d.slots)
+        self._gang(trial, d.slots, d.trials_per_gpu)
         self.left[d.trial] = d.iters
         if self.began.get(d.trial, (None,))[0] != d.stage:
             self.began[d.trial] = (d.stage, self._now())
@@ -492,11 +503,18 @@ class Driver:
         self.running.add(d.trial)
         self.pending[self.runner.train(trial.gang, 1)] = d.trial
 
-    def _gang(self, trial: TrialState, slots: tuple) -> None:
-        """Give ``trial`` a gang on ``slots``: its own if it runs there, the gang of an idle trial
-        on exactly those instances (handed over), else a new one from its checkpoint."""
+    def _gang(self, trial: TrialState, slots: tuple, share: int = 1) -> None:
+        """Give ``trial`` a gang on ``slots`` at ``share`` trials per GPU: its own if it runs there,
+        the gang of an idle trial on exactly those instances (handed over), else a new one from
+        its checkpoint. A packed gang sits on its slot's GPU: it is kept or handed over only
+        on that very slot, and a gang of another share is never reused (its worker holds
+        another fraction of a GPU)."""
         wanted = tuple(self.real[n] for n, _ in slots)
-        if trial.gang is not None and trial.instances == wanted:
+
+        def fits(other: TrialState) -> bool:
+            return other.instances == wanted and other.share == share and (share == 1 or other.slots == tuple(slots))
+
+        if trial.gang is not None and fits(trial):
             return
         if trial.gang is not None:
             self._stop_gang(trial)
@@ -506,16 +524,17 @@ class Driver:
             if other is trial or other.gang is None or other.id in self.running:
                 continue
             mine = set(self.sched.placement.get(other.id, ()))
-            if other.instances == wanted and not mine:
+            if fits(other) and not mine:
                 donor = donor or other
             elif not mine or mine & taken:
                 self._stop_gang(other)       # idle and in the way: its workers go back to the pool
         if donor is not None:
-            gang, donor.gang, donor.instances = donor.gang, None, ()
+            gang, donor.gang, donor.instances, donor.slots = donor.gang, None, (), ()
             trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
         else:
-            trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint)
-        trial.instances = wanted
+            trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint, trials_per_gpu=share,
+                                           gpus=tuple(g for _, g in slots))
+        trial.instances, trial.slots, trial.share = wanted, tuple(slots), share
         left = self.resuming.pop(trial.id, None)
         if left is not None:
             self._emit("resume", trial=trial.id, step=trial.step, left=list(left), instances=list(wanted))

@@ -1,15 +1,18 @@
 """The run's ledger: every instance launched (request, running, ready, release) and every
 trial run, with the actual cost computed by the simulator's own billing rules.
 
-Each instance carries its market and that market's price: a spot instance is billed at the
-spot price from its launch to its release or reclaim (DESIGN §4.1), an on-demand one at the
-on-demand price."""
+Each instance carries its instance type, its market and that market's price: a spot instance
+is billed at the spot price from its launch to its release or reclaim (DESIGN §4.1), an
+on-demand one at the on-demand price. A run whose stages use several instance types bills each
+instance by its own type's profile (price, billing rules, data cost per launch): the ledger
+splits into one ledger per type (``by_type``) and adds them up."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.providers.base import Release
 from rubberband.providers.node_types import MARKETS, SPOT
@@ -51,6 +54,7 @@ class TrialRun:
     end_s: float
     iters: int
     iter_s: list[float] = field(default_factory=list)   # each iteration's compute, as the workers timed it
+    instance_type: str | None = None    # what it ran on (None: the ledger's own type)
 
 
 @dataclass
@@ -62,21 +66,48 @@ class Ledger:
     trials: list[TrialRun] = field(default_factory=list)
     stage_windows: list[tuple[float, float]] = field(default_factory=list)
     launch_errors: list[dict[str, Any]] = field(default_factory=list)   # failed launch attempts, as the provider reported them
+    clouds: dict[str, CloudProfile] = field(default_factory=dict)        # the profile of each other instance type of the run
 
-    def request(self, instance_id: str, at_s: float, stage: int, market: str | None = None) -> InstanceRecord:
-        """Record a requested instance on ``market`` (default: the cloud profile's), at its price."""
-        market = market or self.cloud.market.value
-        rec = InstanceRecord(instance_id, self.cloud.instance_type, self.price_usd_per_hour(market), at_s, stage,
-                             market=market)
+    def profile(self, instance_type: str | None) -> CloudProfile:
+        """The profile ``instance_type`` is billed by (``None``: the run's own type)."""
+        if instance_type is None or instance_type == self.cloud.instance_type:
+            return self.cloud
+        if instance_type not in self.clouds:
+            raise SpecError(f"ledger: an instance of {instance_type}, which the plan has no profile for "
+                            f"(it has {', '.join(dict.fromkeys([self.cloud.instance_type, *self.clouds]))})")
+        return self.clouds[instance_type]
+
+    def request(self, instance_id: str, at_s: float, stage: int, market: str | None = None,
+                instance_type: str | None = None) -> InstanceRecord:
+        """Record a requested instance of ``instance_type`` (default: the run's) on ``market``
+        (default: the type's profile's), at its price."""
+        cloud = self.profile(instance_type)
+        market = market or cloud.market.value
+        rec = InstanceRecord(instance_id, cloud.instance_type, self.price_usd_per_hour(market, cloud.instance_type),
+                             at_s, stage, market=market)
         self.instances[instance_id] = rec
         return rec
 
-    def price_usd_per_hour(self, market: str) -> float:
-        """The hourly price of ``market`` for the run's instance type (a profile that knows no
-        spot price prices everything at the plan's market price)."""
-        if market == SPOT and self.cloud.spot_price_usd_per_hour is None:
-            return self.cloud.hourly_usd
-        return self.cloud.price(market)
+    def price_usd_per_hour(self, market: str, instance_type: str | None = None) -> float:
+        """The hourly price of ``market`` for ``instance_type`` (default: the run's; a profile
+        that knows no spot price prices everything at its own market's price)."""
+        cloud = self.profile(instance_type)
+        if market == SPOT and cloud.spot_price_usd_per_hour is None:
+            return cloud.hourly_usd
+        return cloud.price(market)
+
+    def types(self) -> list[str]:
+        """The instance types of the run's records, the run's own first."""
+        return list(dict.fromkeys([self.cloud.instance_type, *(r.instance_type for r in self.instances.values()),
+                                   *(t.instance_type for t in self.trials if t.instance_type)]))
+
+    def by_type(self) -> dict[str, Ledger]:
+        """One ledger per instance type, each with its own records and profile (the run's first)."""
+        return {t: Ledger(self.profile(t),
+                          {k: r for k, r in self.instances.items() if r.instance_type == t},
+                          [x for x in self.trials if (x.instance_type or self.cloud.instance_type) == t],
+                          list(self.stage_windows), [e for e in self.launch_errors if t == self.cloud.instance_type])
+                for t in self.types()}
 
     def running(self) -> list[InstanceRecord]:
         return [r for r in self.instances.values() if r.released_s is None]
@@ -90,6 +121,8 @@ class Ledger:
 
     def cost_usd(self, now: float) -> float:
         """Actual cost so far with the simulator's billing rules (DESIGN §4)."""
+        if len(self.types()) > 1:
+            return sum(x.cost_usd(now) for x in self.by_type().values())
         data = self.cloud.data.usd_per_launch * sum(1 for r in self.instances.values() if r.launched_s is not None)
         if self.cloud.billing.model is BillingModel.PER_FUNCTION:
             compute = sum(t.gpus * (t.end_s - t.start_s) for t in self.trials) * self.cloud.usd_per_second / self.cloud.gpus_per_instance
@@ -103,6 +136,8 @@ class Ledger:
         costs = [0.0] * len(self.stage_windows)
         if not costs:
             return costs
+        if len(self.types()) > 1:
+            return [sum(c) for c in zip(*(x.stage_costs(now) for x in self.by_type().values()))]
         # Time before the first window or after the last (an instance the provider terminates
         # a moment after the final SYNC) belongs to the first or last stage.
         windows = list(self.stage_windows)
@@ -139,6 +174,17 @@ class Ledger:
         return out
 
     def to_dict(self, now: float) -> dict[str, Any]:
+        """The ledger as ``result.json`` has it. With several instance types: ``instance_type``
+        joins them (``local.1gpu/local.2gpu``), ``markets`` is per market and type
+        (``on-demand local.1gpu``) and ``by_type`` holds each type's own ledger."""
+        if len(self.types()) > 1:
+            dicts = {t: x.to_dict(now) for t, x in self.by_type().items()}
+            first = next(iter(dicts.values()))
+            return {**first, "instance_type": "/".join(dicts), "cost_usd": sum(d["cost_usd"] for d in dicts.values()),
+                    "instances": [i for d in dicts.values() for i in d["instances"]],
+                    "trials": [t for d in dicts.values() for t in d["trials"]], "launch_errors": list(self.launch_errors),
+                    "by_type": dicts,
+                    "markets": {f"{m} {t}": v for t, d in dicts.items() for m, v in d["markets"].items()}}
         return {
             "instance_type": self.cloud.instance_type,
             "price_usd_per_hour": self.cloud.hourly_usd,

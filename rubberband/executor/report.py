@@ -15,8 +15,9 @@ class RunResult:
     """A finished run: the best trial, every trial's history, the ledger, and predicted vs actual.
 
     ``predicted`` and ``actual`` hold ``jct_s`` and ``cost_usd``; ``stages`` lists per stage
-    the predicted and actual duration, instances and cost; ``best`` has ``config`` and
-    ``metric``.
+    the predicted and actual duration, instances and cost (and its instance type); ``best``
+    has ``config`` and ``metric``; with several instance types, ``ledger["by_type"]`` holds
+    each type's ledger.
     """
 
     run_id: str
@@ -51,14 +52,15 @@ class RunResult:
     def table(self) -> str:
         from rubberband.render import render
 
+        by_type = self.ledger.get("by_type") or {}
         rows = []
         for s in self.stages:
-            rows.append([s["index"], s["trials"], s["gpus_per_trial"],
+            rows.append([s["index"], s["trials"], s["gpus_per_trial"], *([s.get("instance_type", "")] if by_type else []),
                          s["predicted"]["instances"], s["actual"]["instances"],
                          format_duration(s["predicted"]["duration_s"]), format_duration(s["actual"]["duration_s"]),
                          format_usd(s["predicted"]["cost_usd"]), format_usd(s["actual"]["cost_usd"])])
-        lines = [render(["stage", "trials", "GPUs/trial", "inst pred", "inst real", "time pred", "time real",
-                         "cost pred", "cost real"], rows, title="predicted vs actual")]
+        lines = [render(["stage", "trials", "GPUs/trial", *(["type"] if by_type else []), "inst pred", "inst real",
+                         "time pred", "time real", "cost pred", "cost real"], rows, title="predicted vs actual")]
         lines.append(
             f"JCT  predicted {format_duration(self.predicted['jct_s'])}  actual {format_duration(self.actual['jct_s'])}  "
             f"({self.error('jct_s'):+.1%})"
@@ -70,6 +72,9 @@ class RunResult:
         for market, m in (self.ledger.get("markets") or {}).items():
             lines.append(f"{market:9s} {m['instances']} instance(s) at {format_usd(m['price_usd_per_hour'])}/h, "
                          f"{m['reclaimed']} reclaimed, {format_usd(m['cost_usd'])}")
+        for name, t in by_type.items():
+            launched = sum(m["instances"] for m in t["markets"].values())
+            lines.append(f"{name}: {launched} instance(s) launched, {format_usd(t['cost_usd'])}")
         for replan in self.loop.get("replans", []):
             lines.append(replan["line"])
         for switch in self.loop.get("safety_net", []):

@@ -15,6 +15,7 @@ from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult
 from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
+from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import base
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
 from rubberband.providers.spot_emulation import SpotEmulation, require_local, spot_emulation
@@ -65,7 +66,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     prov = base.get(provider, "provider")
     emulation = _emulation(plan, provider, spot_emulation, seed)
     # The provider's configuration must fit the plan before anything is written or launched.
-    config = prov.check(plan.cloud, max(plan.instances),
+    clouds = plan_clouds(plan)
+    config = prov.check(clouds, {t: most for t, (most, _) in _most_by_type(plan).items()},
                         base.cluster_yaml_for(prov, cluster_config, where="cluster_config"))
     if emulation is not None:
         config = emulation       # the local provider's configuration: how it reclaims spot instances
@@ -78,7 +80,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    with cluster_session(prov, plan.cloud, _cluster_room(plan, config, replan_with is not None), run_dir, run_id=run_id, trainer=trainer,
+    with cluster_session(prov, clouds, _cluster_room(plan, config, replan_with is not None), run_dir, run_id=run_id, trainer=trainer,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
@@ -86,15 +88,33 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
 
 
-def _cluster_room(plan: Plan, config: Any, replans: bool) -> int:
-    """How many instances the cluster may hold: the plan's most, one replacement per spot
-    instance (launched while the noticed one is still up), and, when the run re-plans, room
-    for REPLAN_GROWTH times the plan's most (a re-plan may move later stages onto more
-    instances), within the cluster's own ``max_workers`` where it has one."""
-    need = max(plan.instances) + max(plan.spot_counts)
-    room = max(plan.instances) * (REPLAN_GROWTH if replans else 1) + max(plan.spot_counts)
-    limit = getattr(config, "max_workers", None)
-    return max(need, min(room, limit)) if limit else room
+def plan_clouds(plan: Plan) -> list[CloudProfile]:
+    """The profile of each instance type the plan's stages use, stage 0's first."""
+    return list({c.instance_type: c for c in plan.stage_clouds}.values())
+
+
+def _most_by_type(plan: Plan) -> dict[str, tuple[int, int]]:
+    """Per instance type of the plan: the most instances and the most spot instances a stage
+    of that type holds."""
+    out: dict[str, tuple[int, int]] = {}
+    for i, c in enumerate(plan.stage_clouds):
+        most, spot = out.get(c.instance_type, (0, 0))
+        out[c.instance_type] = (max(most, plan.instances[i]), max(spot, plan.spot_counts[i]))
+    return out
+
+
+def _cluster_room(plan: Plan, config: Any, replans: bool) -> dict[str, int]:
+    """How many instances of each instance type the cluster may hold: the most the plan's
+    stages of that type hold, one replacement per spot instance (launched while the noticed
+    one is still up), and, when the run re-plans, room for REPLAN_GROWTH times the most (a
+    re-plan may move later stages onto more instances), within the cluster's own
+    ``max_workers`` for the type where it has one."""
+    out = {}
+    for name, (most, spot) in _most_by_type(plan).items():
+        need, room = most + spot, most * (REPLAN_GROWTH if replans else 1) + spot
+        limit = getattr((getattr(config, "types", None) or {}).get(name, config), "max_workers", None)
+        out[name] = max(need, min(room, limit)) if limit else room
+    return out
 
 
 def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, seed: int) -> SpotEmulation | None:
@@ -177,7 +197,7 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
     ``stop_time``: when the cluster stopped, which released every instance the provider had
     not terminated by then; ``None`` while it runs (those instances are running).
     """
-    ledger = Ledger(plan.cloud, stage_windows=stage_windows)
+    ledger = Ledger(plan.cloud, stage_windows=stage_windows, clouds=dict(plan.type_clouds))
 
     def stage_at(t: float, ending: bool = False) -> int:
         # A launch at the very start of a stage belongs to that stage; a release at the very
@@ -191,7 +211,8 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
         t = e["t"] - started
         inst = e.get("instance")
         if e["event"] == ProviderEvent.REQUEST:
-            ledger.request(inst, t, stage_at(t), market=e.get("market")).provider_id = e.get("node_id")
+            ledger.request(inst, t, stage_at(t), market=e.get("market"),
+                           instance_type=e.get("instance_type")).provider_id = e.get("node_id")
         elif e["event"] in LAUNCH_ERRORS:
             ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
                                          ("event", "code", "message", "attempt", "retry_in_s", "error") if k in e}})
@@ -201,7 +222,8 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
                 rec.launched_s = t
                 rec.provider_id = e.get("ec2_id") or rec.provider_id
                 if e.get("market") and e["market"] != rec.market:     # what EC2 says it launched
-                    rec.market, rec.price_usd_per_hour = e["market"], ledger.price_usd_per_hour(e["market"])
+                    rec.market = e["market"]
+                    rec.price_usd_per_hour = ledger.price_usd_per_hour(e["market"], rec.instance_type)
             elif e["event"] == ProviderEvent.READY:
                 rec.ready_s = t
             elif e["event"] == ProviderEvent.TERMINATED and rec.released_s is None:
@@ -221,7 +243,8 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
     from rubberband.executor.ledger import TrialRun
 
-    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []))
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []),
+                              instance_type=plan.stage_clouds[r["stage"]].instance_type)
                      for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
     jct = outcome.ended_at - started
@@ -230,6 +253,7 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     for rec, pred in zip(outcome.stages, plan.predicted.stages):
         stages.append({
             "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
+            "instance_type": plan.stage_clouds[rec.index].instance_type,
             "promoted": rec.promoted,
             "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
                           "spot_instances": plan.spot_counts[rec.index]},

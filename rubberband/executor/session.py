@@ -24,9 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import base
-from rubberband.providers.base import ENDED, Cluster, Provider, ProviderEvent
+from rubberband.providers.base import (
+    ENDED,
+    Clouds,
+    Cluster,
+    Provider,
+    ProviderEvent,
+    Room,
+    cluster_types,
+)
 
 log = logging.getLogger("rubberband.executor")
 LIFECYCLE = (ProviderEvent.REQUEST, ProviderEvent.RUNNING, ProviderEvent.READY, *ENDED)
@@ -54,7 +61,7 @@ class Session:
 
 
 @contextmanager
-def cluster_session(provider: str | Provider, cloud: CloudProfile, max_instances: int, run_dir: str | Path, *,
+def cluster_session(provider: str | Provider, cloud: Clouds, max_instances: Room, run_dir: str | Path, *,
                     run_id: str, trainer: Any, seed: int = 0, config: Any = None, latency_scale: float = 1.0,
                     launch_attempts: int = 6, launch_backoff_s: float = 2.0,
                     release_timeout_s: float = 30.0) -> Iterator[Session]:
@@ -63,6 +70,8 @@ def cluster_session(provider: str | Provider, cloud: CloudProfile, max_instances
 
     Args:
         provider: a registered provider's name, or the provider.
+        cloud, max_instances: one instance type's profile, or every type of the plan (its own
+            first), and the room in all or per type (``providers.base.cluster_types``).
         config: what ``provider.check`` returned (the checked cluster YAML for aws).
         trainer, seed: for the trial runner's warm workers.
         release_timeout_s: after a block that ended normally, how long to wait for the
@@ -87,7 +96,8 @@ def cluster_session(provider: str | Provider, cloud: CloudProfile, max_instances
 
         # Real EC2 workers read their own instance metadata; emulated nodes name their endpoint.
         metadata_url = None if cluster.requires_ready else os.environ.get("RUBBERBAND_SPOT_METADATA_URL", EC2_METADATA_URL)
-        session.port = RayClusterPort(cloud.gpus_per_instance, cluster_node_types(cloud), events=cluster.read_events,
+        clouds = [c for c, _ in cluster_types(cloud, max_instances).values()]
+        session.port = RayClusterPort(clouds[0].gpus_per_instance, cluster_node_types(clouds), events=cluster.read_events,
                                       release_file=str(cluster.release_file), require_ready=cluster.requires_ready,
                                       metadata_url=metadata_url)
         session.runner = RayTrialRunner(trainer, seed=seed)

@@ -26,7 +26,7 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -93,10 +93,17 @@ class AwsClusterConfig:
     max_workers: int
     resources: dict[str, Any] = field(default_factory=dict)
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
+    # The worker types of a plan's other instance types (a plan with a type per stage).
+    others: dict[str, AwsClusterConfig] = field(default_factory=dict, repr=False)
 
     @property
     def instance_type(self) -> str:
         return str(self.node_config["InstanceType"])
+
+    @property
+    def types(self) -> dict[str, AwsClusterConfig]:
+        """The worker type of each instance type the run launches, this one first."""
+        return {self.instance_type: self, **self.others}
 
     @property
     def market(self) -> str:
@@ -128,19 +135,25 @@ class AwsClusterConfig:
         return env
 
 
-def load_cluster_config(path: str | Path, instance_type: str | None = None) -> AwsClusterConfig:
-    """Read a Ray cluster YAML and pick the worker node type that launches ``instance_type``.
+def load_cluster_config(path: str | Path, instance_type: str | Sequence[str] | None = None) -> AwsClusterConfig:
+    """Read a Ray cluster YAML and pick the worker node type that launches ``instance_type``;
+    given several instance types (a plan with a type per stage, its own first), one worker
+    type for each (the others in ``others``).
 
     Raises ``SpecError`` naming the file, the field and the fix for anything rubberband cannot run.
     """
     data = load_yaml(path, "cluster YAML")
+    wanted = [instance_type] if instance_type is None or isinstance(instance_type, str) else list(dict.fromkeys(instance_type))
     try:
-        return _cluster_config(data, str(path), instance_type)
+        cfgs = [_cluster_config(data, str(path), name, wanted) for name in wanted]
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
+    cfgs[0].others = {c.instance_type: c for c in cfgs[1:]}
+    return cfgs[0]
 
 
-def _cluster_config(data: dict[str, Any], path: str, instance_type: str | None) -> AwsClusterConfig:
+def _cluster_config(data: dict[str, Any], path: str, instance_type: str | None,
+                    wanted: list[str | None]) -> AwsClusterConfig:
     data = check_mapping(data, "", optional=RAY_CLUSTER_KEYS)
     if data.get("provider") is None:
         raise SpecError("provider: missing; add `provider: {type: aws, region: us-east-1}`")
@@ -164,7 +177,7 @@ def _cluster_config(data: dict[str, Any], path: str, instance_type: str | None) 
             raise SpecError(f"available_node_types.{name}.node_config.InstanceType: missing; name the EC2 instance type")
     if not workers:
         raise SpecError(f"available_node_types: only the head type {head!r}; add a worker node type")
-    name = _worker_type(workers, instance_type)
+    name = _worker_type(workers, instance_type, wanted)
     entry = workers[name]
     node_config = _node_config(entry["node_config"], f"available_node_types.{name}.node_config")
 
@@ -182,8 +195,9 @@ def _cluster_config(data: dict[str, Any], path: str, instance_type: str | None) 
     )
 
 
-def _worker_type(workers: dict[str, dict[str, Any]], instance_type: str | None) -> str:
-    """The worker node type that launches ``instance_type`` (the only one when it is ``None``)."""
+def _worker_type(workers: dict[str, dict[str, Any]], instance_type: str | None, wanted: list[str | None]) -> str:
+    """The worker node type that launches ``instance_type`` (the only one when it is ``None``),
+    one of the plan's ``wanted`` types."""
     if instance_type is None:
         if len(workers) > 1:
             raise SpecError(f"available_node_types: {len(workers)} worker types ({', '.join(workers)}); "
@@ -192,6 +206,10 @@ def _worker_type(workers: dict[str, dict[str, Any]], instance_type: str | None) 
     matches = [n for n, e in workers.items() if e["node_config"]["InstanceType"] == instance_type]
     if not matches:
         have = ", ".join(f"{n} ({e['node_config']['InstanceType']})" for n, e in workers.items())
+        if len(wanted) > 1:
+            raise SpecError(f"available_node_types: no worker type launches {instance_type}, one of the plan's "
+                            f"instance types ({', '.join(map(str, wanted))}); have {have}; add a worker node type "
+                            f"with node_config.InstanceType: {instance_type}, or plan without it")
         raise SpecError(f"available_node_types: no worker type launches {instance_type} (the plan's instance "
                         f"type); have {have}; add one or plan for one of these")
     return matches[0]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import local
 from rubberband.providers.aws import (
     GONE_STATES,
@@ -30,30 +29,43 @@ from rubberband.providers.aws import (
     terminate_rubberband_instances,
     termination_time,
 )
-from rubberband.providers.base import ProviderEvent, Release
+from rubberband.providers.base import Clouds, ProviderEvent, Release, Room, clouds_of, cluster_types
 from rubberband.providers.local import LocalCluster, cluster_node_types
 
 PROVIDER = "aws"
 
 
-def check_against_plan(cfg: AwsClusterConfig, cloud: CloudProfile, max_instances: int) -> AwsClusterConfig:
-    """The cluster YAML must launch what the plan priced; returns it set to the plan's market."""
-    if cloud.provider != "aws":
-        raise SpecError(f"cloud: the plan was made for the {cloud.provider!r} cloud profile; --provider aws needs an aws "
-                        "profile (cloud.profile: cloud_profiles/aws/<region>.yaml)")
-    if cfg.instance_type != cloud.instance_type:
-        raise SpecError(f"{cfg.path}: node_config.InstanceType: {cfg.instance_type} but the plan is for {cloud.instance_type}")
-    if cfg.region != cloud.region:
-        raise SpecError(f"{cfg.path}: provider.region: launches in {cfg.region} but the plan was priced for {cloud.region}; "
-                        f"use cloud_profiles/aws/{cfg.region}.yaml or change the region")
-    market = cloud.market.value
-    if cfg.market == "spot" and market != "spot":
-        raise SpecError(f"{cfg.path}: InstanceMarketOptions: launches spot but the plan was priced on-demand; "
-                        "set `market: spot` in the experiment's cloud section or remove InstanceMarketOptions")
-    if max_instances > cfg.max_workers:
-        raise SpecError(f"{cfg.path}: max_workers: the plan needs {max_instances} instances of {cfg.instance_type} "
-                        f"but the cluster allows {cfg.max_workers}; raise max_workers")
-    return cfg.with_market(market)
+def check_against_plan(cfg: AwsClusterConfig, cloud: Clouds, max_instances: Room) -> AwsClusterConfig:
+    """The cluster YAML must launch what the plan priced, each of its instance types (see
+    ``providers.base.cluster_types``) from a worker type of its own; returns it set to each
+    type's market."""
+    types = cluster_types(cloud, max_instances)
+    have = cfg.types
+    for name, (c, room) in types.items():
+        if c.provider != "aws":
+            raise SpecError(f"cloud: the plan was made for the {c.provider!r} cloud profile; --provider aws needs an aws "
+                            "profile (cloud.profile: cloud_profiles/aws/<region>.yaml)")
+        if name not in have:
+            if len(types) == 1:
+                raise SpecError(f"{cfg.path}: node_config.InstanceType: {cfg.instance_type} but the plan is for {name}")
+            raise SpecError(f"{cfg.path}: available_node_types: no worker type launches {name}, one of the plan's "
+                            f"instance types ({', '.join(types)}); add a worker node type with "
+                            f"node_config.InstanceType: {name}, or plan without it")
+        worker = have[name]
+        if cfg.region != c.region:
+            raise SpecError(f"{cfg.path}: provider.region: launches in {cfg.region} but the plan was priced for {c.region}; "
+                            f"use cloud_profiles/aws/{cfg.region}.yaml or change the region")
+        if worker.market == "spot" and c.market.value != "spot":
+            where = f"available_node_types.{worker.node_type}.node_config." if len(types) > 1 else ""
+            raise SpecError(f"{cfg.path}: {where}InstanceMarketOptions: launches spot but the plan was priced on-demand; "
+                            "set `market: spot` in the experiment's cloud section or remove InstanceMarketOptions")
+        if room > worker.max_workers:
+            raise SpecError(f"{cfg.path}: max_workers: the plan needs {room} instances of {name} "
+                            f"but the cluster allows {worker.max_workers}; raise max_workers")
+    first, *rest = types
+    out = have[first].with_market(types[first][0].market.value)
+    out.others = {name: have[name].with_market(types[name][0].market.value) for name in rest}
+    return out
 
 
 def check_credentials(cfg: AwsClusterConfig) -> None:
@@ -70,24 +82,30 @@ def check_credentials(cfg: AwsClusterConfig) -> None:
                         f"run on an instance with a role, or add provider.aws_credentials to {cfg.path}")
 
 
-def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: bool,
+def configure(cfg: AwsClusterConfig, cloud: Clouds, run_id: str, mirror: bool,
               launch_attempts: int = 6, launch_backoff_s: float = 2.0, head_address: str | None = None):
     """Turn the local provider's cluster config into the aws one (nothing secret goes in).
 
-    Each node type launches the YAML's worker node config on its market: the YAML's worker
-    type name on-demand, ``<name>_spot`` with ``InstanceMarketOptions`` (the YAML's spot
-    options, if it gives any) on spot.
+    Each node type (an instance type on a market) launches its instance type's worker node
+    config from the YAML on its market: the YAML's worker type name on-demand, ``<name>_spot``
+    with ``InstanceMarketOptions`` (the YAML's spot options, if it gives any) on spot.
     """
+    node_types = cluster_node_types(cloud)
+
     def apply(ray_cfg: dict[str, Any]) -> dict[str, Any]:
         provider = ray_cfg["provider"]
-        names = {t.ray_name: cfg.node_type + ("_spot" if t.spot else "") for t in cluster_node_types(cloud)}
+        workers = {t.ray_name: cfg.types[t.instance_type] for t in node_types}
+        names = {t.ray_name: workers[t.ray_name].node_type + ("_spot" if t.spot else "") for t in node_types}
         provider.update({
             "module": "rubberband.providers.aws_node_provider.AwsNodeProvider",
             "region": cfg.region, "run_id": run_id, "node_config": cfg.node_config,
-            "node_configs": {names[t.ray_name]: cfg.with_market(t.market).node_config for t in cluster_node_types(cloud)},
+            "node_configs": {names[t.ray_name]: workers[t.ray_name].with_market(t.market).node_config for t in node_types},
             "node_types": {names[k]: v for k, v in provider["node_types"].items()},
-            "mirror": "local" if mirror else "none", "price_usd_per_hour": cloud.hourly_usd,
-            "setup_commands": cfg.setup_commands, "launch_attempts": launch_attempts,
+            "mirror": "local" if mirror else "none",
+            "price_usd_per_hour": clouds_of(cloud)[0].hourly_usd,
+            "setup_commands": cfg.setup_commands,
+            "setup_commands_by_type": {names[k]: w.setup_commands for k, w in workers.items()},
+            "launch_attempts": launch_attempts,
             "launch_backoff_s": launch_backoff_s, "cluster_yaml": cfg.path,
         })
         if not mirror:
@@ -97,7 +115,7 @@ def configure(cfg: AwsClusterConfig, cloud: CloudProfile, run_id: str, mirror: b
         ray_cfg["setup_commands"] = []   # run on the instance by its user data, not over SSH
         for ours, theirs in names.items():
             worker = ray_cfg["available_node_types"].pop(ours)
-            worker["node_config"] = {"InstanceType": cfg.instance_type}
+            worker["node_config"] = {"InstanceType": workers[ours].instance_type}
             ray_cfg["available_node_types"][theirs] = worker
         return ray_cfg
     return apply
@@ -115,18 +133,19 @@ def _primary_ip() -> str:
             return socket.gethostbyname(socket.gethostname())
 
 
-def start(run_id: str, run_dir: str | Path, cloud: CloudProfile, cluster_yaml: str | Path | AwsClusterConfig,
-          max_instances: int, latency_scale: float = 1.0, seed: int = 0, launch_attempts: int = 6,
+def start(run_id: str, run_dir: str | Path, cloud: Clouds, cluster_yaml: str | Path | AwsClusterConfig,
+          max_instances: Room, latency_scale: float = 1.0, seed: int = 0, launch_attempts: int = 6,
           launch_backoff_s: float = 2.0) -> tuple[LocalCluster, AwsClusterConfig]:
     """Start the run's head with ``AwsNodeProvider``; returns the cluster and the checked config."""
-    cfg = cluster_yaml if isinstance(cluster_yaml, AwsClusterConfig) else load_cluster_config(cluster_yaml, cloud.instance_type)
+    cfg = cluster_yaml if isinstance(cluster_yaml, AwsClusterConfig) else \
+        load_cluster_config(cluster_yaml, list(cluster_types(cloud, max_instances)))
     cfg = check_against_plan(cfg, cloud, max_instances)
     reap_orphans()
     mirror = is_emulated_endpoint()
     cluster = LocalCluster.start(
         run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed,
         configure=configure(cfg, cloud, run_id, mirror, launch_attempts, launch_backoff_s),
-        provider=PROVIDER, meta={"regions": [cfg.region], "cluster_yaml": cfg.path, "instance_type": cfg.instance_type,
+        provider=PROVIDER, meta={"regions": [cfg.region], "cluster_yaml": cfg.path, "instance_type": "+".join(cfg.types),
                                  "mirror": mirror},
         extra_env=cfg.credential_env())
     return cluster, cfg
@@ -290,13 +309,14 @@ class AwsProvider:
     name = PROVIDER
     cluster_yaml = True
 
-    def check(self, cloud: CloudProfile, max_instances: int, cluster: str | Path | AwsClusterConfig) -> AwsClusterConfig:
-        cfg = cluster if isinstance(cluster, AwsClusterConfig) else load_cluster_config(cluster, cloud.instance_type)
+    def check(self, cloud: Clouds, max_instances: Room, cluster: str | Path | AwsClusterConfig) -> AwsClusterConfig:
+        cfg = cluster if isinstance(cluster, AwsClusterConfig) else \
+            load_cluster_config(cluster, list(cluster_types(cloud, max_instances)))
         cfg = check_against_plan(cfg, cloud, max_instances)
         check_credentials(cfg)
         return cfg
 
-    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: AwsClusterConfig, *,
+    def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: AwsClusterConfig, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
         remember_run(run_id, config.region, config.path)     # so `down` looks there, even after a SIGKILL
         cluster, _ = start(run_id, run_dir, cloud, config, max_instances, latency_scale=latency_scale, seed=seed,

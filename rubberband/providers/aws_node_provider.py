@@ -62,6 +62,7 @@ class AwsNodeProvider(LocalNodeProvider):
         self._mirror = provider_config.get("mirror", "local") == "local"
         self._price = float(provider_config["price_usd_per_hour"])
         self._setup = list(provider_config.get("setup_commands", []))
+        self._setup_by_type = dict(provider_config.get("setup_commands_by_type") or {})   # per Ray node type
         self._head_address = provider_config.get("head_address") or provider_config.get("gcs_address")
         self._attempts = int(provider_config.get("launch_attempts", 6))
         self._backoff = float(provider_config.get("launch_backoff_s", 2.0))
@@ -90,7 +91,8 @@ class AwsNodeProvider(LocalNodeProvider):
         if not self._mirror:
             gpus = int(resources.get("GPU", 0))
             extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory", "object_store_memory")}
-            user_data = worker_user_data(self._setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
+            setup = self._setup_by_type.get(node_type, self._setup)
+            user_data = worker_user_data(setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
 
         def report(err: LaunchError) -> None:
             self._event(event=ProviderEvent.LAUNCH_ERROR, node_id=node_id, instance=instance, code=err.code,

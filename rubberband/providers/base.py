@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,6 +47,29 @@ class Release(enum.StrEnum):
     LOST = "lost"                  # its Ray node died
     SHUTDOWN = "shutdown"          # still up when the cluster stopped (the sweep, or the ledger)
     CANCELLED = "cancelled"        # released before anything was launched
+
+
+# What a cluster launches: one instance type's profile, or every type a run's plan uses (the
+# plan's own first); and how many instances it may hold, in all or per instance type.
+Clouds = CloudProfile | Sequence[CloudProfile]
+Room = int | Mapping[str, int]
+
+
+def clouds_of(cloud: Clouds) -> list[CloudProfile]:
+    """The profiles of ``cloud``: itself, or each of them."""
+    return [cloud] if isinstance(cloud, CloudProfile) else list(cloud)
+
+
+def cluster_types(cloud: Clouds, max_instances: Room) -> dict[str, tuple[CloudProfile, int]]:
+    """Each instance type a cluster launches (the plan's first) with its profile and how many
+    of it the cluster may hold (``max_instances`` itself when it is one number)."""
+    out = {}
+    for c in clouds_of(cloud):
+        room = max_instances if isinstance(max_instances, int) else max_instances.get(c.instance_type)
+        if room is None:
+            raise SpecError(f"cluster: no instance count for {c.instance_type}; say how many the cluster may hold")
+        out.setdefault(c.instance_type, (c, int(room)))
+    return out
 
 
 # An instance's life ends with one of these.
@@ -88,13 +111,14 @@ class Provider(Protocol):
     name: str
     cluster_yaml: bool      # launches from a Ray cluster YAML (``--cluster``, the experiment's ``cluster:``)
 
-    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> Any:
-        """Check the provider's configuration against the plan before anything starts or is
-        written; return it checked (``start`` and ``sweep`` get it back)."""
+    def check(self, cloud: Clouds, max_instances: Room, cluster: Any) -> Any:
+        """Check the provider's configuration against the plan (each of its instance types, see
+        ``cluster_types``) before anything starts or is written; return it checked (``start``
+        and ``sweep`` get it back)."""
 
-    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
+    def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: Any, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> Cluster:
-        """Start the run's cluster head (its autoscaler launches instances on request)."""
+        """Start the run's cluster head (its autoscaler launches instances of each type on request)."""
 
     def sweep(self, cluster: Cluster, config: Any) -> None:
         """After the head stopped: release anything of the run still up (raises if it cannot

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.profiles.cloud import CloudProfile
-from rubberband.providers.base import ProviderEvent
+from rubberband.providers.base import Clouds, ProviderEvent, Room, clouds_of, cluster_types
 from rubberband.providers.node_types import NodeType, node_types
 
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
@@ -40,22 +39,27 @@ def node_type_name(instance_type: str) -> str:
     return instance_type.replace(".", "_")
 
 
-def cluster_node_types(cloud: CloudProfile) -> list[NodeType]:
-    """The node types of a run's cluster: the plan's instance type on-demand, and on spot
-    when the type has a spot price."""
-    return node_types(cloud.instance_type, cloud.spot_price_usd_per_hour is not None)
+def cluster_node_types(cloud: Clouds) -> list[NodeType]:
+    """The node types of a run's cluster: each instance type on-demand, and on spot when the
+    type has a spot price."""
+    return [t for c in clouds_of(cloud) for t in node_types(c.instance_type, c.spot_price_usd_per_hour is not None)]
 
 
-def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, port: int, state_dir: str,
+def autoscaling_config(cluster: str, cloud: Clouds, max_instances: Room, port: int, state_dir: str,
                        latency_scale: float, seed: int, idle_timeout_s: float,
                        spot_emulation: dict[str, Any] | None = None) -> dict[str, Any]:
     """A Ray cluster config (Ray's own format) for the local provider: one Ray node type per
-    node type (``local_2gpu`` and ``local_2gpu_spot``), each node carrying its type's slot."""
-    types = cluster_node_types(cloud)
-    prices = {"on-demand": cloud.price_usd_per_hour, "spot": cloud.spot_price_usd_per_hour}
+    instance type and market (``local_2gpu`` and ``local_2gpu_spot``), each node carrying its
+    type's GPUs and slot, each type priced and capped by its own profile and room. The
+    latencies are the first type's (the local types share them)."""
+    types = cluster_types(cloud, max_instances)
+    first = next(iter(types.values()))[0]
+    nodes = [(t, *types[t.instance_type]) for t in cluster_node_types([c for c, _ in types.values()])]
     return {
         "cluster_name": cluster,
-        "max_workers": max_instances,
+        # The scheduler releases one type before launching the next: the cluster holds at most
+        # its largest type's room.
+        "max_workers": max(room for _, room in types.values()),
         "idle_timeout_minutes": idle_timeout_s / 60.0,
         "upscaling_speed": 1000,
         "provider": {
@@ -65,15 +69,15 @@ def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, po
             "state_dir": state_dir,
             "latency_scale": latency_scale,
             "seed": seed,
-            "provision_latency_s": cloud.provision_latency_s.to_dict(),
-            "init_latency_s": cloud.init_latency_s.to_dict(),
+            "provision_latency_s": first.provision_latency_s.to_dict(),
+            "init_latency_s": first.init_latency_s.to_dict(),
             "use_node_id_as_ip": True,
             "disable_node_updaters": True,
             "disable_launch_config_check": True,
             "launch_multiple": True,
             "head_node_id": FAKE_HEAD_NODE_ID,
             "node_types": {t.ray_name: {"instance_type": t.instance_type, "market": t.market,
-                                        "price_usd_per_hour": prices[t.market]} for t in types},
+                                        "price_usd_per_hour": c.price(t.market)} for t, c, _ in nodes},
             "spot_emulation": spot_emulation,
         },
         "auth": {"ssh_user": "ubuntu"},
@@ -83,12 +87,12 @@ def autoscaling_config(cluster: str, cloud: CloudProfile, max_instances: int, po
             **{t.ray_name: {
                 # The slot is never used by a task: asking the autoscaler for N bundles of it
                 # means "N instances of this type", whatever their GPUs are busy with.
-                "resources": {"CPU": 1, "GPU": cloud.gpus_per_instance, t.slot: 1,
+                "resources": {"CPU": 1, "GPU": c.gpus_per_instance, t.slot: 1,
                               "object_store_memory": 100 * 1024 * 1024},
-                "node_config": {"InstanceType": cloud.instance_type},
+                "node_config": {"InstanceType": t.instance_type},
                 "min_workers": 0,
-                "max_workers": max_instances,
-            } for t in types},
+                "max_workers": room,
+            } for t, c, room in nodes},
         },
         "head_node_type": "ray.head.default",
         "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
@@ -128,7 +132,7 @@ class LocalCluster:
         return bool(self.meta.get("mirror", True))
 
     @classmethod
-    def start(cls, run_id: str, run_dir: str | Path, cloud: CloudProfile, max_instances: int,
+    def start(cls, run_id: str, run_dir: str | Path, cloud: Clouds, max_instances: Room,
               latency_scale: float = 1.0, seed: int = 0, idle_timeout_s: float = 1.0, timeout_s: float = 120.0,
               configure: Any = None, provider: str = "local", meta: dict[str, Any] | None = None,
               extra_env: dict[str, str | None] | None = None, spot_emulation: Any = None) -> LocalCluster:
@@ -318,10 +322,10 @@ class LocalProvider:
     name = "local"
     cluster_yaml = False
 
-    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> None:
+    def check(self, cloud: Clouds, max_instances: Room, cluster: Any) -> None:
         return None
 
-    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
+    def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: Any, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
         """``config``: ``None``, or the run's ``SpotEmulation`` (``rubberband run --spot-emulation``)."""
         return LocalCluster.start(run_id, run_dir, cloud, max_instances, latency_scale=latency_scale, seed=seed,

@@ -8,8 +8,8 @@ the node's raylet, then the executor warming one worker per GPU; its measured di
 is what ``cloud_profiles/local/local.yaml`` records. Every node carries a unique custom
 resource ``rb-instance-<n>`` so the executor can pin a trial's workers to it, and every
 request, running, ready and terminate is appended to ``<state_dir>/events.jsonl`` with a
-wall-clock timestamp (and each request with its node type's market): the provider's own
-record for the ledger and the profiler.
+wall-clock timestamp (and each request with its node type's instance type and market, which
+the ledger prices it by): the provider's own record for the ledger and the profiler.
 
 With ``spot_emulation`` in the provider config (``rubberband run --spot-emulation``), spot
 instances are reclaimed as ``providers.spot_emulation`` describes: each gets an interruption
@@ -84,7 +84,7 @@ class LocalNodeProvider(FakeMultiNodeProvider):
             provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
         market = self._market(tags)
         self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=tags[TAG_RAY_USER_NODE_TYPE],
-                    market=market)
+                    market=market, instance_type=self._types.get(tags[TAG_RAY_USER_NODE_TYPE], {}).get("instance_type"))
         if market == SPOT and self._reclaimer is not None:
             # While the zone has no spot capacity the request waits (DESIGN §4.1).
             provision += max(0.0, self._reclaimer.capacity_at(time.time()) - time.time())

@@ -71,7 +71,7 @@ def test_a_re_planning_run_gets_a_cluster_with_room_to_grow_within_its_max_worke
     plan = plan_allocation(ExperimentSpec.from_stages([(4, 1), (2, 1)]), (4, 2),
                            ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud, 1e6, samples=1)
     assert max(plan.instances) == 2
-    assert _cluster_room(plan, None, replans=False) == 2
-    assert _cluster_room(plan, None, replans=True) == 2 * REPLAN_GROWTH
-    assert _cluster_room(plan, SimpleNamespace(max_workers=3), replans=True) == 3
-    assert _cluster_room(plan, SimpleNamespace(max_workers=1), replans=True) == 2      # the plan's own need stands
+    assert _cluster_room(plan, None, replans=False) == {"fake.gpu": 2}
+    assert _cluster_room(plan, None, replans=True) == {"fake.gpu": 2 * REPLAN_GROWTH}
+    assert _cluster_room(plan, SimpleNamespace(max_workers=3), replans=True) == {"fake.gpu": 3}
+    assert _cluster_room(plan, SimpleNamespace(max_workers=1), replans=True) == {"fake.gpu": 2}   # the plan's own need stands
