@@ -113,10 +113,11 @@ class Ledger:
         return [r for r in self.instances.values() if r.released_s is None]
 
     def instance_cost_usd(self, rec: InstanceRecord, now: float) -> float:
-        """Billed cost of one instance: lifetime rounded up and at least the minimum (per-instance)."""
+        """Billed cost of one instance: lifetime rounded up and at least the minimum, by its own
+        type's billing rules (per-instance)."""
         if rec.launched_s is None:
             return 0.0
-        billed = float(billed_seconds(rec.lifetime_s(now), self.cloud.billing))
+        billed = float(billed_seconds(rec.lifetime_s(now), self.profile(rec.instance_type).billing))
         return billed * rec.price_usd_per_hour / 3600.0
 
     def cost_usd(self, now: float) -> float:

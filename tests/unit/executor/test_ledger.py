@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver
 from rubberband.executor.ledger import Ledger, TrialRun
 from rubberband.executor.run import ledger_from_events
@@ -269,3 +270,67 @@ def test_a_reclaimed_spot_instance_is_billed_at_the_spot_price_up_to_the_reclaim
                                     "cost_usd": pytest.approx((end - 10.0) * PRICE / 3600, **EXACT)}
     assert ledger.cost_usd(now=end) == pytest.approx(sum(m["cost_usd"] for m in markets.values()), **EXACT)
     assert sum(ledger.stage_costs(now=end)) == pytest.approx(ledger.cost_usd(now=end), **EXACT)
+
+
+# --- several instance types -----------------------------------------------------------------
+
+def big_cloud() -> CloudProfile:
+    """A second type: 4 GPUs at 4x the price, billed per minute, 1 USD of data per launch."""
+    return CloudProfile.from_dict({
+        "instance_type": "fake.big", "gpus_per_instance": 4, "price_usd_per_hour": 4 * PRICE,
+        "spot_price_usd_per_hour": PRICE, "provision_latency_s": 10, "init_latency_s": 5,
+        "billing": {"model": "per_instance", "granularity_s": 60, "minimum_s": 60},
+        "data": {"dataset_gb": 10, "price_usd_per_gb": 0.1}})
+
+
+def test_each_instance_is_billed_by_its_own_types_price_billing_and_data():
+    ledger = Ledger(cloud(minimum_s=0, dataset_gb=1, usd_per_gb=0.05), clouds={"fake.big": big_cloud()},
+                    stage_windows=[(0.0, 100.0), (100.0, 300.0)])
+    small = launched(ledger, "i1", 0.0, 100.0, stage=0, stage_released=0)
+    big = ledger.request("i2", 100.0, 1, instance_type="fake.big")
+    big.launched_s, big.released_s, big.stage_released = 110.0, 171.0, 1      # 61 s: two minutes billed
+    spot = ledger.request("i3", 100.0, 1, market="spot", instance_type="fake.big")
+    spot.launched_s, spot.released_s, spot.stage_released = 110.0, 130.0, 1  # 20 s: the one-minute minimum
+    assert (small.instance_type, small.price_usd_per_hour) == ("fake.gpu", PRICE)
+    assert (big.instance_type, big.price_usd_per_hour, spot.price_usd_per_hour) == ("fake.big", 4 * PRICE, PRICE)
+    assert ledger.instance_cost_usd(small, now=300.0) == pytest.approx(100 * 0.001, **EXACT)
+    assert ledger.instance_cost_usd(big, now=300.0) == pytest.approx(120 * 0.004, **EXACT)
+    assert ledger.instance_cost_usd(spot, now=300.0) == pytest.approx(60 * 0.001, **EXACT)
+    data = 0.05 + 2 * 1.0                 # each launch pays its own type's data
+    total = 100 * 0.001 + 120 * 0.004 + 60 * 0.001 + data
+    assert ledger.cost_usd(now=300.0) == pytest.approx(total, **EXACT)
+    assert sum(ledger.stage_costs(now=300.0)) == pytest.approx(total, **EXACT)
+    assert ledger.stage_costs(now=300.0)[0] == pytest.approx(100 * 0.001 + 0.05, **EXACT)
+    out = ledger.to_dict(now=300.0)
+    assert out["instance_type"] == "fake.gpu/fake.big" and out["cost_usd"] == pytest.approx(total, **EXACT)
+    assert out["by_type"]["fake.big"]["cost_usd"] == pytest.approx(120 * 0.004 + 60 * 0.001 + 2.0, **EXACT)
+    assert {k: v["instances"] for k, v in out["markets"].items()} == \
+        {"on-demand fake.gpu": 1, "on-demand fake.big": 1, "spot fake.big": 1}
+    assert [i["instance_id"] for i in out["instances"]] == ["i1", "i2", "i3"]
+
+
+def test_an_instance_of_a_type_the_plan_has_no_profile_for_is_one_line():
+    with pytest.raises(SpecError, match=r"^ledger: an instance of fake.other, which the plan has no profile for "
+                                        r"\(it has fake.gpu, fake.big\)$"):
+        Ledger(cloud(), clouds={"fake.big": big_cloud()}).request("i1", 0.0, 0, instance_type="fake.other")
+
+
+def test_ledger_from_events_prices_each_request_by_its_instance_type():
+    import dataclasses
+
+    plan = dataclasses.replace(fake_plan(), instance_types=("fake.gpu", "fake.big"),
+                               type_clouds={"fake.gpu": cloud(2), "fake.big": big_cloud()})
+    t0 = 500.0
+    events = [
+        {"event": "request", "instance": "rb-instance-1", "instance_type": "fake.gpu", "market": "on-demand", "t": t0},
+        {"event": "running", "instance": "rb-instance-1", "t": t0 + 10.0},
+        {"event": "terminated", "instance": "rb-instance-1", "t": t0 + 40.0},
+        {"event": "request", "instance": "rb-instance-2", "instance_type": "fake.big", "market": "on-demand", "t": t0 + 40.0},
+        {"event": "running", "instance": "rb-instance-2", "market": "spot", "t": t0 + 50.0},   # what EC2 launched
+        {"event": "terminated", "instance": "rb-instance-2", "t": t0 + 70.0},
+    ]
+    ledger = ledger_from_events(plan, events, started=t0, stop_time=t0 + 90.0, stage_windows=[(0.0, 40.0), (40.0, 80.0)])
+    one, two = ledger.instances["rb-instance-1"], ledger.instances["rb-instance-2"]
+    assert (one.instance_type, one.price_usd_per_hour) == ("fake.gpu", PRICE)
+    assert (two.instance_type, two.market, two.price_usd_per_hour) == ("fake.big", "spot", PRICE)
+    assert ledger.cost_usd(now=90.0) == pytest.approx(60 * 0.001 + 60 * 0.001 + 1.0, **EXACT)

@@ -15,3 +15,24 @@ def test_the_report_shows_each_market_with_its_reclaims_and_cost():
     lines = result.table().splitlines()
     assert f"spot      2 instance(s) at {format_usd(0.3)}/h, 1 reclaimed, {format_usd(0.01)}" in lines
     assert f"on-demand 1 instance(s) at {format_usd(1.006)}/h, 0 reclaimed, {format_usd(0.03)}" in lines
+
+
+def test_a_run_on_several_instance_types_reports_each_stage_type_and_each_types_cost():
+    def stage(i, instance_type):
+        return {"index": i, "trials": 1, "gpus_per_trial": 1, "instance_type": instance_type,
+                "predicted": {"duration_s": 60.0, "instances": 1, "cost_usd": 0.05},
+                "actual": {"duration_s": 60.0, "instances": 1, "cost_usd": 0.05}}
+
+    def typed(price, cost):
+        return {"cost_usd": cost, "markets": {"on-demand": {"instances": 1, "reclaimed": 0,
+                                                            "price_usd_per_hour": price, "cost_usd": cost}}}
+
+    by_type = {"local.1gpu": typed(1.006, 0.0168), "local.2gpu": typed(2.0, 0.0333)}
+    ledger = {"by_type": by_type, "markets": {f"on-demand {t}": d["markets"]["on-demand"] for t, d in by_type.items()}}
+    result = RunResult("r", "/tmp/r", {}, {"jct_s": 120.0, "cost_usd": 0.1}, {"jct_s": 120.0, "cost_usd": 0.0501},
+                       [stage(0, "local.1gpu"), stage(1, "local.2gpu")], {}, ledger)
+    lines = result.table().splitlines()
+    assert "type" in lines[1].split() and "local.2gpu" in lines[4].split()
+    assert f"local.1gpu: 1 instance(s) launched, {format_usd(0.0168)}" in lines
+    assert f"local.2gpu: 1 instance(s) launched, {format_usd(0.0333)}" in lines
+    assert f"on-demand local.2gpu 1 instance(s) at {format_usd(2.0)}/h, 0 reclaimed, {format_usd(0.0333)}" in lines

@@ -75,3 +75,25 @@ def test_a_re_planning_run_gets_a_cluster_with_room_to_grow_within_its_max_worke
     assert _cluster_room(plan, None, replans=True) == {"fake.gpu": 2 * REPLAN_GROWTH}
     assert _cluster_room(plan, SimpleNamespace(max_workers=3), replans=True) == {"fake.gpu": 3}
     assert _cluster_room(plan, SimpleNamespace(max_workers=1), replans=True) == {"fake.gpu": 2}   # the plan's own need stands
+
+
+def test_a_two_type_plan_gets_room_per_type_within_each_worker_types_max_workers():
+    import dataclasses
+    from types import SimpleNamespace
+
+    from rubberband.executor.run import REPLAN_GROWTH, _cluster_room, plan_clouds
+    from rubberband.plan.plan import check_plan
+    from rubberband.profiles.cloud import CloudCatalog
+
+    catalog = CloudCatalog.load("cloud_profiles/local/local.yaml")
+    one, two = catalog.get("local.1gpu"), catalog.get("local.2gpu")
+    spec = ExperimentSpec.from_stages([(4, 1), (2, 1), (1, 1)])
+    model = ModelProfile.from_dict({"iter_latency_s": {1: 1.0, 2: 0.6}})
+    plan = plan_allocation(spec, (4, 2, 2), model, one, 1e6, samples=1)
+    plan = check_plan(dataclasses.replace(plan, instances=(4, 2, 1), instance_types=("local.1gpu", "local.1gpu", "local.2gpu"),
+                                          type_clouds={"local.1gpu": one, "local.2gpu": two}), spec, model, catalog, samples=1)
+    assert [c.instance_type for c in plan_clouds(plan)] == ["local.1gpu", "local.2gpu"]
+    assert _cluster_room(plan, None, replans=False) == {"local.1gpu": 4, "local.2gpu": 1}
+    assert _cluster_room(plan, None, replans=True) == {"local.1gpu": 4 * REPLAN_GROWTH, "local.2gpu": REPLAN_GROWTH}
+    limits = SimpleNamespace(types={"local.1gpu": SimpleNamespace(max_workers=5), "local.2gpu": SimpleNamespace(max_workers=1)})
+    assert _cluster_room(plan, limits, replans=True) == {"local.1gpu": 5, "local.2gpu": 1}

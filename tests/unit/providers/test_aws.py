@@ -358,3 +358,78 @@ def test_the_node_provider_launches_each_node_type_on_its_market_and_a_stopped_s
     assert (gone["ec2_id"], gone["reason"]) == (spot_id, "interrupted")
     assert [i["InstanceId"] for i in ec2.instances(run_id="run-m")] == [by_market["on-demand"]["InstanceId"]]
     ec2.terminate([by_market["on-demand"]["InstanceId"]])
+
+
+# --- a plan with an instance type per stage ---------------------------------------------------
+def _two_types_yaml(path, big_max_workers=1, drop_big=False):
+    """The test cluster YAML with a second worker type, ``big_workers`` launching g5.12xlarge."""
+    path = write_cluster_yaml(path, max_workers=4)
+    cfg = json.loads(path.read_text())
+    if not drop_big:
+        cfg["available_node_types"]["big_workers"] = {
+            "node_config": {"InstanceType": "g5.12xlarge", "ImageId": "ami-87654321"},
+            "min_workers": 0, "max_workers": big_max_workers, "worker_setup_commands": ["echo big"]}
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _two_type_clouds():
+    import rubberband as rb
+
+    return [rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge", market="spot"),
+            rb.CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.12xlarge")]
+
+
+def test_a_two_type_plan_gets_one_worker_type_per_instance_type_each_on_its_market(tmp_path):
+    from rubberband.providers.local import autoscaling_config
+
+    clouds = _two_type_clouds()
+    room = {"g5.xlarge": 2, "g5.12xlarge": 1}
+    path = _two_types_yaml(tmp_path / "c.yaml")
+    cfg = aws_cluster.check_against_plan(load_cluster_config(path, list(room)), clouds, room)
+    assert list(cfg.types) == ["g5.xlarge", "g5.12xlarge"]
+    assert (cfg.types["g5.xlarge"].market, cfg.types["g5.12xlarge"].market) == ("spot", "on-demand")
+    base = autoscaling_config("rb-x", clouds, room, 6380, str(tmp_path), 1.0, 0, 1.0)
+    ray_cfg = aws_cluster.configure(cfg, clouds, "run-x", mirror=True)(json.loads(json.dumps(base)))
+    provider, workers = ray_cfg["provider"], ray_cfg["available_node_types"]
+    # Each type on-demand and, having a spot price, on spot (a re-plan or the safety net may move markets).
+    assert {n: w["node_config"]["InstanceType"] for n, w in workers.items() if n != "ray.head.default"} == \
+        {"gpu_workers": "g5.xlarge", "gpu_workers_spot": "g5.xlarge", "big_workers": "g5.12xlarge",
+         "big_workers_spot": "g5.12xlarge"}
+    assert (workers["big_workers"]["resources"]["GPU"], workers["big_workers"]["max_workers"]) == (4, 1)
+    assert provider["node_configs"]["big_workers"]["ImageId"] == "ami-87654321"
+    assert "InstanceMarketOptions" not in provider["node_configs"]["big_workers"]
+    assert provider["node_configs"]["gpu_workers_spot"]["InstanceMarketOptions"]["MarketType"] == "spot"
+    assert provider["node_types"]["big_workers"] == {"instance_type": "g5.12xlarge", "market": "on-demand",
+                                                     "price_usd_per_hour": pytest.approx(5.672)}
+    assert provider["setup_commands_by_type"]["big_workers"][-1] == "echo big"
+    assert "echo big" not in provider["setup_commands_by_type"]["gpu_workers"]
+    with pytest.raises(SpecError, match=r"max_workers: the plan needs 2 instances of g5.12xlarge but the cluster allows 1"):
+        aws_cluster.check_against_plan(cfg, clouds, {"g5.xlarge": 2, "g5.12xlarge": 2})
+
+
+def test_a_cluster_yaml_lacking_a_type_of_the_plan_is_refused_in_one_line_before_anything_starts(tmp_path, monkeypatch):
+    import rubberband as rb
+    from rubberband.executor.run import execute
+    from rubberband.plan import plan_allocation
+    from rubberband.plan.plan import check_plan
+    from rubberband.profiles.cloud import CloudCatalog
+
+    monkeypatch.setattr("rubberband.providers.local.LocalCluster.start", lambda *a, **k: pytest.fail("started"))
+    catalog = CloudCatalog.load("cloud_profiles/aws/us-east-1.yaml")
+    model = rb.ModelProfile.from_dict({"iter_latency_s": {1: 1.0, 4: 0.4}})
+    spec = rb.ExperimentSpec.from_stages([(4, 2), (1, 2)])
+    one, four = catalog.get("g5.xlarge"), catalog.get("g5.12xlarge")
+    plan = plan_allocation(spec, (4, 4), model, one, deadline_s=3600, samples=2)
+    import dataclasses
+
+    plan = check_plan(dataclasses.replace(plan, instances=(4, 1), instance_types=("g5.xlarge", "g5.12xlarge"),
+                                          type_clouds={"g5.xlarge": one, "g5.12xlarge": four}), spec, model, catalog, samples=2)
+    path = _two_types_yaml(tmp_path / "c.yaml", drop_big=True)
+    with pytest.raises(SpecError, match=r"^.*c\.yaml: available_node_types: no worker type launches g5\.12xlarge, one of "
+                                        r"the plan's instance types \(g5\.xlarge, g5\.12xlarge\); have gpu_workers "
+                                        r"\(g5\.xlarge\); add a worker node type with node_config\.InstanceType: "
+                                        r"g5\.12xlarge, or plan without it$") as err:
+        execute(plan, "x:Y", {}, provider="aws", cluster_config=str(path), runs_dir=tmp_path / "runs")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "runs").exists()
