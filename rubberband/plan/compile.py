@@ -25,7 +25,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice, did_you_mean
-from rubberband.simulator.engine import simulate, spot_billable
+from rubberband.simulator.engine import HeldInstances, simulate, spot_billable
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -33,7 +33,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                  cloud: CloudProfile | CloudCatalog, deadline_s: float,
                  policy: str = "optimal", samples: int = 200, seed: int = 0, confidence: float | None = None,
                  instance_type: str | None = None, market: str | Market | None = None,
-                 compare: bool = False, progress: Progress | None = None) -> Plan:
+                 compare: bool = False, progress: Progress | None = None,
+                 held_at_start: HeldInstances | int | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
@@ -67,6 +68,12 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         compare: also plan with every other policy and list them in ``plan.considered``.
         progress: called as the search goes with a ``PlanProgress`` (stage k of n, candidates
             kept), for a progress line; the planner itself prints nothing.
+        held_at_start: instances the job already holds, up and initialised, at t = 0
+            (``HeldInstances``; an int: on-demand ones of the plan's type), e.g. when the rest
+            of a job is re-planned: every plan is weighed, and the chosen one simulated, from
+            them (``simulate``'s ``held_at_start``). Stage 0 keeps what it can use of them and
+            launches the rest; the search may also keep them for a later stage. With a
+            catalog, name their type (``HeldInstances.instance_type``).
 
     Returns:
         A new ``Plan`` (inputs are never modified).
@@ -85,6 +92,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
     if market is not None and not auto_market and not isinstance(market, Market):
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
     models = check_models(model, cloud) if isinstance(model, Mapping) else None
+    held = _held_type(held_at_start, cloud, instance_type)
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
@@ -92,7 +100,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         market = market or Market.ON_DEMAND
         if instance_type == "auto":
             plan = _plan_auto(spec, models or _models_of(model, catalog), catalog, deadline_s, policy, samples, seed,
-                              confidence, market, compare, progress)
+                              confidence, market, compare, progress, held)
             return replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
                            + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
@@ -105,30 +113,46 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                                 "add one to the cloud profile or plan on-demand")
             cloud = cloud.replace(market=market)
     model = model_of(models, cloud) if models is not None else model
-    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress)
+    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress,
+                     held=held)
     if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
-                                                                        samples, seed, confidence))
+                                                                        samples, seed, confidence, held))
     return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table=None,
               market: Market | str | None = None, progress: Progress | None = None,
-              cost_cap: float = math.inf) -> Plan | None:
-    """The plan on one type (or ``table``'s variants), on ``market``. With a finite ``cost_cap``
-    (a plan in hand costs that much), only plans of surrogate cost under it are weighed: ``None``
-    when there is none."""
+              cost_cap: float = math.inf, held: HeldInstances | None = None) -> Plan | None:
+    """The plan on one type (or ``table``'s variants), on ``market``, from the instances
+    ``held`` at the start (a ``table`` given has its own). With a finite ``cost_cap`` (a plan
+    in hand costs that much), only plans of surrogate cost under it are weighed: ``None`` when
+    there is none."""
     if table is None and policy == "optimal" and packing_counts(model, cloud):
         table = VariantTable(variant_tables(spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
-                                            else cloud, samples, seed), model)
+                                            else cloud, samples, seed, held=held), model)
     if market == AUTO:
         return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, base=table,
-                            progress=progress, cost_cap=cost_cap)
+                            progress=progress, cost_cap=cost_cap, held=held)
+    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held)
     if math.isfinite(cost_cap):
-        return cheaper_plan(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy,
-                            confidence, cost_cap=cost_cap, progress=progress)
-    return plan_on_table(table or StageTable(spec, model, cloud, samples=samples, seed=seed), deadline_s, policy, confidence,
-                         progress=progress)
+        return cheaper_plan(table, deadline_s, policy, confidence, cost_cap=cost_cap, progress=progress)
+    return plan_on_table(table, deadline_s, policy, confidence, progress=progress)
+
+
+def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCatalog,
+               instance_type: str | None) -> HeldInstances | None:
+    """``held_at_start`` checked, with its type filled in: a profile's own, or the catalog type
+    planned on; over several types (``auto``) it must be named."""
+    held = HeldInstances.of(held)
+    if held is None or held.instance_type is not None:
+        return held
+    if isinstance(cloud, CloudProfile):
+        return replace(held, instance_type=cloud.instance_type)
+    if instance_type and instance_type != "auto":
+        return replace(held, instance_type=instance_type)
+    raise SpecError("held_at_start.instance_type: planning over several instance types needs the type of the "
+                    "instances held, e.g. HeldInstances(4, instance_type='p3.8xlarge')")
 
 
 def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
@@ -144,11 +168,13 @@ def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
 
 
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
-                   draws=None) -> list[StageTable]:
+                   draws=None, held: HeldInstances | None = None) -> list[StageTable]:
     """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``),
-    on one set of random streams (``draws``: another type's, to share)."""
-    first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws)
-    return [first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws)
+    on one set of random streams (``draws``: another type's, to share), from the instances
+    ``held`` at the start."""
+    first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held)
+    return [first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
+                                 held_at_start=held)
                       for k in packing_counts(model, cloud)]
 
 
@@ -171,7 +197,8 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
                  samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
-                 progress: Progress | None = None, cost_cap: float = math.inf) -> Plan | None:
+                 progress: Progress | None = None, cost_cap: float = math.inf,
+                 held: HeldInstances | None = None) -> Plan | None:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
@@ -180,12 +207,13 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     same job and cloud to derive the markets' tables from (what-if sweeps share one across
     deadlines). With a finite ``cost_cap`` (a plan in hand elsewhere costs that much) every vector
     is cut there (``cheaper_plan``), all on-demand and all spot too: ``None`` when none has a plan
-    left."""
+    left. ``held``: the instances held at the start (a ``base`` given has its own)."""
     if cloud.spot_price_usd_per_hour is None:
         plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence,
-                         progress=progress)
+                         progress=progress, held=held)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
-    base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed)
+    base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed,
+                              held_at_start=held)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
     best_usd = cost_cap
     vectors = market_vectors(spec.num_stages())
@@ -335,7 +363,7 @@ def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: 
         gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
         deadline_s=float(deadline_s), policy=policy, spec=spec, confidence=confidence,
         samples=samples, seed=seed, info={"note": candidate.note, "candidates": len(candidates)},
-        **table.plan_fields(candidate.allocation, candidate.instances),
+        held_at_start=table.held_at_start, **table.plan_fields(candidate.allocation, candidate.instances),
     )
 
 
@@ -348,10 +376,10 @@ def fastest_plan(table: StageTable) -> Candidate:
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 
 
-def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence) -> list[dict]:
+def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence, held=None) -> list[dict]:
     from rubberband.plan.policies import POLICIES
 
-    table = StageTable(spec, model, cloud, samples=samples, seed=seed)
+    table = StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held)
     out = []
     for name in POLICIES:
         if name == policy:
@@ -498,7 +526,7 @@ def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelPro
 
 
 def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, policy, samples, seed, confidence, market,
-               compare, progress: Progress | None = None) -> Plan:
+               compare, progress: Progress | None = None, held: HeldInstances | None = None) -> Plan:
     """``instance_type="auto"``: per GPU model with a profile, a plan on each of its types, and
     (optimal policy) one choosing a type per stage among them; the cheapest is kept. Types
     without a profile of their GPU model, or without a spot price on the spot market, are
@@ -523,7 +551,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                                    f"{name} holds"})
                 continue
             try:
-                own = variant_tables(spec, usable, cloud, samples, seed, draws) if policy == "optimal" else None
+                own = variant_tables(spec, usable, cloud, samples, seed, draws, held) if policy == "optimal" else None
                 if own is not None:
                     draws = own[0].draws
                     # A type too slow for the whole job may still be the cheapest for some stages:
@@ -541,7 +569,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                         continue
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
                 plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, table=table,
-                                 market=market, progress=progress)
+                                 market=market, progress=progress, held=held)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
                 considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
@@ -566,7 +594,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                     considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})
     if not plans and hopeless and not infeasible:     # the closest type's own reason
         _, usable, cloud = min(hopeless, key=lambda h: h[0])
-        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market)
+        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market, held=held)
     if not plans:
         if infeasible:   # the advice of the type that comes closest
             best = min(infeasible, key=lambda e: e.needed_s)
@@ -579,21 +607,24 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
         considered += _other_policies(spec, usable_by_type[best.instance_type], best.cloud, deadline_s, policy, samples,
-                                      seed, confidence)
+                                      seed, confidence, held)
     info = {**best.info, **({"skipped": skipped} if skipped else {})}
     return replace(_with_considered(best, considered), info=info)
 
 
 def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int], model: ModelProfile,
                     cloud: CloudProfile, deadline_s: float, instances: tuple[int, ...] | list[int] | None = None,
-                    samples: int = 200, seed: int = 0) -> Plan:
-    """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction.
+                    samples: int = 200, seed: int = 0, held_at_start: HeldInstances | int | None = None) -> Plan:
+    """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction
+    (from the instances ``held_at_start``, as ``compile_plan``).
 
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
-
-    result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances)
+    held = _held_type(held_at_start, cloud, None)
+    result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
+                      held_at_start=held)
     return Plan(allocation=result.allocation, instances=result.instances,
                 gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
-                deadline_s=float(deadline_s), policy="manual", spec=spec, cloud=cloud, samples=samples, seed=seed)
+                deadline_s=float(deadline_s), policy="manual", spec=spec, cloud=cloud, samples=samples, seed=seed,
+                held_at_start=held)

@@ -15,13 +15,13 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, integer, jsonable, number
-from rubberband.simulator.engine import simulate, spot_layout
+from rubberband.simulator.engine import HeldInstances, simulate, spot_layout
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
 _OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
-             "instance_types", "trials_per_gpu", "type_clouds"]
+             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start"]
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
 
 
@@ -49,6 +49,8 @@ class Plan:
             ``cloud`` is then stage 0's type and ``type_clouds`` has every type's profile.
         trials_per_gpu: trials sharing one GPU per stage (packing); empty means 1 everywhere.
         type_clouds: the profile of each type ``instance_types`` names.
+        held_at_start: the instances the job held when it was planned (a re-plan of the rest
+            of a job): ``predicted`` starts from them, and so does ``simulate_plan``.
     """
 
     allocation: tuple[int, ...]
@@ -69,6 +71,7 @@ class Plan:
     instance_types: tuple[str, ...] = ()
     trials_per_gpu: tuple[int, ...] = ()
     type_clouds: dict[str, CloudProfile] = field(default_factory=dict)
+    held_at_start: HeldInstances | None = None
 
     @property
     def instance_type(self) -> str:
@@ -95,10 +98,10 @@ class Plan:
     def simulation_args(self) -> dict[str, Any]:
         """What ``simulate`` takes, besides spec, allocation and model, to simulate exactly this
         plan: its cloud (the types' profiles when stages differ), instances, spot instances,
-        types and trials per GPU."""
+        types, trials per GPU and the instances held at the start."""
         return {"cloud": self.type_clouds if self.instance_types else self.cloud, "instances": self.instances,
                 "spot_instances": self.spot_instances or None, "trials_per_gpu": self.trials_per_gpu or None,
-                "instance_types": self.instance_types or None}
+                "instance_types": self.instance_types or None, "held_at_start": self.held_at_start}
 
     def summary(self) -> dict[str, Any]:
         """One line of a 'considered plans' table."""
@@ -126,6 +129,7 @@ class Plan:
             "instance_types": list(self.instance_types),
             "trials_per_gpu": list(self.trials_per_gpu),
             "type_clouds": {name: c.to_dict() for name, c in self.type_clouds.items()},
+            **({"held_at_start": self.held_at_start.to_dict()} if self.held_at_start is not None else {}),
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
             "bracket_starts": list(self.spec.bracket_starts),
             "eta": self.spec.eta,
@@ -198,7 +202,21 @@ class Plan:
             samples=integer(data.get("samples", 0), f"{where}.samples", minimum=0), seed=seed,
             considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
             spot_instances=spot, instance_types=types, trials_per_gpu=packing, type_clouds=type_clouds,
+            held_at_start=_held(data.get("held_at_start"), f"{where}.held_at_start"),
         )
+
+
+def _held(value: Any, where: str) -> HeldInstances | None:
+    """A plan file's ``held_at_start`` (``HeldInstances.to_dict``), or ``None``."""
+    if value is None:
+        return None
+    data = check_mapping(value, where, required=["count"], optional=["spot", "instance_type"])
+    try:
+        return HeldInstances.of(HeldInstances(integer(data["count"], f"{where}.count", minimum=0),
+                                              integer(data.get("spot", 0), f"{where}.spot", minimum=0),
+                                              data.get("instance_type")))
+    except SpecError as exc:
+        raise SpecError(str(exc).replace("held_at_start", where, 1)) from None
 
 
 def _types_packing(data: dict[str, Any], where: str, stages: int) -> tuple[tuple[str, ...], tuple[int, ...],

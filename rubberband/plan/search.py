@@ -118,12 +118,14 @@ class StageGraph:
         needs = [np.array([table.need(i, a) for a in cands[i]], dtype=np.int64) for i in range(n)]
         # Per stage: the counts some later stage needs (worth holding through this one's SYNC).
         later = [np.zeros(0, dtype=np.int64)] * n
+        start = table.start_state     # held before stage 0 (instances held at the start; 0: none)
         for i in range(n - 2, -1, -1):
-            later[i] = np.union1d(later[i + 1], needs[i + 1])
+            # The count held at the start is worth keeping too, until a later stage needs more.
+            later[i] = np.union1d(later[i + 1], [*needs[i + 1], *([start] if start else [])])
         self.later = later                    # per stage: the counts it may hold for a later stage
         self.alloc: list[np.ndarray] = []     # per stage, per option: allocation
         self.held: list[np.ndarray] = []      # per stage, per option: instances held
-        self.states: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]   # per stage: held counts before it
+        self.states: list[np.ndarray] = [np.array([start], dtype=np.int64)]   # per stage: held counts before it
         for i in range(n):
             a, h = stage_options(table, i, cands[i], needs[i], later[i])
             self.alloc.append(a)

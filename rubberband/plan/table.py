@@ -14,7 +14,10 @@ Stage ``i``'s mean duration and surrogate cost, holding ``H`` instances after ho
     C_i(a, H, Δ) = p (H · (D_i(a, Δ) + R_i(a)) − Δ · E[SCALE]) + (Δ + H · L_i(a)) · data_usd   (per instance)
     C_i(a)       = p / G · m · E[sum of TRAIN durations_i(a)] + Δ · data_usd                 (per function)
 
-with ``p`` the price per instance-second. ``R`` and ``L`` are 0 unless the stage's spot
+with ``p`` the price per instance-second. The count held before stage 0 is ``H' = 0``, or with
+instances held at the start (``held_at_start``, ``start_state``) those of the table's type on
+stage 0's market: stage 0 launches only what it needs beyond them, and the ones it does not
+keep cost nothing (the simulator releases them at t = 0). ``R`` and ``L`` are 0 unless the stage's spot
 instances may be reclaimed: then they are what each instance is billed beyond the stage's
 span (replacement overlaps and gaps) and relaunched, from the spot kernel (``StageEntry``).
 The true per-instance cost also rounds each instance's billed lifetime up to the granularity
@@ -37,7 +40,7 @@ from rubberband.limits import check_samples_seed, check_table
 from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.engine import simulate
+from rubberband.simulator.engine import HeldInstances, simulate
 from rubberband.simulator.model import StageDraws, instances_needed, iter_latency, stage_shape
 from rubberband.simulator.result import SimResult
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
@@ -116,6 +119,8 @@ class StageTable:
             ``packed_allocations`` when packed).
         trials_per_gpu: ``k`` 1-GPU trials share each GPU in every stage (packing; 1: none).
         draws: the random streams of another table with the same seed and samples, to share.
+        held_at_start: instances already held when the job starts (``HeldInstances``); every
+            plan is weighed, and simulated, starting from them.
         markets: the market of each stage (default: the cloud's market for every stage). A
             stage on a spot market with a reclaim rate has its mean TRAIN makespan from the
             spot kernel (``simulator/spot.py``), on instances fresh at the stage's start, and
@@ -136,8 +141,9 @@ class StageTable:
     def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
                  markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
-                 draws: Sequence[StageDraws] | None = None):
+                 draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
+        self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
         check_samples_seed(samples, seed)
         check_table_size(spec, model, cloud, None, samples)
@@ -206,7 +212,8 @@ class StageTable:
             self._simulations[key] = simulate(self.spec, key[1], self.model, self.cloud, samples=self.samples,
                                               seed=self.seed, instances=key[2], draws=self.draws,
                                               spot_instances=self.spot_instances(key[2]),
-                                              trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None)
+                                              trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None,
+                                              held_at_start=self.held_at_start)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -310,6 +317,15 @@ class StageTable:
         return (makespan, total, float((bill.instance_seconds - need * end).mean()) / need,
                 float(bill.launches.mean()) / need)
 
+    @property
+    def start_state(self) -> int:
+        """The count held before stage 0 that it may keep: the instances held at the start of
+        this table's type on stage 0's market (0 when none)."""
+        if self.held_at_start is None:
+            return 0
+        on_demand, spot = self.held_at_start.of_type(self.cloud.instance_type)
+        return spot if self.markets[0] is Market.SPOT else on_demand
+
     def previous_held(self, i: int, previous):
         """What stage ``i`` keeps of the instances held before it: nothing across a market switch."""
         if i > 0 and self.markets[i] != self.markets[i - 1]:
@@ -382,7 +398,7 @@ class StageTable:
         """``evaluate`` for many plans, one per row of ``allocations`` and ``held`` (same values)."""
         jct = np.zeros(len(allocations))
         cost = np.zeros(len(allocations))
-        previous = np.zeros(len(allocations), dtype=np.int64)
+        previous = np.full(len(allocations), self.start_state, dtype=np.int64)
         for i in range(self.num_stages):
             d, c = self.stage_many(i, allocations[:, i], held[:, i], previous)
             jct = jct + d
@@ -394,7 +410,7 @@ class StageTable:
         """Mean JCT and surrogate mean cost of a whole plan, by adding up its stages."""
         held = [self.need(i, a) for i, a in enumerate(allocation)] if held is None else held
         jct = cost = 0.0
-        previous = 0
+        previous = self.start_state
         for i, (a, h) in enumerate(zip(allocation, held)):
             d, c = self.stage(i, a, h, previous)
             jct += d

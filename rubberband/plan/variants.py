@@ -57,6 +57,7 @@ class VariantTable:
         self.state_types = len(self.type_names)
         self.per_instance = all(t.per_instance for t in tables)
         self.fast_s = [min(t.fast_s[i] for t in tables) for i in range(first.num_stages)]
+        self.held_at_start = first.held_at_start
         self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
 
     @property
@@ -90,6 +91,12 @@ class VariantTable:
         other.fast_s = [min(t.fast_s[i] for t in other.tables) for i in range(self.num_stages)]
         other._simulations = {}
         return other
+
+    @property
+    def start_state(self) -> int:
+        """The state before stage 0: the instances held at the start of a variant's type."""
+        return next((t.start_state * self.state_types + self.type_of[v] for v, t in enumerate(self.tables)
+                     if t.start_state), 0)
 
     @property
     def markets(self) -> tuple[Market, ...]:
@@ -149,7 +156,7 @@ class VariantTable:
     def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         jct = np.zeros(len(allocations))
         cost = np.zeros(len(allocations))
-        previous = np.zeros(len(allocations), dtype=np.int64)
+        previous = np.full(len(allocations), self.start_state, dtype=np.int64)
         for i in range(self.num_stages):
             d, c = self.stage_many(i, allocations[:, i], held[:, i], previous)
             jct, cost, previous = jct + d, cost + c, held[:, i]
@@ -202,7 +209,7 @@ class VariantTable:
                 self.spec, f["allocation"], self.model, self.clouds if f["instance_types"] else f["cloud"],
                 samples=self.samples, seed=self.seed, instances=f["instances"], draws=self.draws,
                 spot_instances=f["spot_instances"], trials_per_gpu=f["trials_per_gpu"] or None,
-                instance_types=f["instance_types"] or None)
+                instance_types=f["instance_types"] or None, held_at_start=self.held_at_start)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:

@@ -17,9 +17,14 @@ planned now and as the normal planner (``compile_plan``, same policy and confide
 plan them afresh: over the plan's instance types (a type per stage when it has several), on
 spot and on-demand (``market="auto"``) when it holds spot instances, unless the safety net
 has moved the job to on-demand; when no plan meets the deadline, the fastest one the
-planner names. The simulator starts a job with no instances, so a plan whose first
-remaining stage fits on the instances held now is given back the SCALE and INIT it will not
-wait for (their means) on top of the remaining deadline. The plan changes only when
+planner names. Both start from the instances held now, exactly as the run goes on
+(``HeldInstances``: the count, type and market of stage ``i``'s instances, passed as
+``held_at_start`` to ``simulate`` and ``compile_plan``): a next stage that needs no more than
+is held waits for no SCALE or INIT and launches nothing, one that needs more launches only
+the rest, and held instances it does not keep cost nothing more. Held instances help only a
+next stage of their type and market: a plan that changes type (or moves spot to on-demand)
+at the next stage launches all of its instances afresh, as the run does. The plan changes
+only when
 
 * it must, to keep the promise: the current plan misses the constraint (mean JCT, or
   ``P(JCT <= remaining) >= confidence``) by more than ``MISS_TOLERANCE`` (2%) of the
@@ -41,7 +46,7 @@ from rubberband.plan.compile import profile_gpu
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator import simulate
+from rubberband.simulator import HeldInstances, simulate
 from rubberband.spec.experiment import ExperimentSpec
 
 PRIOR_WEIGHT = 4.0          # the profile counts as this many TRAINs
@@ -120,13 +125,6 @@ class Replanner:
             return result.mean_jct_s <= remaining_s
         return result.p_meet(remaining_s) >= self.plan.confidence
 
-    def _time_left(self, remaining_s: float, first_instances: int, held_now: int) -> float:
-        """The remaining deadline as the simulator should see it (see the module docstring)."""
-        if first_instances > held_now:
-            return remaining_s
-        cloud = self.plan.cloud
-        return remaining_s + cloud.provision_latency_s.mean + cloud.init_latency_s.mean
-
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
                spot: list[int], market: Market | None = None, trigger: str = "sync",
                types: list[str] | None = None, packing: list[int] | None = None) -> tuple[Plan, Replan] | None:
@@ -144,11 +142,11 @@ class Replanner:
         types = list(types or [c.instance_type for c in self.plan.stage_clouds])
         packing = list(packing or self.plan.packing)
         several = len(set(types)) > 1 or types[0] != cloud.instance_type
+        held = HeldInstances(instances[sync], spot[sync], types[sync])     # what stage ``sync`` holds now
         old = simulate(sub, allocation[first:], model, {**self.plan.type_clouds, cloud.instance_type: cloud}
                        if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
                        spot_instances=spot[first:], trials_per_gpu=packing[first:],
-                       instance_types=types[first:] if several else None)
-        old_left = self._time_left(remaining, instances[first], instances[sync])
+                       instance_types=types[first:] if several else None, held_at_start=held)
         if market is None:
             # A market-auto plan's cloud says on-demand even when every stage is on spot: a plan
             # holding spot is re-planned on spot and on-demand both (only the safety net forces
@@ -158,27 +156,27 @@ class Replanner:
         policy = self.plan.policy if self.plan.policy != "manual" else "optimal"
         catalog = _catalog(self.plan.type_clouds, model)
         try:
-            new = compile_plan(sub, model, catalog or cloud, self._time_left(remaining, 0, instances[sync]),
-                               policy=policy, samples=self.samples, seed=self.seed, confidence=self.plan.confidence,
-                               instance_type="auto" if catalog else None, market=market)
+            new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
+                               seed=self.seed, confidence=self.plan.confidence,
+                               instance_type="auto" if catalog else None, market=market, held_at_start=held)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
-            new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed)
+            new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
+                                  held_at_start=held)
         same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
                 list(new.packing)) == (tuple(allocation[first:]), tuple(instances[first:]), types[first:], packing[first:])
         if same:
             return None
-        new_left = self._time_left(remaining, new.instances[0], instances[sync])
         slack = MISS_TOLERANCE * self.plan.deadline_s
-        old_ok, new_ok = self._meets(old, old_left + slack), self._meets(new.predicted, new_left)
+        old_ok, new_ok = self._meets(old, remaining + slack), self._meets(new.predicted, remaining)
         saving = old.mean_cost_usd - new.predicted.mean_cost_usd
-        if not old_ok and (new_ok or new.predicted.p_meet(new_left) > old.p_meet(old_left)):
+        if not old_ok and (new_ok or new.predicted.p_meet(remaining) > old.p_meet(remaining)):
             reason = "to meet the deadline"
         elif new_ok and saving >= self.threshold * old.mean_cost_usd:
             reason = f"saves {saving / old.mean_cost_usd:.0%}"
         else:
             return None
         record = Replan(sync, self.factor, first, self.plan.spec.num_stages() - 1, tuple(allocation[first:]),
-                        tuple(new.allocation), -saving, new.predicted.p_meet(new_left), reason, trigger)
+                        tuple(new.allocation), -saving, new.predicted.p_meet(remaining), reason, trigger)
         return new, record
 
 

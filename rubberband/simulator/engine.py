@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -140,14 +141,63 @@ def stage_models(model: ModelProfile | Mapping[str, ModelProfile], clouds: Seque
             for i, c in enumerate(clouds)]
 
 
+@dataclass(frozen=True)
+class HeldInstances:
+    """Instances a job already holds, up and initialised, when it starts (t = 0): ``count`` of
+    type ``instance_type`` (``None``: stage 0's type), ``spot`` of them spot, the rest on-demand.
+
+    ``simulate(..., held_at_start=...)`` starts stage 0 from them (``docs/model.md``): stage 0
+    keeps up to what it holds of each market and launches only the rest; the held instances it
+    does not keep are released at t = 0, billed nothing more (their minimum charge is taken as
+    paid already); instances of another type than stage 0's are all released so.
+    """
+
+    count: int
+    spot: int = 0
+    instance_type: str | None = None
+
+    @classmethod
+    def of(cls, value: HeldInstances | int | None) -> HeldInstances | None:
+        """``value`` checked (an int: that many on-demand instances of stage 0's type); ``None``
+        for nothing held.
+
+        Raises:
+            SpecError: naming ``held_at_start`` and the field that is wrong.
+        """
+        if value is None:
+            return None
+        if not isinstance(value, HeldInstances):
+            value = cls(value)
+        for name in ("count", "spot"):
+            n = getattr(value, name)
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+                raise SpecError(f"held_at_start.{name}: expected a whole number of instances >= 0, got {n!r}")
+        if value.spot > value.count:
+            raise SpecError(f"held_at_start.spot: {value.spot} spot instances of {value.count} held; "
+                            f"at most {value.count}")
+        if value.instance_type is not None and not isinstance(value.instance_type, str):
+            raise SpecError(f"held_at_start.instance_type: expected an instance type name, got {value.instance_type!r}")
+        return cls(int(value.count), int(value.spot), value.instance_type) if value.count else None
+
+    def of_type(self, instance_type: str) -> tuple[int, int]:
+        """The (on-demand, spot) instances held of ``instance_type``: none of another type."""
+        if self.instance_type not in (None, instance_type):
+            return 0, 0
+        return self.count - self.spot, self.spot
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "spot": self.spot, "instance_type": self.instance_type}
+
+
 def launches(held: Sequence[int], spot: Sequence[int] | None = None,
-             types: Sequence[str] | None = None) -> list[tuple[int, int]]:
+             types: Sequence[str] | None = None, start: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
     """New (on-demand, spot) instances per stage: each market keeps what it held before (the
     simulator's two pools), so a stage that changes market launches what it switches to, and
-    a stage that changes instance type launches all it holds."""
+    a stage that changes instance type launches all it holds. ``start``: the (on-demand, spot)
+    instances of stage 0's type held before it (``HeldInstances``)."""
     spot = spot or [0] * len(held)
     types = types or [None] * len(held)
-    out, prev_o, prev_s, prev_t = [], 0, 0, types[0] if types else None
+    out, (prev_o, prev_s), prev_t = [], start, types[0] if types else None
     for count, s, t in zip(held, spot, types):
         if t != prev_t:
             prev_o = prev_s = 0
@@ -161,7 +211,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
              cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
              samples: int = 1000, seed: int = 0, instances: Sequence[int] | None = None,
              draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None,
-             trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> SimResult:
+             trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
+             held_at_start: HeldInstances | int | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
 
     Packing (``trials_per_gpu[i] = k > 1``; ``docs/model.md``): only a stage whose trials get
@@ -187,6 +238,18 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     instances: one SCALE, an INIT each, the data cost per launch, on the new type. No
     instance carries over a change; a later return to a type launches afresh.
 
+    Held instances (``held_at_start``, ``docs/model.md``): the job starts holding instances
+    already up and initialised at t = 0 (a re-plan mid-job). Stage 0 keeps, per market, up to
+    what it holds of its own type, most recently launched released first, and launches only
+    the rest: it waits for one SCALE and the INITs of those, or for nothing when it needs no
+    more than it holds, and the new ones are billed from their SCALE end. The kept instances
+    are billed from t = 0; those released at t = 0 (stage 0 needs fewer, another market or
+    another type) are billed nothing more: their minimum charge is taken as paid already, and
+    a kept one is billed as if launched ``minimum_s`` before t = 0 (no new minimum; its time
+    from there rounded up to the granularity). Held spot instances are reclaimed as any spot
+    instance alive at a stage's start (lifetimes from t = 0, or the zone's trace). Nothing
+    held is exactly the model without it, bit for bit.
+
     Args:
         spec: the job's stages.
         allocation: GPUs per stage.
@@ -204,6 +267,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             (DESIGN §4.1); default: all of them when the stage's type is a spot market, else none.
         trials_per_gpu: trials sharing one GPU per stage (default: 1, no packing).
         instance_types: the instance type of each stage (default: ``cloud``'s one type).
+        held_at_start: instances held at t = 0 (``HeldInstances``; an int: that many
+            on-demand ones of stage 0's type); default none.
 
     Returns:
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
@@ -218,8 +283,10 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
-    check_simulation(spec.trials, [s.allocation for s in shapes], max(sum(n) for n in launches(held, spot, types)),
-                     samples)
+    start = HeldInstances.of(held_at_start)
+    held_od, held_sp = start.of_type(types[0]) if start is not None else (0, 0)
+    check_simulation(spec.trials, [s.allocation for s in shapes],
+                     max(sum(n) for n in launches(held, spot, types, (held_od, held_sp))), samples)
     if draws is None:
         draws = [StageDraws(seed, i, samples) for i in range(len(shapes))]
     for i, (c, n_spot) in enumerate(zip(clouds, spot)):
@@ -236,6 +303,10 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     prev = clouds[0]
     od, sp = _pools(prev)
     offsets = trace_offsets(prev.spot, seed, samples)
+    # Held at the start: launched minimum_s before t = 0, so that no minimum is billed again.
+    for pool, n in ((od, held_od), (sp, held_sp)):
+        if n:
+            pool.push(n, np.full(samples, -float(prev.billing.minimum_s)))
     for shape, count, s, c, model in zip(shapes, held, spot, clouds, models):
         i, d = shape.index, draws[shape.index]
         per_instance = c.billing.model is BillingModel.PER_INSTANCE
@@ -252,7 +323,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         for pool, keep in ((od, o), (sp, s)):    # scale down at the previous SYNC, newest first
             if keep < pool.count:
                 surcharge = pool.release(pool.count - keep, now, c.billing)
-                stage_cost[i - 1] += surcharge if per_instance else 0.0
+                if i:        # before stage 0: instances held at the start, released at once for free
+                    stage_cost[i - 1] += surcharge if per_instance else 0.0
         old_o, old_s = od.count, sp.count
         new_o, new_s = o - old_o, s - old_s
         new = new_o + new_s

@@ -33,6 +33,7 @@ from rubberband.plan import (
     compile_plan,
     fastest_plan,
     saving,
+    simulate_plan,
     static_allocation,
     valid_allocations,
     whatif,
@@ -134,16 +135,18 @@ def static_clusters(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfi
     return out
 
 
-def brute_force(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, seed: int) -> list[Point]:
+def brute_force(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, seed: int,
+                held_at_start: int = 0) -> list[Point]:
     """The optimal policy's documented search space, enumerated: every valid allocation vector
     (``valid_allocations`` per stage) with every held vector in which each stage holds the
     fewest instances its allocation needs or as many as some later stage's valid allocation
-    needs, plus every static cluster (K instances in every stage); each plan simulated in
-    full with the same seed (common random numbers).
+    needs (or, before the last stage, the ``held_at_start`` instances the job starts with),
+    plus every static cluster (K instances in every stage); each plan simulated in full with
+    the same seed (common random numbers), from the instances held at the start.
 
     Cached by job, so tests over the same job and seed share one enumeration.
     """
-    key = (spec, repr(model.to_dict()), repr(cloud.to_dict()), seed)
+    key = (spec, repr(model.to_dict()), repr(cloud.to_dict()), seed, held_at_start)
     if key in _BRUTE:
         return _BRUTE[key]
     out = []
@@ -151,14 +154,18 @@ def brute_force(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, 
     valid = [valid_allocations(s.num_trials, model, G) for s in spec.stages]
     needs = [{instances_needed(s.num_trials, a, G) for a in v} for s, v in zip(spec.stages, valid)]
     later = [set().union(*needs[i + 1:]) for i in range(len(needs))]
+    if held_at_start:
+        later = [v | {held_at_start} if i < len(later) - 1 else v for i, v in enumerate(later)]
     for alloc in itertools.product(*valid):
         fewest = [instances_needed(s.num_trials, a, G) for s, a in zip(spec.stages, alloc)]
         holds = [[n] + sorted(v for v in later[i] if v > n) for i, n in enumerate(fewest)]
         for held in itertools.product(*holds):
-            r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=held)
+            r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=held,
+                         held_at_start=held_at_start)
             out.append(Point(tuple(alloc), tuple(r.instances), r.mean_jct_s, r.mean_cost_usd))
     for alloc, k in static_clusters(spec, model, cloud):
-        r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=(k,) * spec.num_stages())
+        r = simulate(spec, alloc, model, cloud, samples=SAMPLES, seed=seed, instances=(k,) * spec.num_stages(),
+                     held_at_start=held_at_start)
         out.append(Point(tuple(alloc), tuple(r.instances), r.mean_jct_s, r.mean_cost_usd))
     _BRUTE[key] = out
     return out
@@ -210,6 +217,34 @@ def test_optimal_equals_brute_force(job, seed, billing):
         assert (plan.allocation, plan.instances) in ties, (label, d, plan.allocation, plan.instances, best)
         assert plan.predicted.mean_cost_usd == pytest.approx(best.cost_usd, rel=1e-9), label
         assert plan.predicted.mean_jct_s <= d
+
+
+# A short bracket, then one that needs more instances: keeping the 5 held through stage 0 (it
+# needs fewer) and launching one more at stage 1 is the cheapest plan at the tight deadline.
+CHAIN = Job("2-then-6-G1", ExperimentSpec.chain([ExperimentSpec.from_stages([(2, 2)]),
+                                                 ExperimentSpec.from_stages([(6, 2), (2, 4)])]), 1, (1, 2))
+HELD_CASES = [pytest.param(job, held, 7, id=f"{job.name}-held{held}") for job in JOBS[1:] for held in (1, 3)] \
+    + [pytest.param(CHAIN, 5, 0, id=f"{CHAIN.name}-held5")]
+
+
+@pytest.mark.parametrize("billing", [EXACT, PER_FUNCTION], ids=["per-instance-exact", "per-function"])
+@pytest.mark.parametrize("job,held,seed", HELD_CASES)
+def test_optimal_equals_brute_force_from_instances_held_at_the_start(job, held, seed, billing):
+    """A re-plan starts from the instances held now: the search, started from them, is still
+    the brute force's cheapest (holding the held count through a stage that needs fewer is in
+    its space), and the plan's prediction is its simulation from them."""
+    model, cloud = setup(job, billing, seed)
+    points = brute_force(job.spec, model, cloud, seed, held_at_start=held)
+    for label, d in deadlines(points).items():
+        best = cheapest(points, d)
+        plan = compile_plan(job.spec, model, cloud, d, policy="optimal", samples=SAMPLES, seed=seed,
+                            held_at_start=held)
+        ties = {(p.allocation, p.instances) for p in points
+                if p.jct_s <= d and abs(p.cost_usd - best.cost_usd) <= 1e-9 * best.cost_usd}
+        assert (plan.allocation, plan.instances) in ties, (label, d, plan.allocation, plan.instances, best)
+        assert plan.predicted.mean_cost_usd == pytest.approx(best.cost_usd, rel=1e-9), label
+        assert plan.held_at_start.count == held
+        assert np.array_equal(simulate_plan(plan, model).cost_usd, plan.predicted.cost_usd)
 
 
 @pytest.mark.parametrize("billing", [DEFAULT, PER_FUNCTION], ids=["per-instance", "per-function"])

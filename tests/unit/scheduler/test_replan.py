@@ -167,3 +167,24 @@ def test_a_market_auto_plan_on_spot_and_two_types_is_replanned_on_spot_over_both
     # A profile that does not say its GPU model cannot tell where it holds: the first type's.
     unsure, _ = replan(None, MODEL)
     assert {c["instance_type"] for c in unsure.considered} == {"x8"} and unsure.spot_counts == unsure.instances
+
+
+def test_a_job_on_pace_keeps_its_next_stage_on_the_instances_it_holds():
+    """The next stage fits on the instance held now, so it waits for no SCALE or INIT. Re-planned
+    as if the job started with nothing, the INIT's spread (std 60 s) cost the plan its P(meet):
+    the old mean SCALE + INIT credit moved this on-pace job to 8 GPUs (+$0.73, "to meet the
+    deadline"). Started from the held instance, the plan meets the deadline for sure and stays."""
+    cloud = CloudProfile.from_dict({**CLOUD.to_dict(), "init_latency_s": {"dist": "normal", "mean": 100, "std": 60}})
+    cheapest = compile_plan(SPEC, MODEL, cloud, 10_000, samples=200, confidence=0.9)
+    plan = compile_plan(SPEC, MODEL, cloud, cheapest.predicted.p90_jct_s + 5, samples=200, confidence=0.9)
+    assert plan.instances == (1, 1, 1)
+    # Stages 1-2 on the held instance take 163 + 187 s in every sample: 20 s to spare.
+    rest = SPEC.stages[1:]
+    now = plan.deadline_s - sum(2.0 + s.iters * MODEL.latency(4 // s.num_trials).mean + 1.0 for s in rest) - 20
+    assert Replanner(plan, MODEL, samples=200).replan(0, now, list(plan.allocation), list(plan.instances),
+                                                      [0, 0, 0]) is None
+    # With 20 s too few it is re-planned, from the held instance: stage 1 launches only one more.
+    new, record = Replanner(plan, MODEL, samples=200).replan(0, now + 40, list(plan.allocation), list(plan.instances),
+                                                             [0, 0, 0])
+    assert record.reason == "to meet the deadline" and new.held_at_start.count == 1
+    assert new.predicted.stages[0].new_instances == new.instances[0] - 1
