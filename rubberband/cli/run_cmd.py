@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 from rubberband.cli.common import (
     command,
@@ -17,7 +16,13 @@ from rubberband.cli.common import (
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
-from rubberband.cli.rehearse import EXIT_BUDGET, plan_model, rehearse_args, rehearse_cmd, wants_rehearsal
+from rubberband.cli.rehearse import (
+    EXIT_BUDGET,
+    plan_model,
+    rehearse_args,
+    rehearse_cmd,
+    wants_rehearsal,
+)
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
@@ -58,23 +63,6 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     rehearse_args(p)
 
 
-def _without_packing(exp, args: argparse.Namespace):
-    """Real clusters do not run packed stages yet (only a rehearsal does): plan and re-plan a
-    real run from the profile without its packed latencies, and say so."""
-    from dataclasses import replace
-
-    if not any(m.packed_iter_latency_s for m in (exp.models or {None: exp.model}).values()):
-        return exp
-    if not args.json:
-        print("note: the model profile has packed latencies, but packed stages run only in a rehearsal "
-              "(--provider sim) so far; planning this run without packing", file=sys.stderr)
-
-    def unpacked(model):
-        return model.replace(packed_iter_latency_s={})
-
-    return replace(exp, model=unpacked(exp.model), models={k: unpacked(v) for k, v in exp.models.items()})
-
-
 def run_cmd(args: argparse.Namespace) -> int:
     import signal
 
@@ -85,8 +73,6 @@ def run_cmd(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
     exp = load_experiment_args(args)
-    if not wants_rehearsal(args):
-        exp = _without_packing(exp, args)
     if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
     provider = providers.get(args.provider, "--provider")

@@ -6,7 +6,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rubberband.errors import ProviderError
@@ -39,12 +39,30 @@ def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
 
 
 @dataclass(eq=False)
-class Worker:
-    """A warm worker actor, pinned to one GPU of one instance by its own placement group."""
+class Gpu:
+    """One GPU of one instance, held by a one-bundle placement group (``{"GPU": 1, <instance>:
+    0.001}``) and shared by ``share`` worker actors of ``num_gpus = 1/share`` each (1: a
+    whole GPU). Packed trials on one of the scheduler's slots share one of these, so they
+    share one physical GPU whatever Ray would pick for free-floating fractions; ``slot`` is the
+    scheduler's GPU index it serves on its instance once a packed trial has used it."""
 
-    actor: Any
     pg: Any
     instance: str
+    share: int
+    workers: list[Worker] = field(default_factory=list)
+    slot: int | None = None
+
+
+@dataclass(eq=False)
+class Worker:
+    """A warm worker actor on one GPU (or a ``1/share`` of it) of one instance."""
+
+    actor: Any
+    gpu: Gpu
+
+    @property
+    def instance(self) -> str:
+        return self.gpu.instance
 
 
 @dataclass(eq=False)
@@ -54,6 +72,7 @@ class Gang:
     trial: str
     workers: list[Worker]
     instances: tuple[str, ...]
+    share: int = 1
 
     @property
     def actors(self) -> list[Any]:
@@ -72,93 +91,148 @@ class GangFuture:
 class RayTrialRunner:
     """Runs trials as gangs of warm ``DDPWorker`` actors pinned to the placement's instances.
 
-    Each worker holds one GPU of one instance through a one-bundle placement group that also
-    asks for the instance's own resource (``rb-instance-<n>``), so a gang sits exactly where
-    the placement controller put it. Workers are started once per GPU when an instance joins
+    Each GPU of an instance is held by its own placement group that also asks for the
+    instance's own resource (``rb-instance-<n>``), so a gang sits exactly where the placement
+    controller put it; the GPU's workers (one, or ``k`` of ``1/k`` GPU each in a packed stage)
+    are scheduled into that group. Workers are started once per GPU when an instance joins
     (``warm``: process start, torch import, the trainer's ``prepare``) and then reused trial
-    after trial, like Ray Tune's ``reuse_actors``; a resize forms a new gang from warm
-    workers and restores the checkpoint.
+    after trial, like Ray Tune's ``reuse_actors``; a resize forms a new gang from warm workers
+    and restores the checkpoint. Workers of another share than a stage's are replaced when
+    idle (killed, their GPU freed, new ones started).
     """
 
     def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0):
         self.trainer, self.seed, self.timeout_s = trainer, seed, timeout_s
         self._worker_cls = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0, max_task_retries=0)(DDPWorker)
-        self.pool: dict[str, list[Worker]] = {}
+        self.gpus: dict[str, list[Gpu]] = {}       # instance -> its GPUs with workers
         self.busy: set[Worker] = set()
 
     # --- warm workers --------------------------------------------------------------------
-    def _new_worker(self, instance: str) -> Worker:
+    def _new_gpu(self, instance: str, share: int, slot: int | None = None) -> Gpu:
         pg = placement_group([{"GPU": 1, instance: 0.001}], strategy="STRICT_PACK")
         try:
             ray.get(pg.ready(), timeout=self.timeout_s)
         except Exception as exc:
             remove_placement_group(pg)
             raise ProviderError(f"instance {instance}: no free GPU for a worker: {exc}") from exc
-        actor = self._worker_cls.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0),
-        ).remote(self.trainer, self.seed)
-        return Worker(actor, pg, instance)
+        gpu = Gpu(pg, instance, share, slot=slot)
+        self.gpus.setdefault(instance, []).append(gpu)
+        return gpu
 
-    def warm(self, nodes: Sequence[Node]) -> float:
-        """Start one warm worker per GPU of every node that has none yet; return seconds taken."""
+    def _new_worker(self, gpu: Gpu) -> Worker:
+        actor = self._worker_cls.options(
+            num_gpus=1 / gpu.share,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(gpu.pg, placement_group_bundle_index=0),
+        ).remote(self.trainer, self.seed)
+        worker = Worker(actor, gpu)
+        gpu.workers.append(worker)
+        return worker
+
+    def _idle(self, gpu: Gpu) -> list[Worker]:
+        return [w for w in gpu.workers if w not in self.busy]
+
+    def _drop_idle_of_other_shares(self, instance: str, share: int, limit: int | None = None) -> int:
+        """Kill the workers of up to ``limit`` wholly idle GPUs of ``instance`` whose share is not
+        ``share`` and free those GPUs; return how many were freed."""
+        freed = 0
+        for gpu in [g for g in self.gpus.get(instance, []) if g.share != share and len(self._idle(g)) == len(g.workers)]:
+            if limit is not None and freed >= limit:
+                break
+            self._drop(gpu)
+            freed += 1
+        return freed
+
+    def warm(self, nodes: Sequence[Node], trials_per_gpu: int = 1) -> float:
+        """Give every GPU of ``nodes`` warm workers of share ``1/trials_per_gpu`` (the stage's
+        packing): idle workers of another share are replaced; return seconds taken."""
         t0 = time.time()
         fresh = []
         for node in nodes:
-            have = len(self.pool.get(node.name, ())) + sum(1 for w in self.busy if w.instance == node.name)
-            for _ in range(node.gpus - have):
-                fresh.append(self._new_worker(node.name))
+            self._drop_idle_of_other_shares(node.name, trials_per_gpu)
+            for _ in range(node.gpus - len(self.gpus.get(node.name, ()))):
+                gpu = self._new_gpu(node.name, trials_per_gpu)
+                fresh += [self._new_worker(gpu) for _ in range(trials_per_gpu)]
         if fresh:
             ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
-            for w in fresh:
-                self.pool.setdefault(w.instance, []).append(w)
         return time.time() - t0
 
     def _kill(self, worker: Worker) -> None:
+        """Kill a worker; its GPU's placement group goes with its last worker."""
         self.busy.discard(worker)
+        _kill_quietly(worker.actor)
+        gpu = worker.gpu
+        if worker in gpu.workers:
+            gpu.workers.remove(worker)
+        if not gpu.workers:
+            self._drop(gpu)
+
+    def _drop(self, gpu: Gpu) -> None:
+        for w in list(gpu.workers):
+            self.busy.discard(w)
+            _kill_quietly(w.actor)
+        gpu.workers.clear()
+        mine = self.gpus.get(gpu.instance, [])
+        if gpu in mine:
+            mine.remove(gpu)
+            if not mine:
+                del self.gpus[gpu.instance]
         try:
-            ray.kill(worker.actor, no_restart=True)
-        except Exception:
-            pass
-        try:
-            remove_placement_group(worker.pg)
+            remove_placement_group(gpu.pg)
         except Exception:
             pass
 
     def release_instance(self, instance: str) -> None:
         """Stop the warm workers of an instance about to be released (so it is idle)."""
-        for w in self.pool.pop(instance, []):
-            self._kill(w)
-        for w in [w for w in self.busy if w.instance == instance]:
-            self._kill(w)
+        for gpu in list(self.gpus.get(instance, [])):
+            self._drop(gpu)
 
     def forget_dead(self, alive: Sequence[str]) -> None:
         """Drop workers of instances that are gone (a lost node)."""
-        for inst in [i for i in self.pool if i not in alive]:
-            for w in self.pool.pop(inst):
-                self._kill(w)
-        for w in [w for w in self.busy if w.instance not in alive]:
-            self._kill(w)
+        for inst in [i for i in self.gpus if i not in alive]:
+            self.release_instance(inst)
 
     def shutdown(self) -> None:
-        for inst in list(self.pool):
+        for inst in list(self.gpus):
             self.release_instance(inst)
-        for w in list(self.busy):
-            self._kill(w)
 
     # --- gangs ---------------------------------------------------------------------------
-    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> Gang:
+    def _take(self, instance: str, share: int, slot: int | None) -> tuple[Worker, bool]:
+        """An idle worker of ``share`` on ``instance`` (packed: on the GPU serving ``slot``),
+        and whether it is new (not warmed up yet)."""
+        mine = [g for g in self.gpus.get(instance, []) if g.share == share]
+        if share > 1:
+            # The slot's GPU; else a free one not yet serving another slot, so the trials the
+            # scheduler packs onto one slot share one GPU.
+            gpu = next((g for g in mine if g.slot == slot), None) or next(
+                (g for g in mine if g.slot is None and len(self._idle(g)) == len(g.workers)), None)
+            if gpu is not None:
+                gpu.slot = slot
+                idle = self._idle(gpu)
+                if idle:
+                    return idle[0], False
+                if len(gpu.workers) >= share:
+                    raise ProviderError(f"instance {instance}: GPU slot {slot} already runs {share} trials")
+                return self._new_worker(gpu), True
+        else:
+            idle = [w for g in mine for w in self._idle(g)]
+            if idle:
+                return idle[-1], False
+        self._drop_idle_of_other_shares(instance, share, limit=1)     # make room for a GPU of this share
+        return self._new_worker(self._new_gpu(instance, share, slot if share > 1 else None)), True
+
+    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> Gang:
+        """Form ``trial``'s gang, one worker on each of ``instances``, and restore ``checkpoint``.
+        Packed (``trials_per_gpu`` k > 1): each worker takes ``1/k`` of the GPU that serves the
+        scheduler's GPU index ``gpus[j]`` on its instance, beside the other trials placed there."""
         workers, fresh = [], []
-        for inst in instances:
-            free = self.pool.get(inst)
-            if free:
-                workers.append(free.pop())
-            else:
-                w = self._new_worker(inst)
-                workers.append(w)
-                fresh.append(w)
-        self.busy.update(workers)
-        gang = Gang(trial, workers, tuple(instances))
         try:
+            for j, inst in enumerate(instances):
+                worker, new = self._take(inst, trials_per_gpu, gpus[j] if gpus else None)
+                self.busy.add(worker)
+                workers.append(worker)
+                if new:
+                    fresh.append(worker)
             if fresh:
                 ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
             if len(workers) > 1:
@@ -171,7 +245,7 @@ class RayTrialRunner:
             for w in workers:
                 self._kill(w)
             raise
-        return gang
+        return Gang(trial, workers, tuple(instances), trials_per_gpu)
 
     def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
         """Hand a gang's running workers to another trial (no process or group restart)."""
@@ -196,7 +270,8 @@ class RayTrialRunner:
         rest = ray.get(future.others, timeout=self.timeout_s)
         digests = [out.get("digest")] + [o.get("digest") for o in rest[:-1]]
         return TrainResult(step=int(out["step"]), iter_times=list(out["iter_times"]),
-                           metrics=dict(out.get("metrics", {})), checkpoint=rest[-1], digests=digests)
+                           metrics=dict(out.get("metrics", {})), checkpoint=rest[-1], digests=digests,
+                           gpu_ids=[out.get("gpu_ids")] + [o.get("gpu_ids") for o in rest[:-1]])
 
     def digests(self, gang: Gang) -> list[list[float]]:
         """Parameter digests of every rank (identical in a healthy gang)."""
@@ -212,7 +287,6 @@ class RayTrialRunner:
             return
         for w in gang.workers:
             self.busy.discard(w)
-            self.pool.setdefault(w.instance, []).append(w)
 
 
 class RayClusterPort:

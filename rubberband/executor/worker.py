@@ -166,7 +166,8 @@ class DDPWorker:
                 self.opt.step()
                 self.step += 1
             times.append(time.perf_counter() - t0)
-        out: dict[str, Any] = {"step": self.step, "iter_times": times, "digest": self.param_digest()}
+        out: dict[str, Any] = {"step": self.step, "iter_times": times, "digest": self.param_digest(),
+                               "gpu_ids": self.node_info()["gpu_ids"]}
         if self.rank == 0:
             out["metrics"] = self.trainer.evaluate(self.model, self.val_set)
         return out

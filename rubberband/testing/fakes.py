@@ -173,6 +173,8 @@ class FakeGang:
     instances: tuple[str, ...]
     step: int
     alive: bool = True
+    share: int = 1                 # trials per GPU (packed: each worker holds 1/share of a GPU)
+    gpus: tuple[int, ...] = ()     # the GPU index of each worker on its instance, when given
 
 
 @dataclass(eq=False)
@@ -186,7 +188,8 @@ class FakeFuture:
 
 @dataclass
 class GangRecord:
-    """One ``start``: which trial, on which instances (one per worker), from which step."""
+    """One ``start``: which trial, on which instances (one per worker), from which step, at how
+    many trials per GPU on which GPU indices."""
 
     trial: str
     instances: tuple[str, ...]
@@ -194,6 +197,8 @@ class GangRecord:
     from_step: int
     checkpoint: bytes | None
     at: float
+    share: int = 1
+    gpus: tuple[int, ...] = ()
 
 
 def default_metrics(config: Mapping[str, Any], step: int) -> dict[str, float]:
@@ -224,20 +229,23 @@ class FakeRunner:
     Args:
         clock: the shared ``FakeClock``.
         iter_s: seconds per iteration by gang size (GPUs per trial).
-        gpus_per_instance: checked on every start: no instance GPU runs two workers.
+        gpus_per_instance: checked on every start: no instance runs more than its GPUs' worth of
+            workers (a packed worker counts ``1/k``), and no GPU index more than ``k`` packed ones.
         steps_per_iter: optimizer steps per iteration (``step += iters * steps_per_iter``).
         metrics: ``(config, step) -> metrics``; ``default_metrics`` ranks trials by ``lr``.
         cluster: if given, a gang on an instance the cluster lost fails its next result.
         calls: a call log to share with a ``FakeCluster`` (entries ``("runner", method, *args)``).
         pace: ``step -> factor`` on the iteration time of a gang at that step (a trainer that
             slows down as it trains); default 1.
+        packed_iter_s: seconds per iteration of a 1-GPU trial packed ``k`` to a GPU, by ``k``.
     """
 
     def __init__(self, clock: FakeClock, iter_s: Mapping[int, float], gpus_per_instance: int,
                  steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
                  cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None,
-                 pace: Callable[[int], float] | None = None):
+                 pace: Callable[[int], float] | None = None, packed_iter_s: Mapping[int, float] | None = None):
         self.clock, self.iter_s, self.G = clock, dict(iter_s), gpus_per_instance
+        self.packed_iter_s = dict(packed_iter_s or {})
         self.pace = pace or (lambda step: 1.0)
         self.steps_per_iter, self.metrics, self.cluster = steps_per_iter, metrics, cluster
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
@@ -265,16 +273,29 @@ class FakeRunner:
     def gangs_of(self, trial: str) -> list[GangRecord]:
         return [g for g in self.starts if g.trial == trial]
 
-    def gpus_in_use(self) -> dict[str, int]:
-        used: dict[str, int] = {}
+    def gpus_in_use(self) -> dict[str, float]:
+        """GPUs held per instance: 1 per worker, ``1/k`` per packed one."""
+        used: dict[str, float] = {}
         for gang in self.live:
             for inst in gang.instances:
-                used[inst] = used.get(inst, 0) + 1
+                used[inst] = used.get(inst, 0) + 1 / gang.share
         return used
 
+    def packed_on(self) -> dict[tuple[str, int], list[str]]:
+        """The trials of the live packed gangs, by (instance, GPU index)."""
+        out: dict[tuple[str, int], list[str]] = {}
+        for gang in self.live:
+            if gang.share > 1:
+                for inst, g in zip(gang.instances, gang.gpus):
+                    out.setdefault((inst, g), []).append(gang.trial)
+        return out
+
+    def _iter_s(self, gang: FakeGang) -> float:
+        return (self.packed_iter_s[gang.share] if gang.share > 1 else self.iter_s[len(gang.instances)]) * self.pace(gang.step)
+
     # --- the port --------------------------------------------------------------------------
-    def warm(self, nodes: Sequence[Node]) -> float:
-        self._record("warm", [n.name for n in nodes])
+    def warm(self, nodes: Sequence[Node], trials_per_gpu: int = 1) -> float:
+        self._record("warm", [n.name for n in nodes], trials_per_gpu)
         return 0.0
 
     def release_instance(self, instance: str) -> None:
@@ -293,15 +314,23 @@ class FakeRunner:
         self._record("shutdown")
         self.shut_down = True
 
-    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None) -> FakeGang:
+    def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> FakeGang:
         self._record("start", trial, tuple(instances))
         step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
-        gang = FakeGang(trial, dict(config), tuple(instances), step)
+        if trials_per_gpu > 1 and (len(instances) != 1 or not gpus or len(gpus) != 1):
+            raise AssertionError(f"packed start of {trial}: one instance and its GPU index expected, "
+                                 f"got {list(instances)} and {gpus}")
+        gang = FakeGang(trial, dict(config), tuple(instances), step, share=trials_per_gpu, gpus=tuple(gpus or ()))
         self.live.append(gang)
-        over = {i: n for i, n in self.gpus_in_use().items() if n > self.G}
+        over = {i: n for i, n in self.gpus_in_use().items() if n > self.G + 1e-9}
         if over:
             raise AssertionError(f"instance GPUs over-subscribed starting {trial} on {list(instances)}: {over}")
-        self.starts.append(GangRecord(trial, gang.instances, len(gang.instances), step, checkpoint, self.clock.now()))
+        crowded = {s: t for s, t in self.packed_on().items() if len(t) > trials_per_gpu or s[1] >= self.G}
+        if trials_per_gpu > 1 and crowded:
+            raise AssertionError(f"a GPU over-packed starting {trial}: {crowded}")
+        self.starts.append(GangRecord(trial, gang.instances, len(gang.instances), step, checkpoint, self.clock.now(),
+                                      trials_per_gpu, gang.gpus))
         return gang
 
     def reassign(self, gang: FakeGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> FakeGang:
@@ -316,7 +345,7 @@ class FakeRunner:
         self._seq += 1
         self._in_flight.add(gang.trial)
         self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
-        finish = self.clock.now() + iters * self.iter_s[len(gang.instances)] * self.pace(gang.step)
+        finish = self.clock.now() + iters * self._iter_s(gang)
         return FakeFuture(gang, gang.trial, iters, finish, self._seq)
 
     def wait(self, pending: Sequence[FakeFuture], timeout_s: float) -> tuple[list[FakeFuture], list[FakeFuture]]:
@@ -346,7 +375,7 @@ class FakeRunner:
                 raise ProviderError(f"injected failure: the gang of {future.trial} was lost before step {f.step}")
         if self.cluster is not None and any(i not in self.cluster.alive for i in gang.instances):
             raise ProviderError(f"the gang of {future.trial} lost its instance")
-        iter_s = self.iter_s[len(gang.instances)] * self.pace(gang.step)
+        iter_s = self._iter_s(gang)
         gang.step = new_step
         return TrainResult(step=new_step, iter_times=[iter_s] * future.iters,
                            metrics=self.metrics(gang.config, new_step),
@@ -373,11 +402,13 @@ class Fakes:
 
 
 def make_fakes(gpus_per_instance: int, iter_s: Mapping[int, float], provision_s: float = 0.0, init_s: float = 0.0,
-               steps_per_iter: int = 1, start: float = 1000.0, pace: Callable[[int], float] | None = None) -> Fakes:
+               steps_per_iter: int = 1, start: float = 1000.0, pace: Callable[[int], float] | None = None,
+               packed_iter_s: Mapping[int, float] | None = None) -> Fakes:
     """A clock, a cluster and a runner that share the clock and the call log (the runner
     sees instances the cluster loses)."""
     clock = FakeClock(start)
     calls: list[tuple[Any, ...]] = []
     cluster = FakeCluster(clock, gpus_per_instance, provision_s, init_s, calls=calls)
-    runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls, pace=pace)
+    runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls, pace=pace,
+                        packed_iter_s=packed_iter_s)
     return Fakes(clock, cluster, runner)

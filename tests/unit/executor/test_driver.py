@@ -433,8 +433,68 @@ def test_the_safety_net_moves_the_rest_of_a_reclaimed_spot_job_to_on_demand():
     assert fakes.cluster.nodes() == [] and fakes.runner.live == []
 
 
-def test_a_packed_plan_is_refused_by_the_real_driver_in_one_line():
-    fakes = make_fakes(2, ITER_S)
-    packed = dataclasses.replace(plan_for(spec((4, 1)), (2,), 2), trials_per_gpu=(2,))
-    with pytest.raises(SpecError, match=r"^plan: packed stages run only in a rehearsal \(--provider sim\) so far"):
-        Driver(packed, fakes.cluster, fakes.runner, GRID, "loss")
+# --- packed stages ------------------------------------------------------------------------
+
+PACKED_ITER_S = {2: 6.0}       # seconds per iteration of one trial, two to a GPU
+
+
+def run_packed(exp, allocation, packing, G, **kwargs):  # noqa: N803
+    """Run ``exp`` with ``packing`` trials per GPU per stage against the fakes."""
+    fakes = make_fakes(G, ITER_S, provision_s=10, init_s=5, packed_iter_s=PACKED_ITER_S)
+    packed = dataclasses.replace(plan_for(exp, allocation, G), trials_per_gpu=tuple(packing))
+    peak: dict = {}
+
+    def watch(kind, data):
+        for where, trials in fakes.runner.packed_on().items():
+            peak[where] = max(peak.get(where, 0), len(trials))
+
+    driver = Driver(packed, fakes.cluster, fakes.runner, GRID, "loss", clock=fakes.clock, on_event=watch, **kwargs)
+    return driver.run(), fakes, peak
+
+
+def test_a_packed_stage_starts_k_trials_on_each_gpu_at_once():
+    # 4 trials on 2 GPUs (one instance) at 2 per GPU: all at once, 2 on each GPU, each at the
+    # packed latency; the stage warms workers of its share.
+    outcome, fakes, peak = run_packed(spec((4, 2), (1, 2)), (2, 1), (2, 1), G=2)
+    stage0 = [g for g in fakes.runner.starts if g.trial in outcome.stages[0].trials and g.from_step == 0]
+    assert len(stage0) == 4 and {g.share for g in stage0} == {2}
+    assert fakes.runner.max_in_flight == 4
+    (inst,) = {g.instances[0] for g in stage0}
+    assert peak == {(inst, 0): 2, (inst, 1): 2}
+    runs0 = [r for r in outcome.train_runs if r["stage"] == 0]
+    assert {(r["start_s"], r["end_s"] - r["start_s"]) for r in runs0} == {(runs0[0]["start_s"], 2 * 6.0)}
+    assert {r["trials_per_gpu"] for r in runs0} == {2}
+    s0 = outcome.stages[0]
+    assert s0.end_s - s0.start_s == pytest.approx(15 + 2 * 6.0)
+    assert fakes.runner.called("warm")[0] == ([inst], 2)
+
+
+def test_a_packed_stage_queues_the_rest_on_the_freed_share_of_the_same_gpu():
+    # 6 trials on one 1-GPU instance at 2 per GPU: three rounds of two, never three on the GPU.
+    outcome, fakes, peak = run_packed(spec((6, 1), (1, 1)), (1, 1), (2, 1), G=1)
+    assert fakes.runner.max_in_flight == 2 and list(peak.values()) == [2]
+    runs0 = sorted((r for r in outcome.train_runs if r["stage"] == 0), key=lambda r: (r["start_s"], r["trial"]))
+    assert [r["trial"] for r in runs0] == [f"t{j:03d}" for j in range(6)]
+    assert [r["start_s"] - runs0[0]["start_s"] for r in runs0] == [0.0, 0.0, 6.0, 6.0, 12.0, 12.0]
+
+
+def test_leaving_a_packed_stage_restarts_the_survivor_from_its_checkpoint_on_a_whole_gpu():
+    outcome, fakes, _ = run_packed(spec((4, 2), (1, 2)), (2, 1), (2, 1), G=2)
+    winner = outcome.stages[1].trials[0]
+    packed, alone = fakes.runner.gangs_of(winner)
+    assert (packed.share, alone.share) == (2, 1)
+    assert alone.from_step == 2 and decode_checkpoint(alone.checkpoint) == {"trial": winner, "step": 2}
+    assert fakes.runner.called("warm")[-1][1] == 1          # the unpacked stage warms whole-GPU workers
+    h0, h1 = outcome.trials[winner].history
+    assert (h0["trials_per_gpu"], h1["trials_per_gpu"]) == (2, 1)
+    assert h1["end_s"] - h1["start_s"] == pytest.approx(2 * ITER_S[1])
+    assert outcome.trials[winner].step == 4 and fakes.runner.live == []
+
+
+def test_an_unpacked_stage_then_a_packed_one_moves_every_survivor_onto_shares():
+    # Stage 0: 4 trials on 4 whole GPUs; stage 1: the best 2 packed onto one GPU.
+    outcome, fakes, peak = run_packed(spec((4, 1), (2, 2)), (4, 1), (1, 2), G=4)
+    assert list(peak.values()) == [2]
+    for tid in outcome.stages[1].trials:
+        whole, share = fakes.runner.gangs_of(tid)
+        assert (whole.share, share.share, share.from_step) == (1, 2, 1)
