@@ -498,3 +498,18 @@ def test_an_unpacked_stage_then_a_packed_one_moves_every_survivor_onto_shares():
     for tid in outcome.stages[1].trials:
         whole, share = fakes.runner.gangs_of(tid)
         assert (whole.share, share.share, share.from_step) == (1, 2, 1)
+
+
+def test_the_progress_lines_of_a_packed_stage_say_how_many_trials_share_a_gpu():
+    import io
+
+    from rubberband.executor.run import progress_printer
+
+    out = io.StringIO()
+    printer = progress_printer(out)
+    fakes = make_fakes(2, ITER_S, packed_iter_s=PACKED_ITER_S)
+    packed = dataclasses.replace(plan_for(spec((4, 2), (1, 2)), (2, 1), 2), trials_per_gpu=(2, 1))
+    Driver(packed, fakes.cluster, fakes.runner, GRID, "loss", clock=fakes.clock, on_event=printer).run()
+    stages = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "] stage " in line]
+    assert stages == ["stage 0: 4 trials x 2 iters, 1 GPU(s)/trial, 2 trials per GPU on 1 instance(s)",
+                      "stage 1: 1 trials x 2 iters, 1 GPU(s)/trial on 1 instance(s)"]
