@@ -76,6 +76,8 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     table simulated already, e.g. the optimal policy's incumbent, count as found from the
     start). With ``confidence=None`` the constraint is mean JCT <= deadline (exact from the
     table, since mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
+    A candidate whose per-sample JCT floor (``plan_floor``) already misses the constraint is
+    passed over without a simulation: its full simulation could only read later.
     """
     eps = 1e-9 * deadline_s
     pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
@@ -96,11 +98,70 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
             break
         if table.simulated(cand.allocation, cand.instances) is not None:
             continue
+        if cannot_meet(table, cand, deadline_s, confidence):
+            continue
         result = table.simulate(cand.allocation, cand.instances)
         sims += 1
         if meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
     return best
+
+
+def plan_floor(table: StageTable, allocation: Sequence[int], held: Sequence[int]) -> np.ndarray:
+    """Per sample, a lower bound on the JCT a full simulation of the plan gives.
+
+    Stage by stage the simulator (``simulator/engine.py``) starts the TRAIN nodes only once
+    the stage's new instances are up — SCALE plus the slowest of their INITs, the same draws
+    as ``StageDraws.init_max`` (``init_each``'s rows), after any wait for spot capacity — and
+    ends the stage at its last TRAIN plus the SYNC. Its TRAIN nodes run on at most
+    ``shape.running`` slots, each at least as long as its drawn duration (a reclaim only adds
+    lost work and a restart), so the makespan is at least the slowest trial and the work per
+    slot (``StageTable._train_bounds``, per sample). Adding those up per sample bounds the JCT
+    in every sample, so its mean and every order statistic are bounded too: a plan whose
+    floor misses the deadline (in the mean, or at the confidence) cannot meet it.
+    """
+    total = np.zeros(table.samples)
+    for sub, i, a, new in stage_launches(table, allocation, held):
+        shape = sub.shape(i, a)
+        longest, work = sub._stats(i, shape)
+        d = sub.draws[i]
+        total = total + np.maximum(longest, work / shape.running) + d.sync(sub.model)
+        if new > 0:
+            total = total + d.scale(sub.cloud) + d.init_max(sub.cloud, new)
+    return total
+
+
+def stage_launches(table: StageTable, allocation: Sequence[int], held: Sequence[int]) -> list[tuple]:
+    """Per stage of a plan: ``(StageTable, stage, allocation, new instances)`` — what the stage
+    launches beyond what it keeps of the stage before (``StageTable.stage``'s ``Δ``), or of the
+    instances held at the start. A ``VariantTable`` decodes its keys (``VariantTable.launches``)."""
+    own = getattr(table, "launches", None)
+    if own is not None:
+        return own(allocation, held)
+    out, previous = [], getattr(table, "start_state", 0)
+    for i, (a, h) in enumerate(zip(allocation, held)):
+        out.append((table, i, int(a), max(0, int(h) - int(table.previous_held(i, previous)))))
+        previous = h
+    return out
+
+
+def constraint_value(jct_s: np.ndarray, confidence: float | None) -> float:
+    """What the constraint reads of per-sample JCTs: their mean, or with ``confidence`` the
+    quantile that must be within the deadline (the ``ceil(p * n)``-th smallest)."""
+    if confidence is None:
+        return float(np.mean(jct_s))
+    jct = np.sort(jct_s)
+    return float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+
+
+def cannot_meet(table: StageTable, cand: Candidate, deadline_s: float, confidence: float | None) -> bool:
+    """Whether the plan's ``plan_floor`` already misses the constraint ``choose`` checks (mean JCT
+    within the deadline, or P(JCT <= deadline) >= confidence), so no simulation can meet it."""
+    floor = plan_floor(table, cand.allocation, cand.instances)
+    eps = 1e-9 * deadline_s      # the floor adds up the stages in another order than the simulator
+    if confidence is None:
+        return float(floor.mean()) > deadline_s + 2 * eps
+    return float(np.mean(floor <= deadline_s + 2 * eps)) < confidence
 
 
 # --- static ---------------------------------------------------------------------------------
@@ -156,13 +217,14 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
     _, first = np.unique(allocs[valid], axis=0, return_index=True)
     rows = valid[np.sort(first)]
     # Bounds first: a static cluster's queues are list scheduled only if it may meet both.
-    # It holds k instances in every stage, each billed at least the stage's duration.
+    # It holds k instances in every stage, each billed at least the stage's duration. Few
+    # allocations recur over many sizes: bound each once, add up by stage (the same order).
     lower_t, lower_c = np.zeros(len(rows)), np.zeros(len(rows))
-    for r, j in enumerate(rows):
-        for i, a in enumerate(allocs[j]):
-            t, c = table.stage_bounds(i, int(a))
-            lower_t[r] += t
-            lower_c[r] += table.stage_usd_per_s[i] * ks[j] * t if table.per_instance else c
+    for i in range(table.num_stages):
+        distinct, where = np.unique(allocs[rows, i], return_inverse=True)
+        t, c = np.array([table.stage_bounds(i, int(a)) for a in distinct]).reshape(-1, 2).T
+        lower_t += t[where]
+        lower_c += table.stage_usd_per_s[i] * ks[rows] * t[where] if table.per_instance else c[where]
     rows = rows[(lower_t <= deadline_s * (1 + 1e-9)) & (lower_c <= cost_cap * (1 + 1e-9))]
     if not len(rows):
         return []
@@ -362,15 +424,19 @@ def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confiden
         plan, lam = hull
         if plan.cost_usd >= cost_cap:
             return None
-        result = table.simulate(plan.allocation, plan.instances)
-        if confidence is None:
-            if result.mean_jct_s <= deadline_s * (1 + 1e-9):
-                return plan, result.mean_cost_usd, lam
-            reached = result.mean_jct_s
+        candidate = Candidate(plan.allocation, plan.instances, plan.jct_s, plan.cost_usd)
+        if table.simulated(plan.allocation, plan.instances) is None and cannot_meet(table, candidate, deadline_s,
+                                                                                      confidence):
+            # It misses by its floor already: retarget by the floor (a little less than the
+            # simulation would read) and spare the simulation.
+            reached = constraint_value(plan_floor(table, plan.allocation, plan.instances), confidence)
         else:
-            if result.p_meet(deadline_s) >= confidence:
+            result = table.simulate(plan.allocation, plan.instances)
+            if confidence is None:
+                if result.mean_jct_s <= deadline_s * (1 + 1e-9):
+                    return plan, result.mean_cost_usd, lam
+            elif result.p_meet(deadline_s) >= confidence:
                 return plan, result.mean_cost_usd, lam
-            jct = np.sort(result.jct_s)
-            reached = float(jct[max(0, math.ceil(confidence * len(jct) - 1e-9) - 1)])
+            reached = constraint_value(result.jct_s, confidence)
         target = min(target, plan.jct_s) - (reached - deadline_s) - 1e-6 * deadline_s
     return None

@@ -167,6 +167,20 @@ class VariantTable:
         jct, cost = self.evaluate_many(np.array([allocation], dtype=np.int64), np.array([held], dtype=np.int64))
         return float(jct[0]), float(cost[0])
 
+    def launches(self, allocation: Sequence[int], held: Sequence[int]) -> list[tuple[StageTable, int, int, int]]:
+        """Per stage of a plan's keys: its variant's table, the stage, the allocation and the new
+        instances it launches (all it holds after another type, as ``stage_many`` counts them)."""
+        V, T = len(self.tables), self.state_types
+        out, previous = [], self.start_state if hasattr(self, "start_state") else 0
+        for i, (key, state) in enumerate(zip(allocation, held)):
+            a, v = divmod(int(key), V)
+            prev_h, prev_t = divmod(int(previous), T)
+            prev = prev_h if prev_t == self.type_of[v] else 0
+            table = self.tables[v]
+            out.append((table, i, a, max(0, int(state) // T - int(table.previous_held(i, prev)))))
+            previous = state
+        return out
+
     def plan_fields(self, allocation: Sequence[int], held: Sequence[int]) -> dict[str, Any]:
         """A plan's ``Plan`` fields from its keys: allocation, instances, types, trials per GPU."""
         fields: dict[str, list] = {"allocation": [], "instances": [], "instance_types": [], "trials_per_gpu": [],
