@@ -274,3 +274,45 @@ def test_profile_on_aws_times_launches_from_ec2_and_terminates_everything(tmp_pa
     assert len(launched) == 2 and all(_tags(i)["rubberband:run-id"].startswith("profile-") for i in launched)
     assert running_rubberband_instances(moto_ec2) == []
     assert LocalCluster.known() == []
+
+
+def test_a_two_type_plan_launches_each_type_as_its_own_ray_node_type(tmp_path, moto_ec2, model):
+    # Stage 0: 2 trials on 2 g5.xlarge; the last stage: the winner on a g5.2xlarge, launched
+    # from the YAML's second worker type once the g5.xlarge pair is released at the SYNC.
+    import dataclasses
+
+    from rubberband.plan.plan import check_plan
+    from rubberband.profiles.cloud import CloudCatalog
+
+    catalog = CloudCatalog.load(AWS)
+    one_gpu = model.replace(iter_latency_s={1: model.iter_latency_s[1]})
+    base = _plan(model, [(2, 1), (1, 1)], (2, 1))
+    plan = check_plan(dataclasses.replace(base, instance_types=("g5.xlarge", "g5.2xlarge"),
+                                          type_clouds={"g5.xlarge": catalog.get("g5.xlarge"),
+                                                       "g5.2xlarge": catalog.get("g5.2xlarge")}),
+                      base.spec, one_gpu, catalog, samples=5)
+    path = write_cluster_yaml(tmp_path / "c.yaml")
+    cfg = json.loads(path.read_text())
+    cfg["available_node_types"]["wide_workers"] = {
+        "node_config": {"InstanceType": "g5.2xlarge", "ImageId": "ami-22222222"}, "min_workers": 0, "max_workers": 1}
+    path.write_text(json.dumps(cfg))
+    result = execute(plan, trainer("Tiny"), SPACE, provider="aws", runs_dir=tmp_path / "runs", latency_scale=0.05,
+                     run_id="two-types", cluster_config=path)
+
+    launched = {i["InstanceId"]: i for i in _instances(moto_ec2, "two-types")}
+    by_type = {}
+    for inst in launched.values():
+        by_type.setdefault(inst["InstanceType"], []).append(inst)
+        assert inst["State"]["Name"] == "terminated"
+    assert {t: len(v) for t, v in by_type.items()} == {"g5.xlarge": 2, "g5.2xlarge": 1}
+    (wide,) = by_type["g5.2xlarge"]
+    assert wide["ImageId"] == "ami-22222222" and _tags(wide)["ray-user-node-type"] == "wide_workers"
+    assert {_tags(i)["ray-user-node-type"] for i in by_type["g5.xlarge"]} == {"gpu_workers"}
+    assert float(_tags(wide)["rubberband:price-usd-per-hour"]) == pytest.approx(1.212)
+    ledger = {i["provider_id"]: i for i in result.ledger["instances"]}
+    for ec2_id, inst in launched.items():
+        assert ledger[ec2_id]["instance_type"] == inst["InstanceType"]
+        assert ledger[ec2_id]["price_usd_per_hour"] == pytest.approx(catalog.get(inst["InstanceType"]).price_usd_per_hour)
+    assert ledger[wide["InstanceId"]]["requested_s"] >= result.ledger["stage_windows"][0][1] - 1e-6
+    assert set(result.ledger["by_type"]) == {"g5.xlarge", "g5.2xlarge"}
+    assert running_rubberband_instances(moto_ec2) == []
