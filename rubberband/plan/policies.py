@@ -138,7 +138,7 @@ def stage_launches(table: StageTable, allocation: Sequence[int], held: Sequence[
     own = getattr(table, "launches", None)
     if own is not None:
         return own(allocation, held)
-    out, previous = [], getattr(table, "start_state", 0)
+    out, previous = [], table.start_state
     for i, (a, h) in enumerate(zip(allocation, held)):
         out.append((table, i, int(a), max(0, int(h) - int(table.previous_held(i, previous)))))
         previous = h

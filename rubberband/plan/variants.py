@@ -171,7 +171,7 @@ class VariantTable:
         """Per stage of a plan's keys: its variant's table, the stage, the allocation and the new
         instances it launches (all it holds after another type, as ``stage_many`` counts them)."""
         V, T = len(self.tables), self.state_types
-        out, previous = [], self.start_state if hasattr(self, "start_state") else 0
+        out, previous = [], self.start_state
         for i, (key, state) in enumerate(zip(allocation, held)):
             a, v = divmod(int(key), V)
             prev_h, prev_t = divmod(int(previous), T)

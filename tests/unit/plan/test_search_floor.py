@@ -20,6 +20,7 @@ from rubberband.plan.table import StageTable
 from rubberband.plan.variants import VariantTable
 from rubberband.profiles.cloud import Market
 from rubberband.profiles.spot import SpotMarket, load_trace
+from rubberband.simulator.engine import HeldInstances
 
 ROOT = Path(__file__).resolve().parents[3]
 P3 = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")
@@ -76,7 +77,7 @@ def random_plans(table, rng, count):
 @pytest.mark.parametrize("market", ["rate", "trace"])
 def test_the_floor_bounds_every_sampled_jct_of_every_kind_of_plan(market):
     """One type on each market vector (on-demand, spot, mixed: a switch launches everything),
-    and a type per stage with packing: the floor is below the simulated JCT in every sample,
+    from nothing or from instances held at the start, and a type per stage with packing: the floor is below the simulated JCT in every sample,
     and on-demand close to it (that is what makes skipping a simulation worth anything; a
     traced zone's outages are far above it)."""
     spot = markets()[market]
@@ -84,6 +85,7 @@ def test_the_floor_bounds_every_sampled_jct_of_every_kind_of_plan(market):
     m = profile()
     od = clouds["p3.8xlarge"]
     one = StageTable(SPEC, m, od, samples=40, seed=3)
+    held_up = StageTable(SPEC, m, od, samples=40, seed=3, held_at_start=HeldInstances(3, spot=1))
     tables, draws = [], None
     for name in P3:
         own = variant_tables(SPEC, usable_profile(m, 8, clouds[name].gpus_per_instance), clouds[name], 40, 3, draws)
@@ -95,7 +97,7 @@ def test_the_floor_bounds_every_sampled_jct_of_every_kind_of_plan(market):
                (Market.ON_DEMAND,) * 3 + (Market.SPOT,) * (n - 3)]
     rng = np.random.default_rng(11)
     gaps = []
-    for table in [one.for_markets(v) for v in vectors] + [several.for_markets(v) for v in vectors]:
+    for table in [t.for_markets(v) for t in (one, held_up, several) for v in vectors]:
         for alloc, held in random_plans(table, rng, 6):
             jct = table.simulate(alloc, held).jct_s
             floor = plan_floor(table, alloc, held)
