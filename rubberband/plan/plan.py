@@ -211,10 +211,10 @@ def _held(value: Any, where: str) -> HeldInstances | None:
     if value is None:
         return None
     data = check_mapping(value, where, required=["count"], optional=["spot", "instance_type"])
+    held = HeldInstances(integer(data["count"], f"{where}.count", minimum=0),
+                         integer(data.get("spot", 0), f"{where}.spot", minimum=0), data.get("instance_type"))
     try:
-        return HeldInstances.of(HeldInstances(integer(data["count"], f"{where}.count", minimum=0),
-                                              integer(data.get("spot", 0), f"{where}.spot", minimum=0),
-                                              data.get("instance_type")))
+        return HeldInstances.of(held)
     except SpecError as exc:
         raise SpecError(str(exc).replace("held_at_start", where, 1)) from None
 

@@ -224,3 +224,31 @@ def test_a_plan_on_a_gpu_model_the_experiment_has_no_profile_for_names_the_field
     with pytest.raises(SpecError, match=r"^plan\.cloud\.instance_type: p3\.8xlarge has V100 GPUs but the model profiles "
                                         r"cover A10G only; add a V100 profile"):
         check_plan(plan, exp.spec, {"A10G": exp.model}, exp.catalog.with_overrides(exp.cloud_overrides))
+
+
+def test_a_plan_from_instances_held_at_the_start_keeps_them_through_its_json():
+    """A re-plan's ``held_at_start`` is part of the plan: its prediction, ``simulate_plan`` and a
+    plan file read back all start from the instances held."""
+    from rubberband.plan import simulate_plan
+    from rubberband.simulator import HeldInstances
+
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=100, seed=2, held_at_start=6)
+    assert plan.held_at_start == HeldInstances(6, 0, exp.cloud.instance_type)
+    assert plan.predicted.stages[0].new_instances == max(0, plan.instances[0] - 6)
+    again = Plan.from_json(plan.to_json())
+    assert again.held_at_start == plan.held_at_start
+    for replay in (simulate_plan(plan, exp.model), simulate_plan(again, exp.model)):
+        assert np.array_equal(replay.jct_s, plan.predicted.jct_s) and np.array_equal(replay.cost_usd, plan.predicted.cost_usd)
+    fresh = simulate(exp.spec, plan.allocation, exp.model, exp.cloud, samples=100, seed=2, instances=plan.instances)
+    assert fresh.mean_jct_s > plan.predicted.mean_jct_s
+
+
+@pytest.mark.parametrize(("held", "pattern"), [
+    ({"count": 2, "spot": 3}, r"^plan\.held_at_start\.spot: 3 spot instances of 2 held; at most 2"),
+    ({"count": -1}, r"^plan\.held_at_start\.count: must be at least 0"),
+    ({"spot": 1}, r"^plan\.held_at_start\.count: missing required field"),
+])
+def test_bad_held_instances_in_a_plan_file_name_the_field(held, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        Plan.from_json(edited(held_at_start=held))
