@@ -20,7 +20,7 @@ from rubberband.plan.policies import (
 )
 from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
-from rubberband.plan.variants import VariantTable
+from rubberband.plan.variants import VariantTable, packing_pays
 from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
@@ -157,14 +157,15 @@ def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCata
 
 def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
     """The trials per GPU above 1 the search may pack on ``cloud``: the profile's packed counts
-    that its GPU memory holds (none when the profile has no 1-GPU trials)."""
+    that its GPU memory holds and whose throughput clearly pays (``packing_pays``; none when the
+    profile has no 1-GPU trials)."""
     if 1 not in model.iter_latency_s:
         return []
     try:
         cap = model.max_trials_per_gpu(cloud.gpu_memory_gb)
     except SpecError:      # one trial alone is above the GPU's memory: nothing to pack
         return []
-    return [k for k in model.packing_counts if 1 < k <= cap]
+    return [k for k in model.packing_counts if 1 < k <= cap and packing_pays(model, k)]
 
 
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
