@@ -251,7 +251,8 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
     and its GPUs per trial must be what the allocation gives. Per-stage instance types must
     be the catalog's, and trials per GPU what the model profile packs on each type's GPUs.
     The prediction stored in the file is never trusted: the plan is simulated again with the
-    experiment's model and cloud.
+    experiment's model and cloud. A plan made from instances held (``held_at_start``, a
+    re-plan of a running job) cannot start a run.
 
     Args:
         plan: the plan to check.
@@ -267,6 +268,10 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
     Raises:
         SpecError: one line naming the field of the plan that does not fit.
     """
+    if plan.held_at_start is not None:
+        raise SpecError(f"plan.held_at_start: the plan starts from {plan.held_at_start.count} instances held (the "
+                        "rest of a running job, re-planned) but a run starts with none; plan it again with "
+                        "`rubberband plan EXPERIMENT --out PLAN_JSON`")
     if plan.spec.stages != spec.stages or plan.spec.bracket_starts != spec.bracket_starts:
         raise SpecError(f"plan.stages: the plan is for {plan.spec.describe()} but the experiment has {spec.describe()}; "
                         "plan it again with `rubberband plan EXPERIMENT --out PLAN_JSON`")

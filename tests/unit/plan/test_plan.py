@@ -244,6 +244,14 @@ def test_a_plan_from_instances_held_at_the_start_keeps_them_through_its_json():
     assert fresh.mean_jct_s > plan.predicted.mean_jct_s
 
 
+def test_a_plan_from_instances_held_cannot_start_a_run():
+    exp = load_experiment(CIFAR)
+    plan = compile_plan(exp.spec, exp.model, exp.cloud, 1200.0, samples=50, seed=0, held_at_start=4)
+    with pytest.raises(SpecError, match=r"^plan\.held_at_start: the plan starts from 4 instances held .* a run starts "
+                                        r"with none; plan it again"):
+        check(plan.to_json())
+
+
 @pytest.mark.parametrize(("held", "pattern"), [
     ({"count": 2, "spot": 3}, r"^plan\.held_at_start\.spot: 3 spot instances of 2 held; at most 2"),
     ({"count": -1}, r"^plan\.held_at_start\.count: must be at least 0"),
