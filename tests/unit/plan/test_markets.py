@@ -175,3 +175,19 @@ def test_a_cap_no_plan_can_beat_ends_the_optimal_search_after_its_first_pass(mon
     cands = optimal_policy(table, 1200.0, 0.95, cost_cap=0.5 * best)
     assert len(graphs) == 1
     assert not [c for c in cands if c.cost_usd < 0.5 * best]
+
+
+@pytest.mark.parametrize("spot_held", [8, 0])
+def test_held_spot_instances_serve_a_spot_stage_and_held_on_demand_ones_do_not(spot_held):
+    """``market="auto"`` from 8 instances held: a spot stage 0 keeps held spot instances and
+    launches the rest; held on-demand ones are another market's (released at t = 0)."""
+    from rubberband.simulator import HeldInstances
+
+    exp = experiment()
+    c = cloud(0.5)
+    plan = compile_plan(exp.spec, exp.model, c, 1500, samples=200, market="auto",
+                        held_at_start=HeldInstances(8, spot_held))
+    assert plan.spot_counts[0] == plan.instances[0] <= 8
+    assert plan.predicted.stages[0].new_instances == (0 if spot_held else plan.instances[0])
+    replay = simulate_plan(plan, exp.model)
+    assert np.array_equal(replay.jct_s, plan.predicted.jct_s) and np.array_equal(replay.cost_usd, plan.predicted.cost_usd)

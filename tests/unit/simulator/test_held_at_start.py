@@ -7,7 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rubberband import Billing, BillingModel, CloudProfile, DataCost, ExperimentSpec, Market, ModelProfile, SpecError
+from rubberband import (
+    Billing,
+    BillingModel,
+    CloudProfile,
+    DataCost,
+    ExperimentSpec,
+    Market,
+    ModelProfile,
+    SpecError,
+)
 from rubberband.profiles import Constant, Normal
 from rubberband.simulator import HeldInstances, simulate
 
