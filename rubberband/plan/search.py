@@ -180,8 +180,13 @@ class StageGraph:
 
     def weighted_plan(self, lam: float) -> PathPlan:
         """The plan of least ``cost + lam·JCT`` (a point of the front's lower convex hull)."""
-        v = self.to_go(lam, 1.0)
-        return self._walk(lambda i, s: int(np.argmin(self.cost[i][s] + lam * self.dur[i][s] + v[i + 1][self.next[i]])))
+        best: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * self.num_stages     # per stage and state
+        v = np.zeros(1)
+        for i in range(self.num_stages - 1, -1, -1):      # ``to_go(lam, 1.0)``, keeping each state's choice
+            total = self.cost[i] + lam * self.dur[i] + v[self.next[i]][None, :]
+            best[i] = total.argmin(axis=1)
+            v = total[np.arange(len(total)), best[i]]
+        return self._walk(lambda i, s: int(best[i][s]))
 
     def fastest(self) -> PathPlan:
         """The plan of least mean JCT, the cheapest of those (to float rounding)."""
@@ -200,29 +205,36 @@ class StageGraph:
 
     def hull_plan(self, deadline_s: float) -> tuple[PathPlan, float] | None:
         """The cheapest plan of the lower convex hull whose mean JCT meets ``deadline_s``, and its
-        weight ``λ`` (``None`` when even the fastest plan is too slow)."""
-        cheapest = self.weighted_plan(0.0)
-        if cheapest.jct_s <= deadline_s:
-            return cheapest, 0.0
-        if self.fastest().jct_s > deadline_s:
+        weight ``λ`` (``None`` when even the fastest plan is too slow).
+
+        A walk along the hull (Eisner and Severance): between a hull plan that misses the
+        deadline and one that meets it, the plan of least ``cost + λ·JCT`` at the slope ``λ`` of
+        the segment joining them is either on that segment (they are neighbours on the hull:
+        the one that meets is the answer, and ``λ`` makes both optimal) or strictly below it, a
+        hull plan between them that replaces the one on its side of the deadline. A few
+        shortest paths instead of a bisection's forty."""
+        slow = self.weighted_plan(0.0)
+        if slow.jct_s <= deadline_s:
+            return slow, 0.0
+        fast = self.fastest()
+        if fast.jct_s > deadline_s:
             return None
-        lo, hi = 0.0, max(cheapest.cost_usd, 1e-9) / max(cheapest.jct_s, 1e-9)
-        best = self.weighted_plan(hi)
-        while best.jct_s > deadline_s:
-            lo, hi = hi, hi * 4
-            best = self.weighted_plan(hi)
-            if hi > 1e30:                      # float ties at the fastest end: no hull point fits
-                return None
-        for _ in range(40):
-            mid = 0.5 * (lo + hi)
-            plan = self.weighted_plan(mid)
-            if plan.jct_s <= deadline_s:
-                hi, best = mid, plan
-            else:
-                lo = mid
-            if hi - lo <= 1e-6 * hi:
+        lam = 0.0
+        for _ in range(_HULL_STEPS):
+            lam = max(0.0, (fast.cost_usd - slow.cost_usd) / (slow.jct_s - fast.jct_s))
+            line = fast.cost_usd + lam * fast.jct_s
+            plan = self.weighted_plan(lam)
+            if plan.cost_usd + lam * plan.jct_s >= line - _REL * max(1.0, abs(line)):
                 break
-        return best, hi
+            if plan.jct_s <= deadline_s:
+                fast = plan
+            else:
+                slow = plan
+        return fast, lam
+
+
+# Most steps of the hull walk (each finds a new hull plan; there are rarely more than a dozen).
+_HULL_STEPS = 64
 
 
 def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = math.inf,
