@@ -208,10 +208,20 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
 
     Of the sizes that give the same allocation vector only the smallest is kept: more
     instances doing the same work cost more (each is billed for the whole job) and start no
-    sooner (stage 0 waits for the slowest of more INITs), in every sample."""
+    sooner (stage 0 waits for the slowest of more INITs), in every sample.
+
+    Under a cost cap and per-instance billing, sizes above ``cap / (p · Σ fast_s)`` are never
+    laid out: each of the ``k`` instances is billed every stage's duration, at least its
+    ``fast_s`` (no allocation of a stage is faster: a queue is slower than its trials all at
+    once), at the least stage price ``p``, so their bounds below would rule them out anyway."""
     G = table.cloud.gpus_per_instance
     k_max = max(table.need(i, max(table.candidates(i))) for i in range(table.num_stages))
+    instance_floor_usd = min(table.stage_usd_per_s) * sum(table.fast_s)
+    if table.per_instance and math.isfinite(cost_cap) and instance_floor_usd > 0:
+        k_max = min(k_max, int(cost_cap * (1 + 1e-6) / instance_floor_usd))
     ks = np.arange(1, k_max + 1)
+    if not len(ks):
+        return []
     allocs = static_allocations(table, ks)
     valid = np.flatnonzero(allocs.all(axis=1))
     _, first = np.unique(allocs[valid], axis=0, return_index=True)

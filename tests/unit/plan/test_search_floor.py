@@ -147,3 +147,23 @@ def test_a_type_per_stage_with_market_auto_plans_as_without_the_floor(monkeypatc
     assert (plan.allocation, plan.instances, plan.instance_types, plan.spot_counts, plan.trials_per_gpu) == \
         (every.allocation, every.instances, every.instance_types, every.spot_counts, every.trials_per_gpu)
     assert plan.predicted.mean_cost_usd == every.predicted.mean_cost_usd
+
+
+@pytest.mark.parametrize("market", [Market.ON_DEMAND, Market.SPOT])
+def test_static_clusters_under_a_cap_are_those_of_the_uncapped_list_and_few_sizes_are_laid_out(market, monkeypatch):
+    """A cost cap bounds the cluster size (each instance is billed at least every stage's
+    fastest duration): the same static candidates as filtering the whole list, and near the
+    cheapest cluster from under half the sizes up to the widest stage's need (4,096 instances)."""
+    _, clouds = catalog(markets()["rate"])
+    spec = ExperimentSpec.sha(512, 4, 64, 2)
+    table = StageTable(spec, profile(), clouds["p3.2xlarge"], samples=20, seed=1).for_markets((market,) * spec.num_stages())
+    every = policies.static_candidates(table, 3600.0)
+    cheapest = min(c.cost_usd for c in every)
+    for cap in sorted({c.cost_usd for c in every})[::7] + [0.5 * cheapest]:
+        capped = policies.static_candidates(table, 3600.0, cap)
+        assert capped == [c for c in every if c.cost_usd <= cap * (1 + 1e-9)]
+    sizes = []
+    lay_out = policies.static_allocations
+    monkeypatch.setattr(policies, "static_allocations", lambda t, ks: sizes.append(len(ks)) or lay_out(t, ks))
+    assert policies.static_candidates(table, 3600.0, 1.2 * cheapest)
+    assert sizes[0] < 4096 / 2
