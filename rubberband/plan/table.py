@@ -173,6 +173,7 @@ class StageTable:
         # Stage means per market, shared by every table ``for_markets`` derives from this one.
         self._entries_by_market: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
         self._bounds_by_market: dict[Market, list[dict[int, tuple[float, float]]]] = {m: [{} for _ in spec.stages] for m in Market}
+        self._bound_entries: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self._init_cache: dict[tuple[int, int], float] = {}
@@ -278,9 +279,13 @@ class StageTable:
         """Means of stage ``i`` under ``allocation`` (any valid GPU count; computed once)."""
         entry = self.entries[i].get(allocation)
         if entry is None and self._optimistic and not self.simulated_cheaply(i, allocation):
-            shape = self.shape(i, allocation)
-            train, busy = self._train_bounds(i, shape)
-            entry = StageEntry(int(allocation), shape.gpus_per_trial, shape.instances_needed, train, busy)
+            bounds = self._bound_entries[self.markets[i]][i]     # shared by every optimistic view
+            entry = bounds.get(allocation)
+            if entry is None:
+                shape = self.shape(i, allocation)
+                train, busy = self._train_bounds(i, shape)
+                entry = bounds[int(allocation)] = StageEntry(int(allocation), shape.gpus_per_trial,
+                                                             shape.instances_needed, train, busy)
             self.entries[i][int(allocation)] = entry
         if entry is None:
             shape = self.shape(i, allocation)

@@ -167,3 +167,19 @@ def test_static_clusters_under_a_cap_are_those_of_the_uncapped_list_and_few_size
     monkeypatch.setattr(policies, "static_allocations", lambda t, ks: sizes.append(len(ks)) or lay_out(t, ks))
     assert policies.static_candidates(table, 3600.0, 1.2 * cheapest)
     assert sizes[0] < 4096 / 2
+
+
+def test_the_optimistic_pass_bounds_each_costly_allocation_once_for_every_view():
+    """Every market vector's first pass (``StageTable.optimistic``) takes a queue or a stage that
+    may be reclaimed at its bounds: laid out once per market and stage, shared by every view."""
+    _, clouds = catalog(markets()["rate"])
+    spec = ExperimentSpec.sha(64, 4, 64, 2)
+    base = StageTable(spec, profile(), clouds["p3.8xlarge"], samples=20, seed=1)
+    n = spec.num_stages()
+    mixed = base.for_markets((Market.SPOT,) + (Market.ON_DEMAND,) * (n - 1)).optimistic()
+    spot = base.for_markets((Market.SPOT,) * n).optimistic()
+    queue = min(a for a in base.candidates(0) if not base.parallel(0, a))
+    assert not spot.simulated_cheaply(0, queue)
+    assert mixed.entry(0, queue) is spot.entry(0, queue)
+    assert base.optimistic().entry(1, queue) is base.optimistic().entry(1, queue)
+    assert base.optimistic().entry(0, queue) is not spot.entry(0, queue)     # another market's price
