@@ -164,6 +164,7 @@ class Driver:
         self.unready: list[tuple[str, NodeType]] = []    # requested names not up yet, in order
         self.doomed: set[str] = set()                    # instances under a notice
         self.gone: set[str] = set()                      # instances released or lost
+        self.retired: set[str] = set()                   # spot the safety net moved off
         self.pending: dict[Any, str] = {}                # future -> trial
         self.left: dict[str, int] = {}                   # trial -> iterations left of its TRAIN
         self.began: dict[str, tuple[int, float]] = {}    # trial -> (stage, start) of its TRAIN
@@ -194,11 +195,23 @@ class Driver:
         """The request: every instance held and usable, and those not up yet, by node type."""
         want: dict[NodeType, int] = {}
         for inst in self.name:
-            if inst not in self.gone and inst not in self.doomed:
+            if inst not in self.gone and inst not in self.doomed and inst not in self.retired:
                 want[self.types[inst]] = want.get(self.types[inst], 0) + 1
         for _, t in self.unready:
             want[t] = want.get(t, 0) + 1
         return want
+
+    def _retire(self) -> None:
+        """Spot the safety net retired is no longer asked for, nor waited for: its trial finishes
+        its TRAIN there, but if it is reclaimed first no spot instance replaces it (the port
+        keeps it in the request only while it is up, as a noticed one)."""
+        retired = [inst for inst, name in self.name.items() if inst not in self.gone | self.doomed | self.retired
+                   and name in self.sched.instances and self.sched.instances[name].retired]
+        self.retired.update(retired)
+        if retired:
+            self.cluster.scale_to(self._want(), stage=self.stage)
+        for inst in retired:
+            self.cluster.replace(inst)
 
     def _share(self) -> int:
         """Trials per GPU of the stage running now (the scheduler's, re-plans included)."""
@@ -445,6 +458,7 @@ class Driver:
             elif isinstance(d, SafetySwitch):
                 log.info("%s", d.line())
                 self._emit("switch", line=d.line())
+                self._retire()
             elif isinstance(d, JobDone):
                 self.done = d
                 if d.stopped and (not self.stages or self.stages[-1].index < self.stage):

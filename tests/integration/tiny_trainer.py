@@ -25,15 +25,19 @@ class Failing(Tiny):
 
 
 class Sleepy(DigitsMLP):
-    """One optimizer step per iteration plus a sleep: ``ITER_S * SLOWDOWN / world_size``
-    seconds per iteration, so a trial on m GPUs runs m times faster and trials on separate
-    GPUs run side by side on a 2-core machine (the sleep takes no CPU). ``SLOWDOWN`` is how
-    much slower than its profile (``ITER_S`` at one GPU, perfect scaling) it really runs."""
+    """One optimizer step per iteration plus a sleep, so a trial on m GPUs runs m times faster
+    and trials on separate GPUs run side by side on a 2-core machine (the sleep takes no CPU).
+
+    Its first ``FAST_ITERS`` iterations sleep ``ITER_S / world_size`` seconds (its profile:
+    ``ITER_S`` at one GPU, perfect scaling), every later one ``SLOWDOWN`` times that. The count
+    travels in the optimizer's state (``param_groups``, saved in every checkpoint), so a trial
+    resumed from its checkpoint, on other GPUs or after a SYNC, keeps its pace."""
 
     steps_per_iter = 1
     global_batch_size = 32
     ITER_S = 0.25
     SLOWDOWN = 3.0
+    FAST_ITERS = 0
 
     def build_optimizer(self, model, config):
         import time
@@ -42,11 +46,23 @@ class Sleepy(DigitsMLP):
 
         opt = super().build_optimizer(model, config)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        opt.param_groups[0]["sleepy_steps"] = 0
         step = opt.step
 
         def slow_step(*args, **kwargs):
-            time.sleep(self.ITER_S * self.SLOWDOWN / world)
+            group = opt.param_groups[0]      # after a restore: the checkpoint's (load_state_dict replaces it)
+            slow = self.SLOWDOWN if group["sleepy_steps"] >= self.FAST_ITERS * self.steps_per_iter else 1.0
+            time.sleep(self.ITER_S * slow / world)
+            group["sleepy_steps"] += 1
             return step(*args, **kwargs)
 
         opt.step = slow_step
         return opt
+
+
+class Paced(Sleepy):
+    """Always at its profile's pace (the closed-loop aws test: spot reclaims, not the pace, are
+    what goes wrong)."""
+
+    ITER_S = 0.5
+    SLOWDOWN = 1.0
