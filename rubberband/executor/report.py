@@ -15,7 +15,8 @@ class RunResult:
     """A finished run: the best trial, every trial's history, the ledger, and predicted vs actual.
 
     ``predicted`` and ``actual`` hold ``jct_s`` and ``cost_usd``; ``stages`` lists per stage
-    the predicted and actual duration, instances and cost (and its instance type); ``best``
+    the predicted and actual duration, instances and cost (and the instance type it ran on,
+    ``predicted.instance_type`` the plan's); ``best``
     has ``config`` and ``metric``; with several instance types, ``ledger["by_type"]`` holds
     each type's ledger.
     """
@@ -55,7 +56,9 @@ class RunResult:
         by_type = self.ledger.get("by_type") or {}
         rows = []
         for s in self.stages:
-            rows.append([s["index"], s["trials"], s["gpus_per_trial"], *([s.get("instance_type", "")] if by_type else []),
+            planned, ran = s["predicted"].get("instance_type"), s.get("instance_type", "")
+            kind = ran if planned in (None, ran) else f"{planned}→{ran}"     # a re-plan moved the stage
+            rows.append([s["index"], s["trials"], s["gpus_per_trial"], *([kind] if by_type else []),
                          s["predicted"]["instances"], s["actual"]["instances"],
                          format_duration(s["predicted"]["duration_s"]), format_duration(s["actual"]["duration_s"]),
                          format_usd(s["predicted"]["cost_usd"]), format_usd(s["actual"]["cost_usd"])])

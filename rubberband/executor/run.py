@@ -243,8 +243,11 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
     from rubberband.executor.ledger import TrialRun
 
+    # What each TRAIN really ran on (a re-plan may have moved a stage to another type).
+    ran_on = {(t.id, h["stage"]): ledger.instances[h["instances"][0]].instance_type
+              for t in outcome.trials.values() for h in t.history if h.get("instances") and h["instances"][0] in ledger.instances}
     ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []),
-                              instance_type=plan.stage_clouds[r["stage"]].instance_type)
+                              instance_type=ran_on.get((r["trial"], r["stage"]), plan.stage_clouds[r["stage"]].instance_type))
                      for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
     jct = outcome.ended_at - started
@@ -253,10 +256,12 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     for rec, pred in zip(outcome.stages, plan.predicted.stages):
         stages.append({
             "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
-            "instance_type": plan.stage_clouds[rec.index].instance_type,
+            "instance_type": "+".join(dict.fromkeys(t.instance_type for t in ledger.trials if t.stage == rec.index))
+                             or plan.stage_clouds[rec.index].instance_type,
             "promoted": rec.promoted,
             "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
-                          "spot_instances": plan.spot_counts[rec.index]},
+                          "spot_instances": plan.spot_counts[rec.index],
+                          "instance_type": plan.stage_clouds[rec.index].instance_type},
             "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index],
                        "spot_instances": rec.spot_instances,
                        "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == rec.index

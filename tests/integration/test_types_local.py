@@ -75,3 +75,64 @@ def test_a_plan_changes_instance_type_at_the_sync_and_bills_each_type_at_its_pri
     assert "local.2gpu: 1 instance(s) launched" in result.table()
     # Nothing left running (the fixture checks the cluster's processes too).
     assert all(i["released_s"] is not None for i in ledger["instances"])
+
+
+# A catalog and profile where a type per stage is the cheapest plan: 3 one-GPU trials are
+# cheapest on three 1-GPU instances, the last trial on both GPUs of one 2-GPU instance (cheaper
+# than two 1-GPU ones), and launching costs little (short latencies in the profile).
+CATALOG = """
+provider: local
+region: local
+defaults:
+  billing: {model: per_instance, granularity_s: 1, minimum_s: 0}
+  provision_latency_s: {dist: normal, mean: 0.5, std: 0.05}
+  init_latency_s: {dist: normal, mean: 1.0, std: 0.1}
+instance_types:
+  local.1gpu: {gpus_per_instance: 1, gpu_model: logical, price_usd_per_hour: 1.0}
+  local.2gpu: {gpus_per_instance: 2, gpu_model: logical, price_usd_per_hour: 1.75}
+"""
+PROFILE = """
+name: scaling
+measured_on: {gpu_model: logical}
+iter_latency_s:
+  1: {dist: normal, mean: 1.0, std: 0.05}
+  2: {dist: normal, mean: 0.6, std: 0.03}
+"""
+
+
+def test_run_with_instance_type_auto_plans_a_type_per_stage_and_runs_it(tmp_path, _isolated_state):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"""
+name: types-auto
+stages: [[3, 10], [1, 30]]
+model_profile: profile.yaml
+cloud: {{profile: catalog.yaml, instance_type: auto}}
+deadline: 35s
+samples: 100
+trainer: {trainer('Tiny')}
+metric: val_loss
+search_space: {{lr: [0.05, 0.1]}}
+""")
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled"}
+    # --no-replan: the trainer is far faster than the profile says, and a re-plan would
+    # rightly move the last stage back onto the 1-GPU instances it has.
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "local", "--no-replan",
+                          "--runs-dir", str(tmp_path / "runs")], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on local.1gpu + local.2gpu, a type per stage" in out.stdout
+    result = json.loads((Path(out.stdout.strip().splitlines()[-1].split("run directory: ")[1]) / "result.json").read_text())
+    assert [s["instance_type"] for s in result["stages"]] == ["local.1gpu", "local.2gpu"]
+    launched = {t: d["markets"]["on-demand"]["instances"] for t, d in result["ledger"]["by_type"].items()}
+    assert launched == {"local.1gpu": 3, "local.2gpu": 1}
+    assert {i["instance_type"]: i["price_usd_per_hour"] for i in result["ledger"]["instances"]} == \
+        {"local.1gpu": 1.0, "local.2gpu": 1.75}
+    assert "local.2gpu: 1 instance(s) launched" in out.stdout

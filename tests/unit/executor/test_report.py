@@ -36,3 +36,13 @@ def test_a_run_on_several_instance_types_reports_each_stage_type_and_each_types_
     assert f"local.1gpu: 1 instance(s) launched, {format_usd(0.0168)}" in lines
     assert f"local.2gpu: 1 instance(s) launched, {format_usd(0.0333)}" in lines
     assert f"on-demand local.2gpu 1 instance(s) at {format_usd(2.0)}/h, 0 reclaimed, {format_usd(0.0333)}" in lines
+
+
+def test_a_stage_a_re_plan_moved_to_another_type_shows_both():
+    stage = {"index": 1, "trials": 1, "gpus_per_trial": 2, "instance_type": "local.1gpu",
+             "predicted": {"duration_s": 60.0, "instances": 1, "cost_usd": 0.05, "instance_type": "local.2gpu"},
+             "actual": {"duration_s": 50.0, "instances": 2, "cost_usd": 0.04}}
+    ledger = {"by_type": {"local.1gpu": {"cost_usd": 0.04, "markets": {}}, "local.2gpu": {"cost_usd": 0.0, "markets": {}}}}
+    result = RunResult("r", "/tmp/r", {}, {"jct_s": 60.0, "cost_usd": 0.05}, {"jct_s": 50.0, "cost_usd": 0.04},
+                       [stage], {}, ledger)
+    assert "local.2gpu→local.1gpu" in result.table().splitlines()[3].split()
