@@ -41,10 +41,12 @@ def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
 @dataclass(eq=False)
 class Gpu:
     """One GPU of one instance, held by a one-bundle placement group (``{"GPU": 1, <instance>:
-    0.001}``) and shared by ``share`` worker actors of ``num_gpus = 1/share`` each (1: a
-    whole GPU). Packed trials on one of the scheduler's slots share one of these, so they
-    share one physical GPU whatever Ray would pick for free-floating fractions; ``slot`` is the
-    scheduler's GPU index it serves on its instance once a packed trial has used it."""
+    0.001}``), with up to ``share`` worker actors of ``num_gpus = 1/share`` each (1: a whole
+    GPU). Packed trials on one of the scheduler's slots share one of these, so they share one
+    physical GPU whatever Ray would pick for free-floating fractions; ``slot`` is the
+    scheduler's GPU index it serves on its instance once a packed trial has used it. The group
+    holds the whole GPU, so a stage packing fewer trials (``k <= share``; 1: unpacked) uses it
+    as it is: only ``k`` of its workers at a time."""
 
     pg: Any
     instance: str
@@ -97,8 +99,10 @@ class RayTrialRunner:
     are scheduled into that group. Workers are started once per GPU when an instance joins
     (``warm``: process start, torch import, the trainer's ``prepare``) and then reused trial
     after trial, like Ray Tune's ``reuse_actors``; a resize forms a new gang from warm workers
-    and restores the checkpoint. Workers of another share than a stage's are replaced when
-    idle (killed, their GPU freed, new ones started).
+    and restores the checkpoint. A stage that packs ``k`` trials per GPU warms ``k`` workers
+    on each GPU: an idle GPU whose workers hold more than ``1/k`` of it is replaced (its
+    workers killed, the GPU freed, new ones started); one whose workers hold less keeps ``k``
+    of them (the surplus idle ones are killed, so their memory goes back to the trials).
     """
 
     def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0):
@@ -131,27 +135,31 @@ class RayTrialRunner:
     def _idle(self, gpu: Gpu) -> list[Worker]:
         return [w for w in gpu.workers if w not in self.busy]
 
-    def _drop_idle_of_other_shares(self, instance: str, share: int, limit: int | None = None) -> int:
-        """Kill the workers of up to ``limit`` wholly idle GPUs of ``instance`` whose share is not
-        ``share`` and free those GPUs; return how many were freed."""
-        freed = 0
-        for gpu in [g for g in self.gpus.get(instance, []) if g.share != share and len(self._idle(g)) == len(g.workers)]:
-            if limit is not None and freed >= limit:
-                break
+    def _in_use(self, gpu: Gpu) -> int:
+        return sum(1 for w in gpu.workers if w in self.busy)
+
+    def _drop_too_coarse(self, instance: str, share: int, limit: int | None = None) -> None:
+        """Free up to ``limit`` wholly idle GPUs of ``instance`` whose workers hold more than
+        ``1/share`` of a GPU (too few of them fit on it)."""
+        coarse = [g for g in self.gpus.get(instance, []) if g.share < share and not self._in_use(g)]
+        for gpu in coarse[:limit]:
             self._drop(gpu)
-            freed += 1
-        return freed
 
     def warm(self, nodes: Sequence[Node], trials_per_gpu: int = 1) -> float:
-        """Give every GPU of ``nodes`` warm workers of share ``1/trials_per_gpu`` (the stage's
-        packing): idle workers of another share are replaced; return seconds taken."""
+        """Give every GPU of ``nodes`` ``trials_per_gpu`` warm workers (the stage's packing; see
+        the class docstring for GPUs warmed for another share); return seconds taken."""
         t0 = time.time()
+        k = trials_per_gpu
         fresh = []
         for node in nodes:
-            self._drop_idle_of_other_shares(node.name, trials_per_gpu)
+            self._drop_too_coarse(node.name, k)
+            for gpu in [g for g in self.gpus.get(node.name, []) if g.share >= k]:
+                for w in self._idle(gpu)[:max(0, len(gpu.workers) - max(k, self._in_use(gpu)))]:
+                    self._kill(w)
+                fresh += [self._new_worker(gpu) for _ in range(k - len(gpu.workers))]
             for _ in range(node.gpus - len(self.gpus.get(node.name, ()))):
-                gpu = self._new_gpu(node.name, trials_per_gpu)
-                fresh += [self._new_worker(gpu) for _ in range(trials_per_gpu)]
+                gpu = self._new_gpu(node.name, k)
+                fresh += [self._new_worker(gpu) for _ in range(k)]
         if fresh:
             ray.get([w.actor.warmup.remote() for w in fresh], timeout=self.timeout_s)
         return time.time() - t0
@@ -197,28 +205,27 @@ class RayTrialRunner:
 
     # --- gangs ---------------------------------------------------------------------------
     def _take(self, instance: str, share: int, slot: int | None) -> tuple[Worker, bool]:
-        """An idle worker of ``share`` on ``instance`` (packed: on the GPU serving ``slot``),
-        and whether it is new (not warmed up yet)."""
-        mine = [g for g in self.gpus.get(instance, []) if g.share == share]
+        """An idle worker for a trial ``share`` to a GPU on ``instance`` (packed: on the GPU
+        serving ``slot``), and whether it is new (not warmed up yet)."""
+        mine = [g for g in self.gpus.get(instance, []) if g.share >= share]
         if share > 1:
             # The slot's GPU; else a free one not yet serving another slot, so the trials the
             # scheduler packs onto one slot share one GPU.
             gpu = next((g for g in mine if g.slot == slot), None) or next(
-                (g for g in mine if g.slot is None and len(self._idle(g)) == len(g.workers)), None)
-            if gpu is not None:
-                gpu.slot = slot
-                idle = self._idle(gpu)
-                if idle:
-                    return idle[0], False
-                if len(gpu.workers) >= share:
-                    raise ProviderError(f"instance {instance}: GPU slot {slot} already runs {share} trials")
-                return self._new_worker(gpu), True
+                (g for g in mine if g.slot is None and not self._in_use(g)), None)
         else:
-            idle = [w for g in mine for w in self._idle(g)]
-            if idle:
-                return idle[-1], False
-        self._drop_idle_of_other_shares(instance, share, limit=1)     # make room for a GPU of this share
-        return self._new_worker(self._new_gpu(instance, share, slot if share > 1 else None)), True
+            gpu = next((g for g in mine if not self._in_use(g)), None)
+        if gpu is None:
+            self._drop_too_coarse(instance, share, limit=1)     # make room for a GPU of this share
+            gpu = self._new_gpu(instance, share)
+        elif self._in_use(gpu) >= share:
+            raise ProviderError(f"instance {instance}: its GPU {slot} already runs {share} trials")
+        if share > 1:
+            gpu.slot = slot
+        idle = self._idle(gpu)
+        if idle:
+            return idle[-1], False
+        return self._new_worker(gpu), True
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
               trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> Gang:
