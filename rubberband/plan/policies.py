@@ -423,7 +423,8 @@ def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confiden
     Lagrangian weight that found it: the cheapest plan of the lower convex hull of ``graph``'s
     front that meets the deadline, or, when its full simulation misses the constraint (the
     graph's values may be optimistic; a confidence asks for more than the mean), the one that
-    meets a deadline tightened by the overshoot (a few tries). ``None`` when none is found
+    meets a deadline tightened by the overshoot (a few tries; a plan whose ``plan_floor``
+    misses already is not simulated, its overshoot read off the floor). ``None`` when none is found
     (the search then runs uncapped), or when the plan's surrogate cost is at least
     ``cost_cap`` (a cost in hand already: no use simulating it)."""
     target = deadline_s
