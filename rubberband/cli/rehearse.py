@@ -119,19 +119,18 @@ def result_of(plan, run, seed: int, metric: str):
         return next((i for i, (_, b) in enumerate(windows) if t <= b), len(windows) - 1)
 
     sched = run.scheduler
-    # One ledger per instance type (each bills by its own type's rules); the first is the plan's.
-    ledgers = {t: Ledger(c, stage_windows=list(windows)) for t, c in {plan.instance_type: plan.cloud, **sched.clouds}.items()}
+    # Each instance billed by its own type's profile (the ledger splits by type; the plan's first).
+    clouds = {plan.instance_type: plan.cloud, **sched.clouds}
+    ledger = Ledger(clouds[plan.instance_type], stage_windows=list(windows), clouds=clouds)
     for inst in run.instances:
         launched = inst.launched_s if inst.billed else None
         ready = inst.ready_s if inst.billed and inst.ready_s <= min(inst.down_s, inst.released_s) else None
-        ledgers[inst.instance_type].instances[inst.name] = InstanceRecord(
+        ledger.instances[inst.name] = InstanceRecord(
             inst.name, inst.instance_type, inst.price_usd_per_hour, inst.requested_s, inst.stage_requested,
             launched_s=launched, ready_s=ready, released_s=inst.released_s, stage_released=stage_at(inst.released_s),
             market=inst.market.value, release_reason=inst.release_reason)
-    for r in run.train_runs:
-        ledgers[sched.types[r["stage"]]].trials.append(TrialRun(**r))
-    ledgers = {t: x for t, x in ledgers.items() if x.instances or x.trials or t == plan.instance_type}
-    costs = [sum(c) for c in zip(*(x.stage_costs(now=run.jct_s) for x in ledgers.values()))]
+    ledger.trials = [TrialRun(**r, instance_type=sched.types[r["stage"]]) for r in run.train_runs]
+    costs = ledger.stage_costs(now=run.jct_s)
     ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)]
            for i in range(len(windows) + 1)}
     stages = []
@@ -153,28 +152,14 @@ def result_of(plan, run, seed: int, metric: str):
         best={"trial": best, "config": {}, "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
         if best_info else {},
         predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
-        actual={"jct_s": run.jct_s, "cost_usd": sum(x.cost_usd(now=run.jct_s) for x in ledgers.values())},
+        actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
         stages=stages,
         trials={t.id: {"config": {}, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
                        "history": t.history, "restarts": attempts.get(t.id, 0) - len(t.history),
                        "ranks_in_sync": True} for t in sched.trials.values()},
-        ledger=ledger_dict(ledgers, run.jct_s),
+        ledger=ledger.to_dict(now=run.jct_s),
         plan=plan.summary(),
     )
-
-
-def ledger_dict(ledgers: dict, now: float) -> dict[str, Any]:
-    """The run's ledger: the plan type's, or with several types their instances, trials and
-    cost together, ``markets`` per market and type (``on-demand p3.2xlarge``) and each type's
-    own ledger under ``by_type``."""
-    dicts = {t: x.to_dict(now=now) for t, x in ledgers.items()}
-    if len(dicts) == 1:
-        return next(iter(dicts.values()))
-    first = next(iter(dicts.values()))
-    return {**first, "instance_type": "/".join(dicts), "cost_usd": sum(d["cost_usd"] for d in dicts.values()),
-            "instances": [i for d in dicts.values() for i in d["instances"]],
-            "trials": [t for d in dicts.values() for t in d["trials"]], "by_type": dicts,
-            "markets": {f"{m} {t}": v for t, d in dicts.items() for m, v in d["markets"].items()}}
 
 
 def run_dict(result, plan, run) -> dict[str, Any]:
