@@ -37,7 +37,6 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.engine import simulate
 from rubberband.simulator.result import SimResult
 
-
 # Packing is offered only where it clearly pays (issue #16 item 3): the least gain in the
 # profile's packed throughput over one trial alone, the profiler's measurement noise.
 PACKING_MIN_GAIN = 0.05
