@@ -20,7 +20,7 @@ from rubberband.plan.policies import (
 )
 from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
-from rubberband.plan.variants import VariantTable, packing_pays
+from rubberband.plan.variants import PACKING_MIN_GAIN, VariantTable, packing_gain, packing_pays
 from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
@@ -426,7 +426,8 @@ def usable_profile(model: ModelProfile, measured_g: int | None, gpus_per_instanc
 
 
 def plan_warnings(plan: Plan, model: ModelProfile, catalog: CloudCatalog | None = None) -> tuple[str, ...]:
-    """One line for each way the plan's instance type departs from what the profile measured.
+    """One line for each way the plan's instance type departs from what the profile measured,
+    and one for packed latencies too slow to be offered (``packing_pays``).
 
     Another GPU model makes every iteration time a guess. A trial spread over instances
     narrower than the profiled ones crosses the network more than it did when profiled, so
@@ -447,6 +448,11 @@ def plan_warnings(plan: Plan, model: ModelProfile, catalog: CloudCatalog | None 
             out.append(f"stage {i} spreads each {m}-GPU trial over {math.ceil(m / G)} {cloud.instance_type} instances "
                        f"but profile {model.name!r} measured {m} GPUs on {math.ceil(m / measured_g)} {where} "
                        f"instance(s): its iteration times there are likely optimistic")
+    unpaid = [k for k in model.packed_iter_latency_s if not packing_pays(model, k)]
+    if unpaid:
+        gains = ", ".join(f"{packing_gain(model, k):.2f}x at {k} per GPU" for k in unpaid)
+        out.append(f"packing: profile {model.name!r} gains {gains} over one trial alone, under the "
+                   f"{1 + PACKING_MIN_GAIN:.2f}x that pays (the profiler's noise): not offered")
     return tuple(out)
 
 

@@ -35,8 +35,9 @@ class ModelProfile:
     sharing one GPU to the seconds per iteration of *one* of them, and
     ``gpu_memory_gb_per_trial`` is a trial's peak GPU memory, which with an instance type's
     ``gpu_memory_gb`` caps ``k`` (``max_trials_per_gpu``). ``k = 1`` is ``iter_latency_s[1]``.
-    Packing pays where ``packed_latency(k).mean < k * latency(1).mean`` (more iterations per
-    GPU-second); packed counts are not interpolated.
+    Packing gives more iterations per GPU-second where ``packed_latency(k).mean < k *
+    latency(1).mean``; the planner offers ``k`` only where that gain is at least 5%
+    (``plan.variants.packing_pays``). Packed counts are not interpolated.
     """
 
     iter_latency_s: dict[int, Distribution]

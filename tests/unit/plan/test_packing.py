@@ -51,6 +51,9 @@ def test_a_slower_packed_stage_is_never_planned_even_where_its_start_ups_save_th
     plan = compile_plan(SHA256, model({4: 4 / 0.96}, startup=60.0), cloud, 4 * 3600.0, samples=30)
     alone = compile_plan(SHA256, model(None, startup=60.0), cloud, 4 * 3600.0, samples=30)
     assert plan.trials_per_gpu == () and plan.allocation == alone.allocation
+    # ...and the plan says why the profiled count was not offered.
+    assert any(w.startswith("packing: profile") and "0.96x at 4 per GPU" in w and "1.05x" in w for w in plan.warnings)
+    assert not any(w.startswith("packing:") for w in alone.warnings)
 
 
 def test_whatif_packing_axis_packs_only_what_pays():
