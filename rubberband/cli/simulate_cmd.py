@@ -41,7 +41,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
     p.add_argument("--deadline", help="report P(JCT <= deadline), e.g. 20m")
     p.add_argument("--gantt", metavar="PNG", help="draw one sampled timeline to this PNG file")
-    p.add_argument("--gantt-run", choices=sorted(GANTT_RUNS), default="median",
+    p.add_argument("--gantt-run", choices=sorted(GANTT_RUNS),
                    help="which sampled run --gantt draws, by JCT: the median (default), the p90 run (a slow "
                         "one: on spot, where the reclaims show), or the worst")
 
@@ -50,6 +50,9 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     from rubberband.simulator import simulate
 
     output_path(args.gantt, "--gantt", "run.png")
+    if args.gantt_run and not args.gantt:
+        raise SpecError("--gantt-run: it picks the run --gantt draws; add --gantt PNG")
+    run = args.gantt_run or "median"
     exp = load_experiment_args(args)
     deadline = deadline_arg(args, exp)
     types = _instance_types(args.instance_types) if args.instance_types else None
@@ -93,14 +96,14 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         from rubberband.simulator.trace import median_sample, sample_timeline
 
         # A run at a quantile of JCT, not sample 0: that one may sit anywhere in the distribution.
-        q = GANTT_RUNS[args.gantt_run]
+        q = GANTT_RUNS[run]
         k = median_sample(result.jct_s) if q == 0.5 else int(np.argsort(result.jct_s, kind="stable")[
             math.floor(q * (len(result.jct_s) - 1))])
         timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k, **plan)
-        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the {args.gantt_run} run by JCT (sample {k} of {samples}, "
+        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the {run} run by JCT (sample {k} of {samples}, "
                                                f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
-        text.append(f"wrote {args.gantt} (the {args.gantt_run} run)")
-        payload["gantt"], payload["gantt_sample"], payload["gantt_run"] = args.gantt, k, args.gantt_run
+        text.append(f"wrote {args.gantt} (the {run} run)")
+        payload["gantt"], payload["gantt_sample"], payload["gantt_run"] = args.gantt, k, run
         if on_spot:
             payload["gantt_reclaims"] = timeline.reclaims
     emit(args, payload, "\n".join(text))

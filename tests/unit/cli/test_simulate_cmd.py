@@ -124,6 +124,7 @@ def test_gantt_run_draws_the_run_at_that_quantile_of_jct(tmp_path, capsys, matpl
         (["--allocation", "32,20,12,8", "--instances", "8,5,3,1"], r"^error: instances\[3\]: 1 cannot hold stage 3"),
         (["--allocation", "32,20,12,8", "--samples", "0"], r"^error: --samples: expected a positive integer, got 0$"),
         (["--allocation", "32,20,12,8", "--deadline", "soon"], r"^error: --deadline: expected a duration"),
+        (["--allocation", "32,20,12,8", "--gantt-run", "p90"], r"^error: --gantt-run: it picks the run --gantt draws; add --gantt PNG$"),
         (["--allocation", "32,20,12,8", "--instance-type", "p3.8xlarg"], r"^error: instance_type: 'p3\.8xlarg'.*did you mean `p3\.8xlarge`"),
     ],
 )
