@@ -146,6 +146,8 @@ def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCata
     planned on; over several types (``auto``) it must be named."""
     held = HeldInstances.of(held)
     if held is None or held.instance_type is not None:
+        if held is not None:
+            held.check_type(cloud)
         return held
     if isinstance(cloud, CloudProfile):
         return replace(held, instance_type=cloud.instance_type)

@@ -185,6 +185,17 @@ class HeldInstances:
             return 0, 0
         return self.count - self.spot, self.spot
 
+    def check_type(self, cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile]) -> None:
+        """Refuse a held type that a region's ``CloudCatalog`` does not know: a typo would plan as
+        if nothing were held. With one profile, or a mapping of the types a plan uses, another
+        type is legitimately one the plan does not use (released at t = 0)."""
+        if self.instance_type is None or not isinstance(cloud, CloudCatalog):
+            return
+        known = list(cloud.types)
+        if self.instance_type not in known:
+            raise SpecError(f"held_at_start.instance_type: {self.instance_type!r} is not a type of the cloud"
+                            f"{did_you_mean(self.instance_type, known)}; name one of {', '.join(sorted(known))}")
+
     def to_dict(self) -> dict:
         return {"count": self.count, "spot": self.spot, "instance_type": self.instance_type}
 
@@ -284,6 +295,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
     start = HeldInstances.of(held_at_start)
+    if start is not None:
+        start.check_type(cloud)
     held_od, held_sp = start.of_type(types[0]) if start is not None else (0, 0)
     check_simulation(spec.trials, [s.allocation for s in shapes],
                      max(sum(n) for n in launches(held, spot, types, (held_od, held_sp))), samples)

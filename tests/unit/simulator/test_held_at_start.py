@@ -129,3 +129,18 @@ def test_held_spot_instances_start_at_once_and_are_reclaimed_as_any_spot_instanc
 def test_bad_held_instances_are_one_error_naming_the_field(held, pattern):
     with pytest.raises(SpecError, match=pattern):
         simulate(SPEC, [8, 8], MODEL, cloud(), samples=3, held_at_start=held)
+
+
+def test_a_held_type_the_catalog_does_not_know_is_refused_not_ignored():
+    """A typo in the held type would plan and simulate as if nothing were held."""
+    from rubberband import load_experiment
+    from rubberband.plan import compile_plan
+
+    exp = load_experiment("experiments/resnet101_cifar10.yaml")
+    held = HeldInstances(4, 0, "p3.8xlarg")
+    with pytest.raises(SpecError, match=r"^held_at_start.instance_type: 'p3.8xlarg' is not a type of the cloud.*p3\.8xlarge"):
+        compile_plan(exp.spec, exp.model, exp.catalog, exp.deadline_s, instance_type="auto", samples=20,
+                     held_at_start=held)
+    with pytest.raises(SpecError, match=r"^held_at_start.instance_type: 'p3.8xlarg' is not a type of the cloud"):
+        simulate(exp.spec, [32, 20, 12, 8], exp.model, exp.catalog, samples=5, held_at_start=held,
+                 instance_types=["p3.8xlarge"] * 4)
