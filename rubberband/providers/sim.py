@@ -188,8 +188,9 @@ class SimCluster:
         self.curves = LearningCurves(seed, mode)
         self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
                      for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
-        self._offsets: dict[str, float] = {}      # each type's trace offset, drawn when first asked
-        self._offset(plan.instance_type)
+        # Where in the zone's traces the job starts: one point in time for every type, as in
+        # ``simulate`` (its fraction of each type's trace, the model's ``trace_offsets``).
+        self._offset_u = float(self._rng[_OFFSET].random())
         self._heap: list[tuple[float, int, str, Any]] = []
         self._seq = itertools.count()
         self.now = 0.0
@@ -313,10 +314,8 @@ class SimCluster:
         return self.truth.get(itype) or self.scheduler.clouds[itype]
 
     def _offset(self, itype: str) -> float:
-        if itype not in self._offsets:
-            trace = self._cloud(itype).spot.trace
-            self._offsets[itype] = float(self._rng[_OFFSET].uniform(0.0, trace.duration_s)) if trace else 0.0
-        return self._offsets[itype]
+        trace = self._cloud(itype).spot.trace
+        return self._offset_u * trace.duration_s if trace else 0.0
 
     def _zone_next(self, t: float, up: bool, itype: str) -> float:
         trace, offset = self._cloud(itype).spot.trace, self._offset(itype)

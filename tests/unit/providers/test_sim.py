@@ -417,3 +417,19 @@ def test_the_safety_net_leaves_spot_that_cannot_be_reclaimed_on_spot(resnet101):
     for seed in range(2):
         net = rehearse(plan, exp.model, seed=seed, mode=exp.mode, safety_net=exp.model)
         assert {i["market"] for i in net.ledger["instances"]} == {"spot"}
+
+
+def test_a_type_changing_spot_plan_replays_one_point_of_the_zone_trace_for_every_type_as_simulate_does():
+    """A trace zone's availability is one history: every type of the plan reads it from the same
+    start (``simulate``'s ``trace_offsets``), not from a fresh offset per type (the rehearsal's
+    last stage, on p3.16xlarge, took 1.8x the prediction and its P(meet) fell 4 points)."""
+    from rubberband import load_experiment
+
+    exp = load_experiment(Path(__file__).resolve().parents[3] / "experiments" / "resnet101_spot.yaml")
+    clouds = {t: exp.catalog.get(t, Market.SPOT, exp.cloud_overrides) for t in ("p3.2xlarge", "p3.16xlarge")}
+    types = ["p3.2xlarge", "p3.2xlarge", "p3.2xlarge", "p3.16xlarge"]
+    plan = typed_plan(exp.spec, (8, 5, 3, 8), exp.model, clouds, types, instances=(8, 5, 3, 1),
+                      spot_instances=(8, 5, 3, 1), samples=2000)
+    results = [rehearse(plan, exp.model, seed=s) for s in range(300)]
+    jct = np.mean([r.actual["jct_s"] for r in results])
+    assert jct == pytest.approx(plan.predicted.mean_jct_s, rel=0.05)
