@@ -60,6 +60,15 @@ class Sleepy(DigitsMLP):
         return opt
 
 
+class SlowAfterStage0(Sleepy):
+    """On its profile for its first 4 iterations (stage 0 of the closed-loop re-planning test),
+    then twice as slow (as if a contended GPU or a slower data phase set in): only the TRAINs
+    after stage 0 show it, so only a re-plan at a later SYNC can react."""
+
+    FAST_ITERS = 4
+    SLOWDOWN = 2.0
+
+
 class Paced(Sleepy):
     """Always at its profile's pace (the closed-loop aws test: spot reclaims, not the pace, are
     what goes wrong)."""
