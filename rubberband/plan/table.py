@@ -30,6 +30,7 @@ search (``rubberband.plan.search``) skip most of them.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -153,6 +154,11 @@ class StageTable:
                 packed_allocations(s.num_trials, G, self.k) for i, s in enumerate(spec.stages)]
         self._candidates: list[list[int]] = []
         for i, stage in enumerate(spec.stages):
+            if stage.num_trials < self.k:
+                # Fewer trials than fill one GPU share nothing: such a "packed" stage is only
+                # slower, and per-function billing would charge its lone trials 1/k of a GPU.
+                self._candidates.append([])
+                continue
             cands = set(base[i])
             if allocations is None and model.min_gpus == 1:
                 # Queue on exactly as many instances as a neighbouring stage holds: keeping (or
@@ -204,7 +210,7 @@ class StageTable:
         self.fast_s: list[float] = []     # per stage: a lower bound on its mean TRAIN + SYNC (no queue)
         for i in range(self.spec.num_stages()):
             parallel = [a for a in self._candidates[i] if self.parallel(i, a)] or self._candidates[i]
-            self.fast_s.append(min(self.stage_bounds(i, a)[0] for a in parallel))
+            self.fast_s.append(min((self.stage_bounds(i, a)[0] for a in parallel), default=math.inf))
 
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
         """The full simulation of a plan on this table's random numbers and markets (once)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from rubberband import ExperimentSpec
 from rubberband.plan import compile_plan, whatif
 from rubberband.plan.compile import packing_counts
 from rubberband.plan.variants import PACKING_MIN_GAIN, packing_gain, packing_pays
@@ -64,3 +65,18 @@ def test_whatif_packing_axis_packs_only_what_pays():
     by_k = {s.values["packing"]: s for s in out}
     assert by_k[4].trials_per_gpu["optimal"] is None
     assert by_k[4].costs["optimal"] == by_k[1].costs["optimal"]
+
+
+def test_a_stage_with_fewer_trials_than_fill_a_gpu_is_never_packed_even_billed_per_function():
+    """Per-function billing charges a packed TRAIN 1/k of a GPU: a stage of 1 or 2 trials 'packed'
+    4 to a GPU would pay a quarter GPU each for a slower TRAIN while sharing nothing (was: the
+    last two stages packed 4 per GPU). Stages that fill a GPU still pack."""
+    from rubberband.profiles.cloud import Billing, BillingModel
+
+    spec = ExperimentSpec.from_stages([(16, 2), (4, 4), (2, 8), (1, 16)])
+    cloud = p3_catalog().get("p3.2xlarge")
+    cloud = cloud.replace(billing=Billing(BillingModel.PER_FUNCTION, 1.0, 0.0))
+    plan = compile_plan(spec, model({2: 1.2, 4: 1.6}), cloud, 3600.0, samples=60)
+    packing = plan.packing
+    assert packing[0] > 1
+    assert all(k <= max(1, s.num_trials) for k, s in zip(packing, spec.stages)), packing
