@@ -49,7 +49,7 @@ class TrialRun:
 
     trial: str
     stage: int
-    gpus: int
+    gpus: float                         # GPUs held: 1/k of one for a packed TRAIN, k trials to a GPU
     start_s: float
     end_s: float
     iters: int

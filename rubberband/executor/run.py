@@ -246,7 +246,9 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     # What each TRAIN really ran on (a re-plan may have moved a stage to another type).
     ran_on = {(t.id, h["stage"]): ledger.instances[h["instances"][0]].instance_type
               for t in outcome.trials.values() for h in t.history if h.get("instances") and h["instances"][0] in ledger.instances}
-    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"], r["start_s"], r["end_s"], r["iters"], r.get("iter_s", []),
+    # A packed TRAIN held 1/k of its GPU (per-function billing charges that share, DESIGN/docs/model.md).
+    ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"] / r.get("trials_per_gpu", 1), r["start_s"], r["end_s"],
+                              r["iters"], r.get("iter_s", []),
                               instance_type=ran_on.get((r["trial"], r["stage"]), plan.stage_clouds[r["stage"]].instance_type))
                      for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0

@@ -97,3 +97,31 @@ def test_a_two_type_plan_gets_room_per_type_within_each_worker_types_max_workers
     assert _cluster_room(plan, None, replans=True) == {"local.1gpu": 4 * REPLAN_GROWTH, "local.2gpu": REPLAN_GROWTH}
     limits = SimpleNamespace(types={"local.1gpu": SimpleNamespace(max_workers=5), "local.2gpu": SimpleNamespace(max_workers=1)})
     assert _cluster_room(plan, limits, replans=True) == {"local.1gpu": 5, "local.2gpu": 1}
+
+
+def test_a_packed_train_billed_per_function_costs_its_share_of_the_gpu_as_the_model_says():
+    """docs/model.md: per-function billing charges a packed TRAIN ``duration * price / (k * G)``;
+    the real run's ledger billed it a whole GPU (k times the model and the sim backend)."""
+    import dataclasses
+    import tempfile
+
+    from rubberband.executor.driver import Driver
+    from rubberband.executor.run import _report
+    from rubberband.testing.fakes import make_fakes
+
+    iter_s = {1: 4.0, 2: 2.5}
+    cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 3.6,
+                                    "billing": {"model": "per_function", "granularity_s": 1, "minimum_s": 0},
+                                    "provision_latency_s": 10, "init_latency_s": 5})
+    model = ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(iter_s), "packed_iter_latency_s": {2: 6.0}})
+    spec = ExperimentSpec.from_stages([(4, 2), (1, 2)])
+    plan = dataclasses.replace(plan_allocation(spec, (2, 1), model, cloud, deadline_s=1e6, samples=2),
+                               trials_per_gpu=(2, 1))
+    fakes = make_fakes(2, iter_s, provision_s=10, init_s=5, packed_iter_s={2: 6.0})
+    out = Driver(plan, fakes.cluster, fakes.runner, {"lr": {"grid": [0.5, 0.1, 0.8, 0.3]}}, "loss",
+                 clock=fakes.clock).run()
+    res = _report(plan, out, fakes.cluster.events(), fakes.clock(), "r", tempfile.mkdtemp(), "loss", "min")
+    packed = [r for r in out.train_runs if r["stage"] == 0]
+    assert len(packed) == 4 and all(r["trials_per_gpu"] == 2 for r in packed)
+    expected = sum(r["end_s"] - r["start_s"] for r in packed) * 3.6 / 3600 / (2 * 2)
+    assert res.stages[0]["actual"]["cost_usd"] == pytest.approx(expected)
