@@ -111,6 +111,7 @@ def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: 
 def result_of(plan, run, seed: int, metric: str):
     """The ``RunResult`` of one rehearsal: ledger, stages predicted vs actual, trials, best."""
     from rubberband.executor.ledger import InstanceRecord, Ledger, TrialRun
+    from rubberband.executor.report import stage_entry
     from rubberband.executor.report import RunResult
 
     windows = run.stage_windows
@@ -134,14 +135,11 @@ def result_of(plan, run, seed: int, metric: str):
     ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)]
            for i in range(len(windows) + 1)}
     stages = []
-    for i, ((a, b), pred) in enumerate(zip(windows, plan.predicted.stages)):
+    for i, (a, b) in enumerate(windows):
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
-        stages.append({
-            "index": i, "trials": len(ran[i]), "gpus_per_trial": sched.gpus_per_trial[i],
-            "promoted": [t for t in ran[i] if t in nxt],
-            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd},
-            "actual": {"duration_s": b - a, "instances": sched.held[i], "cost_usd": costs[i]},
-        })
+        stages.append(stage_entry(plan, i, ledger, trials=len(ran[i]), promoted=[t for t in ran[i] if t in nxt],
+                                  duration_s=b - a, instances=sched.held[i], cost_usd=costs[i],
+                                  spot_instances=sched.spot[i], gpus_per_trial=sched.gpus_per_trial[i]))
     attempts: dict[str, int] = {}      # TRAIN attempts: each finished stage, and each one a reclaim cut short
     for r in run.train_runs:
         attempts[r["trial"]] = attempts.get(r["trial"], 0) + 1

@@ -10,6 +10,27 @@ from typing import Any
 from rubberband.units import format_duration, format_usd
 
 
+def stage_entry(plan: Any, index: int, ledger: Any, *, trials: int, promoted: list[str], duration_s: float,
+                instances: int, cost_usd: float, spot_instances: int, gpus_per_trial: int | None = None) -> dict[str, Any]:
+    """One stage of a run's ``RunResult.stages`` (a real run's and a rehearsal's alike): what it
+    ran on (the types of its TRAINs in ``ledger``; the plan's when none ran), predicted vs actual.
+    ``gpus_per_trial``: what the stage ran at, where a re-plan changed it (default: the plan's)."""
+    from rubberband.providers.base import Release
+
+    pred, planned = plan.predicted.stages[index], plan.stage_clouds[index].instance_type
+    ran_on = "+".join(dict.fromkeys(t.instance_type or planned for t in ledger.trials if t.stage == index)) or planned
+    return {
+        "index": index, "trials": trials, "instance_type": ran_on,
+        "gpus_per_trial": plan.gpus_per_trial[index] if gpus_per_trial is None else gpus_per_trial,
+        "promoted": promoted,
+        "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
+                      "spot_instances": plan.spot_counts[index], "instance_type": planned},
+        "actual": {"duration_s": duration_s, "instances": instances, "cost_usd": cost_usd, "spot_instances": spot_instances,
+                   "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == index
+                                    and r.release_reason == Release.INTERRUPTED)},
+    }
+
+
 @dataclass
 class RunResult:
     """A finished run: the best trial, every trial's history, the ledger, and predicted vs actual.

@@ -12,7 +12,7 @@ from typing import Any
 
 from rubberband.executor.driver import Driver, DriverOutcome
 from rubberband.executor.ledger import Ledger
-from rubberband.executor.report import RunResult
+from rubberband.executor.report import RunResult, stage_entry
 from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
@@ -255,20 +255,10 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     jct = outcome.ended_at - started
     costs = ledger.stage_costs(now=last_release)
     stages = []
-    for rec, pred in zip(outcome.stages, plan.predicted.stages):
-        stages.append({
-            "index": rec.index, "trials": len(rec.trials), "gpus_per_trial": plan.gpus_per_trial[rec.index],
-            "instance_type": "+".join(dict.fromkeys(t.instance_type for t in ledger.trials if t.stage == rec.index))
-                             or plan.stage_clouds[rec.index].instance_type,
-            "promoted": rec.promoted,
-            "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
-                          "spot_instances": plan.spot_counts[rec.index],
-                          "instance_type": plan.stage_clouds[rec.index].instance_type},
-            "actual": {"duration_s": rec.end_s - rec.start_s, "instances": rec.instances, "cost_usd": costs[rec.index],
-                       "spot_instances": rec.spot_instances,
-                       "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == rec.index
-                                        and r.release_reason == Release.INTERRUPTED)},
-        })
+    for rec in outcome.stages:
+        stages.append(stage_entry(plan, rec.index, ledger, trials=len(rec.trials), promoted=rec.promoted,
+                                  duration_s=rec.end_s - rec.start_s, instances=rec.instances,
+                                  cost_usd=costs[rec.index], spot_instances=rec.spot_instances))
     best = outcome.trials.get(outcome.best) if outcome.best else None
     result = RunResult(
         run_id=run_id, run_dir=str(run_dir),

@@ -111,6 +111,7 @@ class Plan:
             "allocation": list(self.allocation),
             "instances": list(self.instances),
             **({"trials_per_gpu": list(self.trials_per_gpu)} if any(k > 1 for k in self.trials_per_gpu) else {}),
+            **({"instance_types": list(self.instance_types)} if len(set(self.instance_types)) > 1 else {}),
             **self.predicted.summary(),
             "p_meet": self.predicted.p_meet(self.deadline_s),
         }

@@ -23,6 +23,18 @@ def test_one_rehearsal_as_json_has_the_fields_of_a_run(capsys):
     assert len(result["ledger"]["instances"]) == 8
 
 
+def test_a_rehearsal_of_a_type_per_stage_says_what_each_stage_ran_on_as_a_real_run_does(capsys):
+    code, out, err = run(capsys, "run", str(ROOT / "experiments" / "resnet101_spot.yaml"), "--provider", "sim",
+                         "--instance-type", "auto", "--json", "--seed", "5", "--samples", "100", "--no-replan")
+    assert code == 0, err
+    result = json.loads(out)
+    planned = result["plan"]["instance_types"]
+    assert len(set(planned)) == 2
+    for stage in result["stages"]:
+        assert stage["instance_type"] == stage["predicted"]["instance_type"] == planned[stage["index"]]
+        assert {"spot_instances", "reclaimed"} <= set(stage["actual"]) and "spot_instances" in stage["predicted"]
+
+
 def test_one_rehearsal_prints_predicted_vs_actual(capsys):
     code, out, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50")
     assert code == 0, err
