@@ -67,7 +67,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     emulation = _emulation(plan, provider, spot_emulation, seed)
     # The provider's configuration must fit the plan before anything is written or launched.
     clouds = plan_clouds(plan)
-    config = prov.check(clouds, {t: most for t, (most, _) in _most_by_type(plan).items()},
+    config = prov.check(clouds, {t: most + spot for t, (most, spot) in _most_by_type(plan).items()},   # _cluster_room's need
                         base.cluster_yaml_for(prov, cluster_config, where="cluster_config"))
     if emulation is not None:
         config = emulation       # the local provider's configuration: how it reclaims spot instances

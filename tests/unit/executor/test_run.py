@@ -125,3 +125,25 @@ def test_a_packed_train_billed_per_function_costs_its_share_of_the_gpu_as_the_mo
     assert len(packed) == 4 and all(r["trials_per_gpu"] == 2 for r in packed)
     expected = sum(r["end_s"] - r["start_s"] for r in packed) * 3.6 / 3600 / (2 * 2)
     assert res.stages[0]["actual"]["cost_usd"] == pytest.approx(expected)
+
+
+def test_a_spot_plan_s_room_for_replacements_is_checked_before_anything_is_written(tmp_path, monkeypatch):
+    """Each spot instance needs room for its replacement (launched while it is still up): a
+    cluster YAML whose max_workers holds the plan's instances but not the replacements is refused
+    before the run directory exists (it was refused only when the cluster started)."""
+    import rubberband.providers.local as local
+    from rubberband.errors import SpecError
+    from rubberband.executor.run import execute
+    from tests.conftest import write_cluster_yaml
+
+    monkeypatch.setattr(local, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr("rubberband.providers.local.LocalCluster.start", lambda *a, **k: pytest.fail("started"))
+    cloud = CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge", market="spot")
+    plan = plan_allocation(ExperimentSpec.from_stages([(2, 2), (1, 2)]), (2, 1),
+                           ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud, deadline_s=3600, samples=2)
+    assert plan.spot_counts == (2, 1) and max(plan.instances) == 2
+    path = write_cluster_yaml(tmp_path / "c.yaml", max_workers=2, spot=True, credentials=True)
+    with pytest.raises(SpecError, match="max_workers"):
+        execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="aws", cluster_config=str(path),
+                runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
