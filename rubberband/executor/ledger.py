@@ -177,11 +177,14 @@ class Ledger:
     def to_dict(self, now: float) -> dict[str, Any]:
         """The ledger as ``result.json`` has it. With several instance types: ``instance_type``
         joins them (``local.1gpu/local.2gpu``), ``markets`` is per market and type
-        (``on-demand local.1gpu``) and ``by_type`` holds each type's own ledger."""
+        (``on-demand local.1gpu``), ``price_usd_per_hour`` and ``billing`` are per type, and
+        ``by_type`` holds each type's own ledger."""
         if len(self.types()) > 1:
             dicts = {t: x.to_dict(now) for t, x in self.by_type().items()}
             first = next(iter(dicts.values()))
-            return {**first, "instance_type": "/".join(dicts), "cost_usd": sum(d["cost_usd"] for d in dicts.values()),
+            return {**first, "instance_type": "/".join(dicts),
+                    "price_usd_per_hour": {t: d["price_usd_per_hour"] for t, d in dicts.items()},
+                    "billing": {t: d["billing"] for t, d in dicts.items()}, "cost_usd": sum(d["cost_usd"] for d in dicts.values()),
                     "instances": [i for d in dicts.values() for i in d["instances"]],
                     "trials": [t for d in dicts.values() for t in d["trials"]], "launch_errors": list(self.launch_errors),
                     "by_type": dicts,

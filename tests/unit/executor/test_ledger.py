@@ -307,6 +307,9 @@ def test_each_instance_is_billed_by_its_own_types_price_billing_and_data():
     assert {k: v["instances"] for k, v in out["markets"].items()} == \
         {"on-demand fake.gpu": 1, "on-demand fake.big": 1, "spot fake.big": 1}
     assert [i["instance_id"] for i in out["instances"]] == ["i1", "i2", "i3"]
+    # Price and billing are each type's, not the first type's for all.
+    assert out["price_usd_per_hour"] == {"fake.gpu": PRICE, "fake.big": 4 * PRICE}
+    assert set(out["billing"]) == {"fake.gpu", "fake.big"}
 
 
 def test_an_instance_of_a_type_the_plan_has_no_profile_for_is_one_line():
