@@ -112,14 +112,14 @@ class RayTrialRunner:
         self.busy: set[Worker] = set()
 
     # --- warm workers --------------------------------------------------------------------
-    def _new_gpu(self, instance: str, share: int, slot: int | None = None) -> Gpu:
+    def _new_gpu(self, instance: str, share: int) -> Gpu:
         pg = placement_group([{"GPU": 1, instance: 0.001}], strategy="STRICT_PACK")
         try:
             ray.get(pg.ready(), timeout=self.timeout_s)
         except Exception as exc:
             remove_placement_group(pg)
             raise ProviderError(f"instance {instance}: no free GPU for a worker: {exc}") from exc
-        gpu = Gpu(pg, instance, share, slot=slot)
+        gpu = Gpu(pg, instance, share)
         self.gpus.setdefault(instance, []).append(gpu)
         return gpu
 

@@ -80,16 +80,15 @@ def _close_the_loop(tmp_path):
     check_packed_latencies(model, result)
     overrides = yaml.safe_load(open(result.cloud_out))
     cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
-    # Packed stages run only in a rehearsal so far (the driver refuses them; `run` drops the
-    # packed latencies the same way): plan the real run without them.
-    plan = rb.compile_plan(exp.spec, model.replace(packed_iter_latency_s={}), cloud, exp.deadline_s, samples=500,
-                           seed=exp.seed)
+    # Planned with the measured packed latencies: where the planner packs, the run packs too.
+    plan = rb.compile_plan(exp.spec, model, cloud, exp.deadline_s, samples=500, seed=exp.seed)
 
     run = execute(plan, exp.trainer, exp.search_space, metric=exp.metric, mode=exp.mode, seed=exp.seed,
                   runs_dir=tmp_path / "runs", latency_scale=1.0)
     predicted, actual = run.predicted["jct_s"], run.actual["jct_s"]
     error = actual / predicted - 1
-    print(f"\nclosing the loop: allocation {plan.allocation}, predicted JCT {predicted:.1f}s, actual {actual:.1f}s, "
+    print(f"\nclosing the loop: allocation {plan.allocation}, trials per GPU {plan.packing}, "
+          f"predicted JCT {predicted:.1f}s, actual {actual:.1f}s, "
           f"error {error:+.1%}; profiling took {result.seconds:.0f}s")
     return error
 
