@@ -513,3 +513,22 @@ def test_the_progress_lines_of_a_packed_stage_say_how_many_trials_share_a_gpu():
     stages = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "] stage " in line]
     assert stages == ["stage 0: 4 trials x 2 iters, 1 GPU(s)/trial, 2 trials per GPU on 1 instance(s)",
                       "stage 1: 1 trials x 2 iters, 1 GPU(s)/trial on 1 instance(s)"]
+
+
+def test_a_lost_instance_of_a_packed_stage_resumes_both_trials_of_its_gpu_packed_on_the_replacement():
+    # Two 1-GPU instances, 2 trials per GPU: losing t000's instance interrupts its GPU mate too;
+    # both resume from their checkpoints, packed again, on the replacement.
+    fakes = make_fakes(1, ITER_S, provision_s=10, init_s=5, packed_iter_s=PACKED_ITER_S)
+    fakes.runner.fail("t000", at_step=2, lose_instance=True)
+    packed = dataclasses.replace(plan_for(spec((4, 3), (1, 3)), (2, 1), 1), trials_per_gpu=(2, 1))
+    outcome = Driver(packed, fakes.cluster, fakes.runner, GRID, "loss", clock=fakes.clock).run()
+    (lost,) = [c[0] for c in fakes.cluster.called("lose")]
+    on_lost = [t for t in ALL[:4] if fakes.runner.gangs_of(t)[0].instances == (lost,)]
+    assert "t000" in on_lost and len(on_lost) == 2
+    for tid in on_lost:
+        first, resumed = fakes.runner.gangs_of(tid)[:2]
+        assert (first.share, resumed.share, resumed.from_step) == (2, 2, 1)
+        assert resumed.instances != (lost,) and outcome.trials[tid].restarts == 1
+        assert outcome.trials[tid].history[0]["step"] == 3
+    assert fakes.cluster.launched == 3           # the replacement is warmed for the packed stage:
+    assert any("rb-instance-3" in nodes and k == 2 for nodes, k in fakes.runner.called("warm"))
