@@ -353,13 +353,7 @@ class Driver:
         # Stopping a dead gang waits for its workers to answer, which gives the cluster time
         # to see a node that died with them; only then is the node's fate read.
         self._stop_gang(trial)
-        settle = time.time() + self.settle_s
-        while True:
-            alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
-            lost = [i for i in dict.fromkeys(instances) if i not in alive and i in self.name]
-            if lost or time.time() >= settle:
-                break
-            time.sleep(min(self.poll_s, 1.0))
+        lost, alive = self._vanished([i for i in instances if i in self.name])
         victims = [trial] + [t for t in self.trials.values()
                              if t is not trial and t.gang is not None and set(t.instances) & set(lost)]
         progress = {inst: {t.id: t.iters_done for t in victims if inst in (instances if t is trial else t.instances)}
@@ -402,12 +396,35 @@ class Driver:
         if self.unready and self.done is None:
             self._map_ready(nodes)
 
+    def _vanished(self, instances: Sequence[str]) -> tuple[list[str], set[str]]:
+        """Which of ``instances`` the cluster no longer has, waiting up to ``settle_s`` for it to
+        notice a dead node; and the instances alive."""
+        settle = time.time() + self.settle_s
+        while True:
+            alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
+            lost = [i for i in dict.fromkeys(instances) if i not in alive]
+            if lost or time.time() >= settle:
+                return lost, alive
+            time.sleep(min(self.poll_s, 1.0))
+
     def _wait_for_nodes(self) -> None:
-        want = self._want()
-        nodes = self.cluster.wait_nodes(want, self.node_timeout_s)
-        self.doomed.intersection_update(self.cluster.doomed())
-        # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
-        warm_s = self.runner.warm(nodes, self._share())
+        deadline = time.time() + self.node_timeout_s      # for them all, losses while warming included
+        while True:
+            want = self._want()
+            nodes = self.cluster.wait_nodes(want, max(deadline - time.time(), 0.0))
+            self.doomed.intersection_update(self.cluster.doomed())
+            try:
+                # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
+                warm_s = self.runner.warm(nodes, self._share())
+                break
+            except Exception:
+                # A node lost while its workers warmed up (a reclaim with no notice): not yet
+                # anyone's, so wait again (the standing request replaces it). Else it is real.
+                lost, alive = self._vanished([n.name for n in nodes])
+                if not lost or time.time() >= deadline:
+                    raise
+                log.warning("instance(s) %s lost while warming up; waiting for replacements", ", ".join(lost))
+                self.runner.forget_dead(sorted(alive))
         self._emit("nodes", stage=self.stage, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
         self._map_ready(nodes)
 
