@@ -80,8 +80,12 @@ def _close_the_loop(tmp_path):
     check_packed_latencies(model, result)
     overrides = yaml.safe_load(open(result.cloud_out))
     cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
-    # Planned with the measured packed latencies: where the planner packs, the run packs too.
-    plan = rb.compile_plan(exp.spec, model, cloud, exp.deadline_s, samples=500, seed=exp.seed)
+    # Planned without the measured packed latencies: on 2 CPU cores they measure 0.95-1.10x,
+    # noise that now and then clears the planner's 5% and packs the run, and a packed run on
+    # cores the trainers, Ray and the driver share missed its prediction by 20-45%. Packed
+    # stages run for real in test_packing_local.py; here the loop closes on what 2 cores measure.
+    plan = rb.compile_plan(exp.spec, model.replace(packed_iter_latency_s={}), cloud, exp.deadline_s, samples=500,
+                           seed=exp.seed)
 
     run = execute(plan, exp.trainer, exp.search_space, metric=exp.metric, mode=exp.mode, seed=exp.seed,
                   runs_dir=tmp_path / "runs", latency_scale=1.0)
