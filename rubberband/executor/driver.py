@@ -7,8 +7,9 @@ the cluster into the scheduler's events and applies the decisions it answers:
 
 * ``RequestInstances`` → ``ClusterPort.scale_to`` (a replacement for a noticed instance:
   ``replace``); the driver blocks in ``wait_nodes`` when the scheduler cannot go on without the
-  new instances (a stage's scale-up, or a trial waiting for room), else it notices them
-  between results. Nodes that come up are mapped to the requested names, oldest first, and
+  new instances (a stage's scale-up, or a trial waiting for room) — up to the scheduler's next
+  ``Wake``, when it feeds the ``Tick`` and waits on for what is wanted then (the safety net
+  may have moved it to on-demand) — else it notices them between results. Nodes that come up are mapped to the requested names, oldest first, and
   reported as ``InstanceReady``.
 * ``StartTrial`` → the trial's gang (kept when it already runs on those instances; handed over
   from the trial that just freed them, as ``reassign``; else started from its checkpoint),
@@ -408,11 +409,25 @@ class Driver:
             time.sleep(min(self.poll_s, 1.0))
 
     def _wait_for_nodes(self) -> None:
-        deadline = time.time() + self.node_timeout_s      # for them all, losses while warming included
+        """Wait for the instances requested, waking the scheduler at its ``Wake`` times meanwhile:
+        a ``Tick`` may move the request to on-demand (the safety net: spot capacity that never
+        comes) or stop the run (the budget), and the wait goes on for what is wanted then. The
+        wait fails after ``node_timeout_s`` without the request met, counted from when the
+        request last changed (losses while warming up included)."""
+        deadline = time.time() + self.node_timeout_s
         while True:
             want = self._want()
-            nodes = self.cluster.wait_nodes(want, max(deadline - time.time(), 0.0))
+            until = self.started + self.wake_at if self.wake_at is not None else None
+            nodes = self.cluster.wait_nodes(want, max(deadline - time.time(), 0.0), until=until)
             self.doomed.intersection_update(self.cluster.doomed())
+            if nodes is None:           # the wake came first
+                self.wake_at = None
+                self._feed(Tick())
+                if self.done is not None or not self.unready:
+                    return
+                if self._want() != want:
+                    deadline = time.time() + self.node_timeout_s
+                continue
             try:
                 # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
                 warm_s = self.runner.warm(nodes, self._share())

@@ -55,7 +55,10 @@ class ClusterPort(Protocol):
     """Grows and shrinks the set of instances, by node type; nodes are listed oldest first.
 
     ``scale_to`` asks for instances by node type; ``wait_nodes`` waits until exactly that
-    many usable ones of each type are ready. ``release_to`` keeps the named instances and
+    many usable ones of each type are ready (and raises ``ProviderError`` after ``timeout_s``
+    seconds), or, given ``until`` (a time on the driver's clock), returns ``None`` once that
+    time comes with the request not met yet: the driver wakes its scheduler then and waits
+    again, perhaps for another request. ``release_to`` keeps the named instances and
     releases every other one (the request drops to what is kept); ``release`` lets named
     instances go without changing the request. ``notices`` returns spot interruption notices
     received since the last call; ``replace`` requests one more instance of a noticed
@@ -65,7 +68,7 @@ class ClusterPort(Protocol):
     """
 
     def scale_to(self, request: Request, stage: int) -> None: ...
-    def wait_nodes(self, request: Request, timeout_s: float) -> list[Node]: ...
+    def wait_nodes(self, request: Request, timeout_s: float, until: float | None = None) -> list[Node] | None: ...
     def release_to(self, keep: Sequence[str], stage: int) -> None: ...
     def release(self, instances: Sequence[str], stage: int) -> None: ...
     def nodes(self) -> list[Node]: ...

@@ -383,8 +383,10 @@ class RayClusterPort:
         self.wanted = {t: n for t, n in request.items() if n}
         self._push()
 
-    def wait_nodes(self, request: Request, timeout_s: float, surplus_grace_s: float = 3.0) -> list[Node]:
-        """Wait until exactly ``request`` usable instances of each type are ready."""
+    def wait_nodes(self, request: Request, timeout_s: float, until: float | None = None,
+                   surplus_grace_s: float = 3.0) -> list[Node] | None:
+        """Wait until exactly ``request`` usable instances of each type are ready; ``None`` when
+        ``until`` (on ``clock``) comes first."""
         deadline = time.time() + timeout_s
         surplus_since = None
         while True:
@@ -409,6 +411,8 @@ class RayClusterPort:
                     surplus_since = None
             else:
                 surplus_since = None
+            if until is not None and self._clock() >= until:
+                return None
             if time.time() > deadline:
                 failures = [e for e in events if e.get("event") in LAUNCH_ERRORS]
                 why = ""

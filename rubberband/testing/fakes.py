@@ -1,6 +1,7 @@
 """In-process fakes of the executor's ports (a clock, a cluster, a trial runner) for unit tests.
 
-Time is manual: the cluster advances the clock by its launch latency, and the runner is a
+Time is manual: the cluster advances the clock by its launch latency (or, while a market has
+no capacity, to the end of the wait), and the runner is a
 small discrete-event simulation (``train`` schedules a chunk to finish ``iters * L(m)``
 fake seconds after it is submitted; ``wait`` advances the clock to the earliest finish), so
 trials on different GPUs run in parallel in fake time exactly as the simulator assumes.
@@ -40,13 +41,16 @@ class FakeClock:
 class FakeCluster:
     """ClusterPort over numbered instances ``rb-instance-<n>`` of the requested node types that
     take ``provision_s`` to run and ``init_s`` more to be ready; events use the local
-    provider's format (with each instance's market)."""
+    provider's format (with each instance's market). ``no_capacity``: markets whose launches
+    fail until it is emptied (a zone out of spot): their requests are never granted."""
 
     def __init__(self, clock: FakeClock, gpus_per_instance: int, provision_s: float = 0.0, init_s: float = 0.0,
                  calls: list[tuple[Any, ...]] | None = None):
         self.clock, self.G = clock, gpus_per_instance
         self.provision_s, self.init_s = provision_s, init_s
-        self.alive: list[str] = []                  # oldest first
+        self.alive: list[str] = []                  # oldest first, launched ones not ready yet included
+        self.ready_at: dict[str, float] = {}        # instance -> when it is ready
+        self.no_capacity: set[str] = set()
         self.types: dict[str, NodeType] = {}        # instance -> its node type
         self.doomed_set: set[str] = set()           # under an interruption notice
         self.launched = 0
@@ -69,22 +73,39 @@ class FakeCluster:
         self._event("terminated", instance, self.clock.now() if at is None else at, reason=reason)
 
     def usable(self) -> list[str]:
+        """Instances up and not noticed, launched ones not ready yet included."""
         return [n for n in self.alive if n not in self.doomed_set]
+
+    def _in_flight(self, t: NodeType) -> list[str]:
+        return [n for n in self.usable() if self.types[n] == t and self.ready_at[n] > self.clock.now()]
 
     # --- the port --------------------------------------------------------------------------
     def scale_to(self, request: Mapping[NodeType, int], stage: int) -> None:
+        """A lowered request cancels the newest of its launches not ready yet (a ready surplus
+        stays: ``wait_nodes`` fails on it)."""
         self._record("scale_to", _plain(request), stage)
+        for t, n in counts(self.types[i] for i in self.usable()).items():
+            flying = self._in_flight(t)
+            for name in flying[len(flying) - min(n - request.get(t, 0), len(flying)):]:
+                now = self.clock.now()      # it never runs: its events to come go
+                self._events = [e for e in self._events if e["instance"] != name or e["t"] <= now]
+                self._terminate(name, reason="cancelled")
 
-    def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float) -> list[Node]:
-        """Launch the missing instances of each type (all at once) and wait until they are ready."""
+    def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float,
+                   until: float | None = None) -> list[Node] | None:
+        """Launch the missing instances of each type (all at once, none on a market with no
+        capacity) and wait until they are ready; the clock moves to then, or, when that is not
+        before ``until``, to ``until`` (``None`` returned). A request that cannot be met (no
+        capacity) fails after ``timeout_s`` (``ProviderError``); one that can never does."""
         self._record("wait_nodes", _plain(request))
         have = counts(self.types[n] for n in self.usable())
         extra = {t: n - request.get(t, 0) for t, n in have.items() if n > request.get(t, 0)}
         if extra:
             raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
-        missing = [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))]
+        missing = [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))
+                   if t.market not in self.no_capacity]
+        t = self.clock.now()
         if missing:
-            t = self.clock.now()
             for node_type in missing:
                 self.launched += 1
                 name = f"rb-instance-{self.launched}"
@@ -94,8 +115,18 @@ class FakeCluster:
                 self._event("ready", name, t + self.provision_s + self.init_s)
                 self.alive.append(name)
                 self.types[name] = node_type
-            self.clock.advance(self.provision_s + self.init_s)
-        return self.nodes()
+                self.ready_at[name] = t + self.provision_s + self.init_s
+        have = counts(self.types[n] for n in self.usable())
+        ready = max((self.ready_at[n] for n in self.usable()), default=t)
+        met = all(have.get(k, 0) == n for k, n in request.items())
+        if met and (until is None or ready < until):
+            self.clock.advance(max(ready - t, 0.0))
+            return self.nodes()
+        if until is not None and (met or until <= t + timeout_s):
+            self.clock.advance(max(until - t, 0.0))
+            return None
+        self.clock.advance(timeout_s)
+        raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         self._record("release_to", list(keep), stage)
@@ -109,7 +140,7 @@ class FakeCluster:
                 self._terminate(name)
 
     def nodes(self) -> list[Node]:
-        return [Node(name, self.G, self.types[name]) for name in self.usable()]
+        return [Node(name, self.G, self.types[name]) for name in self.usable() if self.ready_at[name] <= self.clock.now()]
 
     def notices(self) -> list[Notice]:
         due = [n for at, n in self._notices if at <= self.clock.now()]

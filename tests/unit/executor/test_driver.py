@@ -408,11 +408,12 @@ def test_a_budget_that_runs_out_mid_job_stops_cleanly_with_the_best_trial_so_far
 
 
 def test_the_safety_net_moves_the_rest_of_a_reclaimed_spot_job_to_on_demand():
-    # Both spot instances are reclaimed (at t=1022 and 1030); at t=1038 the slack left no
-    # longer covers two replacement delays: the rest goes on on-demand. The spot replacement
-    # already up is retired: its trial finishes its TRAIN there, then it is released.
+    # Both spot instances are reclaimed (at t=1022 and 1030); at t=1039, while t001 waits for
+    # a replacement, the slack left no longer covers two replacement delays: the rest goes on
+    # on-demand. The spot replacement already up is retired: its trial finishes its TRAIN
+    # there, then it is released; the one still launching is cancelled.
     cl = cloud(1).replace(spot_price_usd_per_hour=1.08)
-    plan = dataclasses.replace(plan_allocation(spec((2, 10), (1, 10)), (2, 1), model(), cl, deadline_s=135, samples=2),
+    plan = dataclasses.replace(plan_allocation(spec((2, 10), (1, 10)), (2, 1), model(), cl, deadline_s=145, samples=2),
                                spot_instances=(2, 1))
     fakes = make_fakes(1, ITER_S, provision_s=10, init_s=5)
     fakes.cluster.notify("rb-instance-1", 0.5, at=1022)
@@ -420,15 +421,16 @@ def test_the_safety_net_moves_the_rest_of_a_reclaimed_spot_job_to_on_demand():
     outcome = Driver(plan, fakes.cluster, fakes.runner, lr_space(0.1, 0.5), "loss", clock=fakes.clock,
                      safety_net=model()).run()
     (switch,) = outcome.switches
-    assert (switch.at_s, switch.first_stage, switch.last_stage) == (38.0, 0, 1)
+    assert (switch.at_s, switch.first_stage, switch.last_stage) == (39.0, 0, 1)
     events = fakes.cluster.events()
     market = {e["instance"]: e["market"] for e in events if e["event"] == "request"}
     ended = {e["instance"]: (e["t"] - 1000, e["reason"]) for e in events if e["event"] == "terminated"}
     assert market == {"rb-instance-1": "spot", "rb-instance-2": "spot", "rb-instance-3": "spot",
-                      "rb-instance-4": "on-demand", "rb-instance-5": "on-demand"}
+                      "rb-instance-4": "spot", "rb-instance-5": "on-demand", "rb-instance-6": "on-demand"}
     assert ended["rb-instance-1"][1] == ended["rb-instance-2"][1] == "interrupted"
-    assert ended["rb-instance-3"] == (85.0, "released")          # retired once its trial's TRAIN ended
-    assert outcome.ended_at - outcome.started_at <= 135.0
+    assert ended["rb-instance-3"] == (86.0, "released")          # retired once its trial's TRAIN ended
+    assert ended["rb-instance-4"] == (39.0, "cancelled")         # t001's spot replacement, still launching
+    assert outcome.ended_at - outcome.started_at <= 145.0
     assert sorted(t.step for t in outcome.trials.values()) == [10, 20] and outcome.best is not None
     assert fakes.cluster.nodes() == [] and fakes.runner.live == []
 

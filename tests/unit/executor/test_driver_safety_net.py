@@ -14,13 +14,13 @@ ITER_S = {1: 4.0}
 
 
 def test_after_the_switch_the_cluster_is_asked_for_on_demand_only_and_retired_spot_is_let_go():
-    # Both spot instances get a notice (t=1022 and 1030); at t=1038 the slack runs out and the
-    # rest moves to on-demand. i000's replacement (rb-instance-3) is up and running a trial:
-    # retired. rb-instance-2 was retired before its notice was seen.
+    # Both spot instances get a notice (t=1022 and 1030); at t=1039, while t001 waits for a spot
+    # replacement, the slack runs out and the rest moves to on-demand. i000's replacement
+    # (rb-instance-3) is up and running a trial: retired; t001's (rb-instance-4) is cancelled.
     model = ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
     cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 1, "price_usd_per_hour": 3.6,
                                     "spot_price_usd_per_hour": 1.08, "provision_latency_s": 10, "init_latency_s": 5})
-    plan = plan_allocation(ExperimentSpec.from_stages([(2, 10), (1, 10)]), (2, 1), model, cloud, deadline_s=135,
+    plan = plan_allocation(ExperimentSpec.from_stages([(2, 10), (1, 10)]), (2, 1), model, cloud, deadline_s=145,
                            samples=2)
     plan = dataclasses.replace(plan, spot_instances=(2, 1))
     fakes = make_fakes(1, ITER_S, provision_s=10, init_s=5)
@@ -31,13 +31,16 @@ def test_after_the_switch_the_cluster_is_asked_for_on_demand_only_and_retired_sp
                      safety_net=model, on_event=lambda k, d: switched_at.append(len(fakes.cluster.calls))
                      if k == "switch" else None).run()
     (switch,) = outcome.switches
-    assert switch.at_s == 38.0
+    assert switch.at_s == 39.0
     after = [c[1:] for c in fakes.cluster.calls[switched_at[0]:] if c[0] == "cluster"]
-    # The retired instances leave the request as noticed ones do (kept only while up) ...
-    assert ("replace", "rb-instance-3") in after and ("replace", "rb-instance-2") in after
-    # ... and every request and wait from the switch on is for on-demand instances alone
-    # (before the fix: {fake.gpu: 2, fake.gpu.spot: 2}, then a wait for a spot instance).
-    requests = [c[1] for c in after if c[0] in ("scale_to", "wait_nodes")]
-    assert requests and all(set(r) <= {"fake.gpu"} for r in requests), requests
-    assert {"fake.gpu": 2} in requests
-    assert outcome.ended_at - outcome.started_at <= 135.0 and fakes.cluster.nodes() == []
+    # The retired instance leaves the request as noticed ones do (kept only while up) ...
+    assert ("replace", "rb-instance-3") in after
+    # ... no spot instance is launched from the switch on, and every wait is for on-demand
+    # instances alone (before the fix: {fake.gpu: 2, fake.gpu.spot: 2}, then a wait for a
+    # spot instance).
+    launched = [e for e in fakes.cluster.events() if e["event"] == "request" and e["t"] >= 1000 + switch.at_s]
+    assert launched and {e["market"] for e in launched} == {"on-demand"}
+    waits = [c[1] for c in after if c[0] == "wait_nodes"]
+    assert waits and all(set(r) <= {"fake.gpu"} for r in waits), waits
+    assert {"fake.gpu": 2} in waits
+    assert outcome.ended_at - outcome.started_at <= 145.0 and fakes.cluster.nodes() == []

@@ -4,6 +4,9 @@ beside it, and is not launched twice)."""
 
 from __future__ import annotations
 
+import pytest
+
+from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node
 from rubberband.executor.ray_runner import RayClusterPort
 from rubberband.providers.node_types import NodeType
@@ -47,3 +50,13 @@ def test_a_noticed_instance_counts_until_half_its_notice_before_the_reclaim():
     assert port.asked[-1] == [{"rb-slot-local_2gpu": 1}, {"rb-slot-local_2gpu_spot": 1}]
     port.release(["rb-instance-2"], stage=0)                        # let go: no longer noticed
     assert port.doomed() == [] and port.noticed == {}
+
+
+def test_a_wait_returns_none_when_its_until_comes_first_and_the_nodes_when_they_are_up():
+    nodes = [Node("rb-instance-1", 2, SPOT)]
+    port = Port(nodes)
+    port.poll_s = 0.0
+    assert port.wait_nodes({SPOT: 2}, timeout_s=60, until=port.now) is None     # the driver's Wake is due
+    assert port.wait_nodes({SPOT: 1}, timeout_s=60, until=port.now) == nodes     # met: the nodes, wake or not
+    with pytest.raises(ProviderError, match=r"waited 0s for 2 x local\.2gpu\.spot"):
+        port.wait_nodes({SPOT: 2}, timeout_s=0, until=port.now + 60)              # no wake before the timeout
