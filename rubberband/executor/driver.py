@@ -140,8 +140,9 @@ class Driver:
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
-                 budget_usd: float | None = None, settle_s: float = 0.0):
-        replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
+                 budget_usd: float | None = None, settle_s: float = 0.0, max_instances: Any = None):
+        replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances) \
+            if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
         self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)

@@ -55,7 +55,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
         spot_emulation: ``local`` only: reclaim the plan's spot instances from its preemption
             model (``""``), an override such as ``"rate=2/h,notice=20s"``, or a ``SpotEmulation``.
         replan_with: the model profile the plan was made from: re-plan the remaining stages at
-            every SYNC on it, corrected by the TRAINs seen (``None``: follow the plan as it is).
+            every SYNC on it, corrected by the TRAINs seen (``None``: follow the plan as it is),
+            within the room the cluster has for each type (``_cluster_room``).
         safety_net: the same profile: move the rest of a spot job to on-demand when the slack
             runs out (``None``: no safety net).
         budget_usd: a hard budget: the run stops cleanly (``RunResult.loop["stopped"]``) rather
@@ -80,11 +81,13 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    with cluster_session(prov, clouds, _cluster_room(plan, config, replan_with is not None), run_dir, run_id=run_id, trainer=trainer,
+    room = _cluster_room(plan, config, replan_with is not None)
+    with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
+        # A re-plan keeps within the cluster's room: more would wait for instances that never come.
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
-                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd))
+                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd, max_instances=room))
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
 
 

@@ -34,7 +34,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                  policy: str = "optimal", samples: int = 200, seed: int = 0, confidence: float | None = None,
                  instance_type: str | None = None, market: str | Market | None = None,
                  compare: bool = False, progress: Progress | None = None,
-                 held_at_start: HeldInstances | int | None = None) -> Plan:
+                 held_at_start: HeldInstances | int | None = None,
+                 max_instances: int | Mapping[str, int] | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
@@ -74,6 +75,12 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
             them (``simulate``'s ``held_at_start``). Stage 0 keeps what it can use of them and
             launches the rest; the search may also keep them for a later stage. With a
             catalog, name their type (``HeldInstances.instance_type``).
+        max_instances: the most instances of a type any stage may hold (on-demand and spot
+            together, and instances kept idle for a later stage too): one count for every type,
+            or one per type name (a type not named has no limit), e.g. the room a real cluster
+            has (its ``max_workers``). The search is exact within it: allocations needing more
+            are no candidates of any policy, market or type-per-stage table, and no plan holds
+            more (a stage that cannot run within it is a ``SpecError`` naming ``max_instances``).
 
     Returns:
         A new ``Plan`` (inputs are never modified).
@@ -93,6 +100,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
     models = check_models(model, cloud) if isinstance(model, Mapping) else None
     held = _held_type(held_at_start, cloud, instance_type)
+    caps = check_max_instances(max_instances, cloud)
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
@@ -100,7 +108,7 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         market = market or Market.ON_DEMAND
         if instance_type == "auto":
             plan = _plan_auto(spec, models or _models_of(model, catalog), catalog, deadline_s, policy, samples, seed,
-                              confidence, market, compare, progress, held)
+                              confidence, market, compare, progress, held, caps)
             return replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
                            + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
@@ -114,27 +122,28 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
             cloud = cloud.replace(market=market)
     model = model_of(models, cloud) if models is not None else model
     plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress,
-                     held=held)
+                     held=held, caps=caps)
     if compare and not auto_market:      # with markets, the considered plans are the markets weighed
         plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
-                                                                        samples, seed, confidence, held))
+                                                                        samples, seed, confidence, held, caps))
     return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
 
 
 def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table=None,
               market: Market | str | None = None, progress: Progress | None = None,
-              cost_cap: float = math.inf, held: HeldInstances | None = None) -> Plan | None:
+              cost_cap: float = math.inf, held: HeldInstances | None = None, caps: Caps = None) -> Plan | None:
     """The plan on one type (or ``table``'s variants), on ``market``, from the instances
-    ``held`` at the start (a ``table`` given has its own). With a finite ``cost_cap`` (a plan
+    ``held`` at the start, with at most ``caps`` instances of a type (a ``table`` given has its own). With a finite ``cost_cap`` (a plan
     in hand costs that much), only plans of surrogate cost under it are weighed: ``None`` when
     there is none."""
     if table is None and policy == "optimal" and packing_counts(model, cloud):
         table = VariantTable(variant_tables(spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
-                                            else cloud, samples, seed, held=held), model)
+                                            else cloud, samples, seed, held=held, caps=caps), model)
     if market == AUTO:
         return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, base=table,
-                            progress=progress, cost_cap=cost_cap, held=held)
-    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held)
+                            progress=progress, cost_cap=cost_cap, held=held, caps=caps)
+    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held,
+                                max_instances=type_cap(caps, cloud))
     if math.isfinite(cost_cap):
         return cheaper_plan(table, deadline_s, policy, confidence, cost_cap=cost_cap, progress=progress)
     return plan_on_table(table, deadline_s, policy, confidence, progress=progress)
@@ -157,6 +166,32 @@ def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCata
                     "instances held, e.g. HeldInstances(4, instance_type='p3.8xlarge')")
 
 
+# Instances a stage may hold: one count for every type, or per type name (absent: no limit).
+Caps = int | Mapping[str, int] | None
+
+
+def check_max_instances(max_instances, cloud: CloudProfile | CloudCatalog) -> Caps:
+    """``max_instances`` checked: a positive count, or positive counts by type names of the cloud."""
+    def count(value, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{field}: expected a positive number of instances, got {value!r}")
+        return value
+
+    if max_instances is None or not isinstance(max_instances, Mapping):
+        return None if max_instances is None else count(max_instances, "max_instances")
+    known = list(catalog_entries(cloud))
+    for name in max_instances:
+        if name not in known:
+            raise SpecError(f"max_instances[{name!r}]: no such instance type{did_you_mean(str(name), known)}; "
+                            f"the types are {', '.join(known)}")
+    return {name: count(v, f"max_instances[{name!r}]") for name, v in max_instances.items()}
+
+
+def type_cap(caps: Caps, cloud: CloudProfile) -> int | None:
+    """The most instances of ``cloud``'s type a stage may hold under ``caps`` (``None``: no limit)."""
+    return caps.get(cloud.instance_type) if isinstance(caps, Mapping) else caps
+
+
 def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
     """The trials per GPU above 1 the search may pack on ``cloud``: the profile's packed counts
     that its GPU memory holds and whose throughput clearly pays (``packing_pays``; none when the
@@ -171,13 +206,15 @@ def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
 
 
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
-                   draws=None, held: HeldInstances | None = None) -> list[StageTable]:
+                   draws=None, held: HeldInstances | None = None, caps: Caps = None) -> list[StageTable]:
     """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``),
     on one set of random streams (``draws``: another type's, to share), from the instances
-    ``held`` at the start."""
-    first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held)
+    ``held`` at the start, with at most ``caps`` instances of the type."""
+    cap = type_cap(caps, cloud)
+    first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held,
+                       max_instances=cap)
     return [first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
-                                 held_at_start=held)
+                                 held_at_start=held, max_instances=cap)
                       for k in packing_counts(model, cloud)]
 
 
@@ -201,7 +238,7 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
                  samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
                  progress: Progress | None = None, cost_cap: float = math.inf,
-                 held: HeldInstances | None = None) -> Plan | None:
+                 held: HeldInstances | None = None, caps: Caps = None) -> Plan | None:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
@@ -213,10 +250,10 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     left. ``held``: the instances held at the start (a ``base`` given has its own)."""
     if cloud.spot_price_usd_per_hour is None:
         plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence,
-                         progress=progress, held=held)
+                         progress=progress, held=held, caps=caps)
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed,
-                              held_at_start=held)
+                              held_at_start=held, max_instances=type_cap(caps, cloud))
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
     best_usd = cost_cap
     vectors = market_vectors(spec.num_stages())
@@ -299,7 +336,9 @@ def _fastest_misses(table: StageTable, deadline_s: float, confidence: float | No
     plan of the same markets spends longer exposed to the same outages with less slack: the
     screen that spares simulating plan after plan of a zone that cannot carry the job (the
     stage means it is searched on know nothing of the trace)."""
-    allocations = [[a for a in table.candidates(i) if table.parallel(i, a)] for i in range(table.num_stages)]
+    # Within ``max_instances`` a stage may only queue: its allocations all stay in then.
+    allocations = [[a for a in table.candidates(i) if table.parallel(i, a)] or table.candidates(i)
+                   for i in range(table.num_stages)]
     fastest = StageGraph(table, allocations=allocations).fastest()
     result = table.simulate(fastest.allocation, fastest.instances)
     jct = np.sort(result.jct_s)
@@ -379,10 +418,12 @@ def fastest_plan(table: StageTable) -> Candidate:
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 
 
-def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence, held=None) -> list[dict]:
+def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence, held=None,
+                    caps: Caps = None) -> list[dict]:
     from rubberband.plan.policies import POLICIES
 
-    table = StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held)
+    table = StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held,
+                       max_instances=type_cap(caps, cloud))
     out = []
     for name in POLICIES:
         if name == policy:
@@ -535,7 +576,8 @@ def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelPro
 
 
 def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, policy, samples, seed, confidence, market,
-               compare, progress: Progress | None = None, held: HeldInstances | None = None) -> Plan:
+               compare, progress: Progress | None = None, held: HeldInstances | None = None,
+               caps: Caps = None) -> Plan:
     """``instance_type="auto"``: per GPU model with a profile, a plan on each of its types, and
     (optimal policy) one choosing a type per stage among them; the cheapest is kept. Types
     without a profile of their GPU model, or without a spot price on the spot market, are
@@ -560,7 +602,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                                    f"{name} holds"})
                 continue
             try:
-                own = variant_tables(spec, usable, cloud, samples, seed, draws, held) if policy == "optimal" else None
+                own = variant_tables(spec, usable, cloud, samples, seed, draws, held, caps) if policy == "optimal" else None
                 if own is not None:
                     draws = own[0].draws
                     # A type too slow for the whole job may still be the cheapest for some stages:
@@ -578,7 +620,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                         continue
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
                 plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, table=table,
-                                 market=market, progress=progress, held=held)
+                                 market=market, progress=progress, held=held, caps=caps)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
                 considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
@@ -603,7 +645,8 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                     considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})
     if not plans and hopeless and not infeasible:     # the closest type's own reason
         _, usable, cloud = min(hopeless, key=lambda h: h[0])
-        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market, held=held)
+        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market, held=held,
+                  caps=caps)
     if not plans:
         if infeasible:   # the advice of the type that comes closest
             best = min(infeasible, key=lambda e: e.needed_s)
@@ -616,7 +659,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
         considered += _other_policies(spec, usable_by_type[best.instance_type], best.cloud, deadline_s, policy, samples,
-                                      seed, confidence, held)
+                                      seed, confidence, held, caps)
     info = {**best.info, **({"skipped": skipped} if skipped else {})}
     return replace(_with_considered(best, considered), info=info)
 

@@ -266,7 +266,9 @@ def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float
     out = []
     for m in range(table.model.min_gpus, table.model.max_gpus + 1):
         alloc = tuple(s.num_trials * m for s in table.spec.stages)
-        out.append(_candidate(table, alloc, note=f"{m} GPU(s) per trial"))
+        cand = _candidate(table, alloc, note=f"{m} GPU(s) per trial")
+        if all(table.holds(h) for h in cand.instances):
+            out.append(cand)
     return out
 
 
@@ -332,7 +334,7 @@ def greedy_policy(table: StageTable, deadline_s: float, confidence: float | None
         if start is None:
             continue
         cand = _candidate(table, start)
-        if cand.jct_s > deadline_s:
+        if cand.jct_s > deadline_s or not all(table.holds(h) for h in cand.instances):
             continue
         result = greedy_descent(table, start, deadline_s)
         out.append(Candidate(result.allocation, result.instances, result.jct_s, result.cost_usd,
@@ -370,6 +372,9 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     # A first pass takes every costly allocation (a queue to list schedule, a stage that may be
     # reclaimed) at its lower bounds, for an incumbent; then only the costly allocations that
     # its cost and Lagrangian weight cannot rule out (``costly_survivors``) are simulated.
+    if not all(table.candidates(i, deadline_s) for i in range(table.num_stages)):
+        # Within ``max_instances`` a stage may have only queues too slow for the deadline.
+        return statics(table, deadline_s, cost_cap)
     graph = StageGraph(table.optimistic(), deadline_s, progress=progress)
     if _cannot_beat(graph, deadline_s, cost_cap):
         return statics(table, deadline_s, cost_cap)

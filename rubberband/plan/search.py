@@ -122,6 +122,8 @@ class StageGraph:
         for i in range(n - 2, -1, -1):
             # The count held at the start is worth keeping too, until a later stage needs more.
             later[i] = np.union1d(later[i + 1], [*needs[i + 1], *([start] if start else [])])
+            # Never more than a stage may hold (``max_instances``), held instances included.
+            later[i] = later[i][[table.holds(int(h)) for h in later[i]]].astype(np.int64)
         self.later = later                    # per stage: the counts it may hold for a later stage
         self.alloc: list[np.ndarray] = []     # per stage, per option: allocation
         self.held: list[np.ndarray] = []      # per stage, per option: instances held

@@ -134,6 +134,9 @@ class StageTable:
             on every plan it keeps; on a traced market the stage means are those without
             reclaims. A stage on another market than the one before it
             launches all its instances (the old ones are released at the SYNC).
+        max_instances: the most instances of the table's type a stage may hold (``None``: no
+            limit): allocations that need more are no candidates, and ``holds`` tells the search
+            which held counts it may carry to a later stage.
     """
 
     # Held counts are plain counts here (``TypeTable`` encodes a type in them).
@@ -142,8 +145,10 @@ class StageTable:
     def __init__(self, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int = 200,
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
                  markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
-                 draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None):
+                 draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None,
+                 max_instances: int | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
+        self.max_instances = max_instances
         self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
         check_samples_seed(samples, seed)
@@ -169,6 +174,8 @@ class StageTable:
                         cands.update(h * G for h in {instances_needed(n_j, a, G, self.k) for a in base[j]}
                                      if h * G * self.k < stage.num_trials)
             self._candidates.append(sorted(int(a) for a in cands))
+        if max_instances is not None:
+            self._fit_candidates(max_instances)
         check_table_size(spec, model, cloud, self._candidates, samples)   # before anything is drawn
         self.samples, self.seed = int(samples), int(seed)
         # Another table's streams of the same seed and samples (the same numbers, drawn once).
@@ -189,6 +196,21 @@ class StageTable:
         self._simulations: dict[tuple, SimResult] = {}
         self._queue_bounds: dict[tuple[int, int], float] = {}     # market-free: shared too
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
+
+    def _fit_candidates(self, cap: int) -> None:
+        """Keep the candidates whose fewest instances fit ``cap``; one line when a stage has none left."""
+        for i, cands in enumerate(self._candidates):
+            fit = [a for a in cands if self.need(i, a) <= cap]
+            if cands and not fit:
+                least = min(self.need(i, a) for a in cands)
+                raise SpecError(f"max_instances: stage {i} ({self.spec.stages[i].num_trials} trials) needs at least "
+                                f"{least} {self.cloud.instance_type} instances, more than the {cap} allowed; "
+                                "allow more instances of the type (e.g. the cluster's max_workers)")
+            self._candidates[i] = fit
+
+    def holds(self, count: int) -> bool:
+        """Whether a stage may hold ``count`` instances of the table's type (``max_instances``)."""
+        return self.max_instances is None or count <= self.max_instances
 
     def _set_markets(self, markets: tuple[Market, ...]) -> None:
         cloud = self.cloud

@@ -147,6 +147,11 @@ class VariantTable:
         a, v = divmod(int(key), len(self.tables))
         return self.tables[v].need(stage, a) * self.state_types + self.type_of[v]
 
+    def holds(self, state: int) -> bool:
+        """Whether a stage may hold the state's count of its type (each type's ``max_instances``)."""
+        h, t = divmod(int(state), self.state_types)
+        return next(table for v, table in enumerate(self.tables) if self.type_of[v] == t).holds(h)
+
     def entry(self, stage: int, key: int) -> StageEntry:
         a, table = self._split(key)
         return table.entry(stage, a)

@@ -23,8 +23,11 @@ planner names. Both start from the instances held now, exactly as the run goes o
 is held waits for no SCALE or INIT and launches nothing, one that needs more launches only
 the rest, and held instances it does not keep cost nothing more. Held instances help only a
 next stage of their type and market: a plan that changes type (or moves spot to on-demand)
-at the next stage launches all of its instances afresh, as the run does. The plan changes
-only when
+at the next stage launches all of its instances afresh, as the run does. With
+``max_instances`` (the room the real cluster has for each type: its ``max_workers``) the new
+plan, the fastest one included, never holds more instances of a type than that (``compile_plan``'s
+``max_instances``): a plan the cluster cannot hold would wait for instances that never come.
+The plan changes only when
 
 * it must, to keep the promise: the current plan misses the constraint (mean JCT, or
   ``P(JCT <= remaining) >= confidence``) by more than ``MISS_TOLERANCE`` (2%) of the
@@ -92,8 +95,10 @@ class Replanner:
     """The estimator and the re-planning rule of the module docstring, for one job."""
 
     def __init__(self, plan: Plan, model: ModelProfile, samples: int = 200, seed: int = 0,
-                 prior_weight: float = PRIOR_WEIGHT, threshold: float = SAVING_THRESHOLD):
+                 prior_weight: float = PRIOR_WEIGHT, threshold: float = SAVING_THRESHOLD,
+                 max_instances: int | dict[str, int] | None = None):
         self.plan, self.model = plan, model
+        self.max_instances = max_instances      # the cluster's room per type (``None``: no limit)
         self.samples, self.seed = samples, seed
         self.prior_weight, self.threshold = prior_weight, threshold
         self._sum = 0.0
@@ -158,7 +163,8 @@ class Replanner:
         try:
             new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
                                seed=self.seed, confidence=self.plan.confidence,
-                               instance_type="auto" if catalog else None, market=market, held_at_start=held)
+                               instance_type="auto" if catalog else None, market=market, held_at_start=held,
+                               max_instances=self.max_instances)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
                                   held_at_start=held)

@@ -147,3 +147,41 @@ def test_a_spot_plan_s_room_for_replacements_is_checked_before_anything_is_writt
         execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="aws", cluster_config=str(path),
                 runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_path, monkeypatch):
+    """``execute`` hands the driver's re-planner the room ``_cluster_room`` gave the cluster
+    (the YAML's max_workers caps it): a re-plan above it would wait for instances that never
+    come."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import rubberband.executor.run as run
+    from tests.conftest import write_cluster_yaml
+
+    class Seen(Exception):
+        pass
+
+    class Driver(run.Driver):
+        def run(self):
+            raise Seen(self.sched.replanner.max_instances)
+
+    rooms = []
+
+    @contextlib.contextmanager
+    def session(prov, clouds, room, run_dir, **kw):
+        rooms.append(room)
+        yield SimpleNamespace(port=None, runner=None, config=kw["config"], read_events=lambda: [], stopped_at=None)
+
+    monkeypatch.setattr(run, "Driver", Driver)
+    monkeypatch.setattr(run, "cluster_session", session)
+    cloud = CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge")
+    model = ModelProfile.from_dict({"iter_latency_s": {1: 1.0}})
+    plan = plan_allocation(ExperimentSpec.from_stages([(4, 1), (2, 1)]), (2, 2), model, cloud, 3600, samples=2)
+    assert max(plan.instances) == 2
+    path = write_cluster_yaml(tmp_path / "c.yaml", max_workers=3, credentials=True)
+    with pytest.raises(Seen) as seen:
+        run.execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="aws", cluster_config=str(path),
+                    runs_dir=tmp_path / "runs", replan_with=model)
+    assert rooms == [{"g5.xlarge": 3}]
+    assert seen.value.args[0] == {"g5.xlarge": 3}

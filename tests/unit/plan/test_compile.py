@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rubberband import InfeasibleDeadlineError, ModelProfile
+from rubberband.errors import SpecError
 from rubberband import load_experiment as _load_experiment
 from rubberband.plan import Plan, compile_plan
 from rubberband.plan.compile import usable_profile
@@ -119,3 +120,55 @@ def test_a_trial_spread_over_narrower_instances_than_profiled_warns():
 def test_no_warning_on_the_profiled_gpu(instance_type):
     exp = load_experiment(CIFAR)
     assert compile_plan(exp.spec, exp.model, _catalog(exp), 1200.0, instance_type=instance_type, samples=50).warnings == ()
+
+
+# --- max_instances: the room a cluster has ------------------------------------------------------
+
+def test_max_instances_keeps_auto_and_market_auto_plans_within_each_type_s_room():
+    exp = load_experiment(CIFAR)
+    free = compile_plan(exp.spec, exp.model, _catalog(exp), 1500.0, instance_type="auto", samples=60, market="auto")
+    caps = {name: 2 for name in _catalog(exp).types}
+    plan = compile_plan(exp.spec, exp.model, _catalog(exp), 1500.0, instance_type="auto", samples=60, market="auto",
+                        max_instances=caps)
+    assert max(free.instances) > 2          # the cap binds
+    assert max(plan.instances) <= 2 and plan.predicted.mean_jct_s <= 1500.0
+    # On p3.8xlarge alone, 2 instances queue stage 0's trials: 1500 s is out of reach, 2400 s is not.
+    with pytest.raises(InfeasibleDeadlineError, match="shortest achievable JCT"):
+        compile_plan(exp.spec, exp.model, exp.cloud, 1500.0, samples=60, market="auto", max_instances=2)
+    spot = compile_plan(exp.spec, exp.model, exp.cloud, 2400.0, samples=60, market="auto", max_instances=2)
+    assert max(spot.instances) <= 2 and spot.predicted.mean_jct_s <= 2400.0
+
+
+@pytest.mark.parametrize("value,match", [
+    (0, r"max_instances: expected a positive number of instances, got 0"),
+    (True, r"max_instances: expected a positive number"),
+    ({"p3.8xlarg": 4}, r"max_instances\['p3.8xlarg'\]: no such instance type \(did you mean `p3.8xlarge`\?\)"),
+    ({"p3.8xlarge": 2.5}, r"max_instances\['p3.8xlarge'\]: expected a positive number of instances, got 2.5"),
+])
+def test_bad_max_instances_is_one_line_naming_it(value, match):
+    exp = load_experiment(CIFAR)
+    with pytest.raises(SpecError, match=match):
+        compile_plan(exp.spec, exp.model, exp.cloud, 3600.0, samples=10, max_instances=value)
+
+
+def test_a_stage_that_cannot_run_within_max_instances_says_how_many_it_needs():
+    exp = load_experiment(CIFAR)
+    wide = exp.model.replace(iter_latency_s={g: d for g, d in exp.model.iter_latency_s.items() if g >= 8})
+    least = exp.spec.stages[0].num_trials * 8 // exp.cloud.gpus_per_instance
+    with pytest.raises(SpecError, match=rf"max_instances: stage 0 \(\d+ trials\) needs at least {least} p3.8xlarge "
+                                        r"instances, more than the 1 allowed"):
+        compile_plan(exp.spec, wide, exp.cloud, 3600.0, samples=10, max_instances=1)
+
+
+def test_a_traced_zone_is_screened_within_max_instances_where_every_stage_queues():
+    """The zone screen weighs the fastest plan of trials all at once; within 2 instances some
+    stages can only queue, and the screen weighs their queues (it failed on no allocation)."""
+    from rubberband.profiles.cloud import Market
+    from rubberband.profiles.spot import SpotMarket, load_trace
+
+    exp = load_experiment(CIFAR)
+    traces = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
+    cloud = exp.cloud.replace(spot_price_usd_per_hour=0.3 * exp.cloud.price_usd_per_hour,
+                              spot=SpotMarket(notice_s=120, trace=load_trace(traces, "us-west-2b"), trace_file=str(traces)))
+    plan = compile_plan(exp.spec, exp.model, cloud, 3600.0, samples=40, market="auto", max_instances=2)
+    assert max(plan.instances) <= 2 and plan.cloud.market in (Market.ON_DEMAND, Market.SPOT)

@@ -247,6 +247,58 @@ def test_optimal_equals_brute_force_from_instances_held_at_the_start(job, held, 
         assert np.array_equal(simulate_plan(plan, model).cost_usd, plan.predicted.cost_usd)
 
 
+CAP_CASES = [pytest.param(job, held, id=f"{job.name}-held{held}") for job in JOBS[1:] for held in (0, 9)]
+
+
+@pytest.mark.parametrize("billing", [EXACT, PER_FUNCTION], ids=["per-instance-exact", "per-function"])
+@pytest.mark.parametrize("job,held", CAP_CASES)
+def test_optimal_equals_brute_force_within_max_instances(job, held, billing):
+    """With ``max_instances`` (a cluster's room) the search is exact over the plans that never
+    hold more: the brute force's cheapest among them. 9 held at the start is above every cap
+    here: no stage may keep them all."""
+    seed = 7
+    model, cloud = setup(job, billing, seed)
+    points = brute_force(job.spec, model, cloud, seed, held_at_start=held)
+    # The largest cap under which the cheapest plan at one of the deadlines would hold more
+    # than it allows (the cap changes the answer), else half the most any plan holds.
+    most = max(max(p.instances) for p in points)
+    cap = next((c for c in range(most - 1, 0, -1)
+                if any(max(cheapest(points, d).instances) > c
+                       for d in deadlines([p for p in points if max(p.instances) <= c]).values())), most // 2)
+    fits = [p for p in points if max(p.instances) <= cap]
+    for label, d in deadlines(fits).items():
+        best = cheapest(fits, d)
+        plan = compile_plan(job.spec, model, cloud, d, policy="optimal", samples=SAMPLES, seed=seed,
+                            held_at_start=held or None, max_instances=cap)
+        assert max(plan.instances) <= cap, (label, plan.instances)
+        ties = {(p.allocation, p.instances) for p in fits
+                if p.jct_s <= d and abs(p.cost_usd - best.cost_usd) <= 1e-9 * best.cost_usd}
+        assert (plan.allocation, plan.instances) in ties, (label, d, plan.allocation, plan.instances, best)
+        assert plan.predicted.mean_cost_usd == pytest.approx(best.cost_usd, rel=1e-9), label
+        for name in POLICIES:       # the baselines keep within it too
+            try:
+                other = compile_plan(job.spec, model, cloud, d, policy=name, samples=SAMPLES, seed=seed,
+                                     held_at_start=held or None, max_instances={cloud.instance_type: cap})
+            except InfeasibleDeadlineError:
+                continue
+            assert max(other.instances) <= cap, (name, other.instances)
+
+
+def test_fastest_plan_named_by_an_infeasible_deadline_keeps_within_max_instances():
+    job = JOBS[1]
+    model, cloud = setup(job, EXACT, 0)
+    points = brute_force(job.spec, model, cloud, 0)
+    cap = max(min(points, key=lambda p: p.jct_s).instances) - 1
+    fastest = min((p for p in points if max(p.instances) <= cap), key=lambda p: p.jct_s)
+    assert fastest.jct_s > min(p.jct_s for p in points)      # the cap slows the fastest plan
+    with pytest.raises(InfeasibleDeadlineError, match="shortest achievable JCT") as info:
+        compile_plan(job.spec, model, cloud, 0.9 * fastest.jct_s, samples=SAMPLES, seed=0, max_instances=cap)
+    assert info.value.min_jct_s == pytest.approx(fastest.jct_s, rel=1e-9)
+    # The re-planner's fallback runs the allocation named on the fewest instances: within the cap too.
+    assert max(instances_needed(s.num_trials, a, cloud.gpus_per_instance)
+               for s, a in zip(job.spec.stages, info.value.allocation)) <= cap
+
+
 @pytest.mark.parametrize("billing", [DEFAULT, PER_FUNCTION], ids=["per-instance", "per-function"])
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: j.name)
 def test_stage_grid_equals_stage_one_plan_at_a_time(job, billing):

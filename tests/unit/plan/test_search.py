@@ -140,3 +140,15 @@ def test_no_progress_callback_is_fine_and_prints_nothing(capsys):
     compile_plan(exp.spec, exp.model, exp.cloud, 5400.0, samples=30)
     out, err = capsys.readouterr()
     assert out == "" and err == ""
+
+
+def test_no_state_of_the_search_holds_more_than_max_instances_not_even_the_instances_held_at_the_start():
+    """9 instances held at the start, room for 3: every stage may keep up to 3 of them for a
+    later stage, never all 9 (the cluster could not hold them)."""
+    exp = load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
+    table = StageTable(exp.spec, exp.model, exp.cloud, samples=20, held_at_start=9, max_instances=3)
+    graph = StageGraph(table)
+    assert all(int(h) <= 3 for held in graph.held for h in held)
+    assert all(int(h) <= 3 for later in graph.later for h in later)
+    free = StageGraph(StageTable(exp.spec, exp.model, exp.cloud, samples=20, held_at_start=9))
+    assert 9 in free.later[0]       # uncapped, keeping all 9 is an option

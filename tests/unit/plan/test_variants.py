@@ -55,9 +55,10 @@ def model(packed: dict[int, float] | None = None, startup: float = 5.0, memory_g
     return ModelProfile.from_dict(data)
 
 
-def brute_force_cheapest(table: VariantTable, deadline_s: float) -> float:
+def brute_force_cheapest(table: VariantTable, deadline_s: float, cap: dict[str, int] | None = None) -> float:
     """The least surrogate cost of any plan meeting ``deadline_s``: every key per stage, holding
-    what it needs or what a later stage's key of the same type needs (the search space)."""
+    what it needs or what a later stage's key of the same type needs (the search space); with
+    ``cap``, only the plans that never hold more instances of a type than it allows."""
     n, T = table.num_stages, table.state_types
     keys = [table.candidates(i) for i in range(n)]
     needs = [{k: table.need(i, k) for k in keys[i]} for i in range(n)]
@@ -67,6 +68,8 @@ def brute_force_cheapest(table: VariantTable, deadline_s: float) -> float:
         options.append([(k, h) for k in keys[i] for h in {needs[i][k]} | {h for h in later
                         if h > needs[i][k] and h % T == needs[i][k] % T}])
     combos = list(itertools.product(*options))
+    if cap is not None:
+        combos = [c for c in combos if all(h // T <= cap[table.type_names[h % T]] for _, h in c)]
     alloc = np.array([[k for k, _ in c] for c in combos], dtype=np.int64)
     held = np.array([[h for _, h in c] for c in combos], dtype=np.int64)
     jct, cost = table.evaluate_many(alloc, held)
@@ -74,16 +77,31 @@ def brute_force_cheapest(table: VariantTable, deadline_s: float) -> float:
     return float(cost[ok].min()) if ok.any() else float("inf")
 
 
-def small_variants(samples: int = 20) -> VariantTable:
+def small_variants(samples: int = 20, caps: dict[str, int] | None = None) -> VariantTable:
     spec = ExperimentSpec.sha(8, 2, 8, 2)           # 8x2, 4x2, 2x4 (, 1x...) iterations
     m = model({2: 1.3, 4: 2.2}, gpus=(1, 2, 4))
     cat = p3_catalog()
     tables, draws = [], None
     for name, G in (("p3.2xlarge", 1), ("p3.8xlarge", 4)):
-        own = variant_tables(spec, usable_profile(m, 4, G), cat.get(name), samples, 7, draws)
+        own = variant_tables(spec, usable_profile(m, 4, G), cat.get(name), samples, 7, draws, caps=caps)
         draws = own[0].draws
         tables += own
     return VariantTable(tables, m)
+
+
+@pytest.mark.parametrize("deadline_s", [120.0, 200.0, 400.0, 5000.0])
+def test_the_per_stage_search_within_max_instances_agrees_with_brute_force(deadline_s):
+    """Each type's ``max_instances`` cuts every variant of it (packed ones too): the search is
+    the brute force's cheapest over the plans of the uncapped table that keep within it."""
+    caps = {"p3.2xlarge": 3, "p3.8xlarge": 1}
+    table = small_variants(caps=caps)
+    front = pareto_front(table, deadline_s)
+    assert all(table.holds(h) for _, held in front for h in held)
+    best = min((table.evaluate(a, h)[1] for a, h in front), default=float("inf"))
+    oracle = brute_force_cheapest(small_variants(), deadline_s, cap=caps)
+    assert best == pytest.approx(oracle, rel=1e-9)
+    if deadline_s == 120.0:      # tight: the cheapest plan holds more than the cap allows
+        assert oracle > brute_force_cheapest(small_variants(), deadline_s)
 
 
 @pytest.mark.parametrize("deadline_s", [120.0, 200.0, 400.0, 5000.0])

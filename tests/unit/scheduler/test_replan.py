@@ -201,3 +201,18 @@ def test_when_instances_are_slow_to_come_the_rest_is_replanned_onto_the_ones_hel
     runs = [rehearse(plan, exp.model, truth, seed=s, mode=exp.mode, replan_with=exp.model) for s in range(10)]
     late = [r.actual["jct_s"] - exp.deadline_s for r in runs]
     assert sum(d > 60 for d in late) <= 1, late
+
+
+def test_a_slow_job_is_replanned_within_the_room_its_cluster_has():
+    """Uncapped, a job 1.7x slow grows to 4 instances by its last stage; with room for 2 (the
+    cluster's max_workers) it is still re-planned to meet the deadline, on 2 at most."""
+    plan = plan_for(plan_for(10_000).predicted.mean_jct_s * 1.1)
+    free = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4))
+    drive(free, slowdown=1.7)
+    assert max(free.held) == 4
+    sched = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4, max_instances={CLOUD.instance_type: 2}))
+    log = drive(sched, slowdown=1.7)
+    replans = [d for d in log if isinstance(d, Replan)]
+    assert replans and replans[0].reason == "to meet the deadline"
+    assert max(sched.held) == 2
+    assert sum(len(d.names) for d in log if isinstance(d, RequestInstances)) <= 2
