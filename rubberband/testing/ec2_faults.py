@@ -26,10 +26,14 @@ MESSAGES = {
 
 
 class Ec2FaultProxy:
-    """Forwards every request to ``target``; the first ``fail[action]`` calls of an action fail."""
+    """Forwards every request to ``target``; the first ``fail[action]`` calls of an action fail
+    (with ``only``: of those whose form body contains it, e.g. ``"MarketType=spot"``: a zone
+    out of spot capacity)."""
 
-    def __init__(self, target: str, fail: dict[str, int] | None = None, code: str = "InsufficientInstanceCapacity"):
+    def __init__(self, target: str, fail: dict[str, int] | None = None, code: str = "InsufficientInstanceCapacity",
+                 only: str | None = None):
         self.target = target.rstrip("/")
+        self.only = only
         self.fail = dict(fail or {})
         self.code = code
         self.calls: dict[str, int] = {}
@@ -46,7 +50,8 @@ class Ec2FaultProxy:
                 action = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get("Action", [""])[0]
                 with proxy._lock:
                     proxy.calls[action] = proxy.calls.get(action, 0) + 1
-                    inject = proxy.failed.get(action, 0) < proxy.fail.get(action, 0)
+                    inject = proxy.failed.get(action, 0) < proxy.fail.get(action, 0) and (
+                        proxy.only is None or proxy.only in urllib.parse.unquote_plus(body.decode("utf-8", "replace")))
                     if inject:
                         proxy.failed[action] = proxy.failed.get(action, 0) + 1
                         n = proxy.failed[action]
