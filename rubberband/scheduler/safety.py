@@ -26,10 +26,11 @@ deterministic estimate that leans late (``finish_s``):
 The rule is armed only where spot can cost time, and only once it has:
 
 * spot that cannot be reclaimed (``CloudProfile.spot.at_risk`` false: no preemption rate and no
-  trace, an unmodelled cloud included) never arms it: moving it to on-demand would only cost
-  more, so a job holding no reclaimable spot, now or in the stages to come, is left alone
-  (unless a spot instance is reclaimed all the same, on a real cloud whose profile has no
-  model: then the rule applies to all its spot);
+  trace, an unmodelled cloud included) does not arm it once granted: moving it to on-demand
+  would only cost more, so a job holding no reclaimable spot, now or in the stages to come, is
+  left alone — unless a spot instance is reclaimed all the same, on a real cloud whose profile
+  has no model (then the rule applies to all its spot), or a spot request waits for capacity
+  as below (a cloud may never grant it, whatever the profile models);
 * the switch keeps the deadline when spot *has* cost time: the slack rule applies from the
   first reclaim (a notice, or a spot instance lost) or once a spot request has waited for
   capacity, i.e. is still not granted two replacement delays after it was made. Before

@@ -165,17 +165,33 @@ def unmodelled_spot() -> CloudProfile:
     return CloudProfile.from_dict(data)
 
 
-def test_spot_that_cannot_be_reclaimed_never_arms_the_net_however_short_the_slack():
+def test_spot_that_cannot_be_reclaimed_and_comes_in_time_never_switches_however_short_the_slack():
     # Deadline 40 s: 6 s of on-demand slack, under the 20 s the net needs, from the start.
     plan = plan_allocation(SPEC, [4, 2], MODEL, unmodelled_spot(), 40.0, samples=4)
     assert not plan.cloud.spot.at_risk and plan.spot_counts[0] > 0
     sched = netted(plan)
     first = sched.start(0.0)
-    assert not of(first, SafetySwitch) and not of(first, Wake)
+    assert not of(first, SafetySwitch)
     (spot,) = of(first, RequestInstances)
     assert spot.market is Market.SPOT
-    # Even a spot request that waits long is left alone: nothing can be reclaimed.
-    assert sched.on(Tick(), 30.0) == [] and not sched.switches
+    # Woken only for the request's capacity wait (two replacement delays), which never comes due.
+    assert of(first, Wake) == [Wake(20.0)]
+    out = sched.on(InstanceReady(spot.names[0], 4, 5.0), 10.0)
+    assert len(of(out, StartTrial)) == 4 and not of(out, SafetySwitch)
+    assert not of(sched.on(Tick(), 20.0), SafetySwitch) and not sched.switches
+
+
+def test_unmodelled_spot_that_waits_for_capacity_moves_to_on_demand():
+    """A profile with no preemption model (the shipped AWS regions) still has spot requests the
+    cloud may never grant: a wait of two replacement delays arms the net like a reclaim does
+    (it waited until the node timeout failed the run)."""
+    plan = plan_allocation(SPEC, [4, 2], MODEL, unmodelled_spot(), 40.0, samples=4)
+    sched = netted(plan)
+    (spot,) = of(sched.start(0.0), RequestInstances)
+    out = sched.on(Tick(), 20.0)
+    assert of(out, SafetySwitch) and of(out, ReleaseInstances) == [ReleaseInstances(spot.names, 0)]
+    (od,) = of(out, RequestInstances)
+    assert od.market is Market.ON_DEMAND and sched.spot == [0, 0]
 
 
 def test_the_net_on_reclaimable_spot_waits_for_spot_to_cost_time_before_switching():
