@@ -7,24 +7,9 @@ import json
 
 import pytest
 
-from rubberband.errors import SpecError
-
 from .helpers import ROOT, assert_one_line_error, run
 
 DEMO = str(ROOT / "experiments" / "demo.yaml")
-
-
-@pytest.fixture
-def no_execution(monkeypatch):
-    """Stop `run` where it would start the cluster, keeping the plan it was about to run."""
-    seen = []
-
-    def execute(plan, *args, **kwargs):
-        seen.append(plan)
-        raise SpecError("stopped before execution")
-
-    monkeypatch.setattr("rubberband.executor.run.execute", execute)
-    return seen
 
 
 @pytest.mark.parametrize("argv, needles", [

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from rubberband.cli.main import main
-from rubberband.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = str(ROOT / "experiments" / "demo.yaml")
@@ -21,19 +20,6 @@ def plan_file(tmp_path, capsys):
     assert main(["plan", DEMO, "--samples", "50", "--out", str(path)]) == 0
     capsys.readouterr()
     return path
-
-
-@pytest.fixture
-def no_execution(monkeypatch):
-    """Stop `run` where it would start the cluster, keeping the plan it was about to run."""
-    seen = []
-
-    def execute(plan, *args, **kwargs):
-        seen.append(plan)
-        raise SpecError("stopped before execution")
-
-    monkeypatch.setattr("rubberband.executor.run.execute", execute)
-    return seen
 
 
 def _edit(path: Path, change) -> None:
