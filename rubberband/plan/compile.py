@@ -154,9 +154,10 @@ def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCata
     """``held_at_start`` checked, with its type filled in: a profile's own, or the catalog type
     planned on; over several types (``auto``) it must be named."""
     held = HeldInstances.of(held)
-    if held is None or held.instance_type is not None:
-        if held is not None:
-            held.check_type(cloud)
+    if held is None:
+        return None
+    held.check_type(cloud)
+    if held.instance_type is not None:
         return held
     if isinstance(cloud, CloudProfile):
         return replace(held, instance_type=cloud.instance_type)
