@@ -246,13 +246,15 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
     from rubberband.executor.ledger import TrialRun
 
-    # What each TRAIN really ran on (a re-plan may have moved a stage to another type).
-    ran_on = {(t.id, h["stage"]): ledger.instances[h["instances"][0]].instance_type
-              for t in outcome.trials.values() for h in t.history if h.get("instances") and h["instances"][0] in ledger.instances}
+    def ran_on(run: dict[str, Any]) -> str:
+        """The type a TRAIN really ran on (a re-plan may have moved its stage to another type)."""
+        first = (run.get("instances") or [None])[0]
+        return ledger.instances[first].instance_type if first in ledger.instances \
+            else plan.stage_clouds[run["stage"]].instance_type
+
     # A packed TRAIN held 1/k of its GPU (per-function billing charges that share, DESIGN/docs/model.md).
     ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"] / r.get("trials_per_gpu", 1), r["start_s"], r["end_s"],
-                              r["iters"], r.get("iter_s", []),
-                              instance_type=ran_on.get((r["trial"], r["stage"]), plan.stage_clouds[r["stage"]].instance_type))
+                              r["iters"], r.get("iter_s", []), instance_type=ran_on(r))
                      for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
     jct = outcome.ended_at - started
