@@ -300,14 +300,17 @@ class Scheduler:
         risky = (lambda t: True) if self._spot_cost else self._at_risk
         return (any(p.market is Market.SPOT and risky(p.itype) for p in self.positions.values())
                 or any(s > 0 and risky(t) for s, t in zip(self.spot[self.stage:], self.types[self.stage:]))
-                or any(x.market is Market.SPOT and not x.ready for x in self.instances.values()))
+                or bool(self._spot_waiting()))
+
+    def _spot_waiting(self) -> list:
+        """Spot instances requested and not yet ready (any spot: capacity may never come)."""
+        return [x for x in self.instances.values() if x.market is Market.SPOT and not x.ready]
 
     def _spot_overdue_at(self) -> float:
         """When the oldest spot request still not granted counts as waiting for capacity: two
         replacement delays (the net's margin) after it was made (``inf``: none waits). Any spot
         request counts, reclaimable or not: capacity that never comes costs time all the same."""
-        return min((x.requested_s + self.net.needed_s for x in self.instances.values()
-                    if x.market is Market.SPOT and not x.ready), default=math.inf)
+        return min((x.requested_s + self.net.needed_s for x in self._spot_waiting()), default=math.inf)
 
     def _factor(self) -> float:
         return self.replanner.factor if self.replanner is not None else 1.0
