@@ -16,7 +16,10 @@ cost (a lower bound on its billed cost) exceeds ``B`` cannot beat it. The forwar
 dominates, and drops a point as soon as the bounds prove that no completion of it meets the
 deadline within the cap — by time, by cost, or by Lagrangian duality: every completion has
 ``C + λT + V_λ ≤ C_total + λ·T_total``, so ``C + λT + V_λ > B + λ·D`` rules the point out.
-Every rule only removes plans that cannot win, so the search stays exact.
+It never lays out every (point, option) pair: states from which an option costs the same meet
+it as one merged front, and each bound keeps a prefix of a source's points sorted by its key
+(``pareto_front``'s docstring proves both exact). Every rule only removes plans that cannot
+win, so the search stays exact.
 """
 
 from __future__ import annotations
@@ -291,7 +294,22 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
     whose mean JCT meets ``deadline_s`` and whose cost is at most ``cost_cap``, fastest first
     (see ``optimal_policy`` for the search space). ``lam``: the weight of a Lagrangian bound
     (``StageGraph.hull_plan`` gives a tight one); the front is the same with or without it.
-    ``progress``: called after each stage with the partial plans kept."""
+    ``progress``: called after each stage with the partial plans kept.
+
+    Stage by stage, every kept point meets every option of the stage, but not one by one:
+
+    - *Merged sources.* Where an option's duration and cost are the same (to the bit) from
+      every state at or above some state (a stage that launches nothing from there on), the
+      points of all those states are merged into their own front first (``_suffix_fronts``)
+      and the option meets that front once. Exact: the points share one shift, so one that
+      another of them dominates stays dominated after it (sums round monotonically), and a
+      dominated point never lowers the running least cost that decides what is kept.
+    - *Bounds as prefixes.* Each source's points are sorted by the bound's key (``C + λT``
+      with a Lagrangian bound, else ``T``, else ``C``); a bound keeps a prefix of them, found
+      by a binary search per (source, option) with a little slack, and the bounds are then
+      applied to those points with the very sums and comparisons of a whole-matrix pass. So
+      only points that may survive are ever built, and the same ones survive.
+    """
     graph = graph or StageGraph(table, deadline_s)
     finite_d, finite_c = math.isfinite(deadline_s), math.isfinite(cost_cap)
     t_eps = _REL * max(1.0, deadline_s if finite_d else 1.0)
@@ -299,36 +317,75 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
     t_go = graph.to_go(1.0, 0.0) if finite_d else None
     c_go = graph.to_go(0.0, 1.0) if finite_c else None
     v_go = graph.to_go(lam, 1.0) if lam and finite_d and finite_c else None
-    # Points after the previous stage: time, cost, state index.
+    # Points after the previous stage: time, cost, state index; sorted by state, then time, cost.
     T = np.zeros(1)
     C = np.zeros(1)
     S = np.zeros(1, dtype=np.int64)
     history: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # per stage: parent, allocation, held
     for i in range(graph.num_stages):
-        nxt = graph.next[i]
-        Tn = T[:, None] + graph.dur[i][S]
-        Cn = C[:, None] + graph.cost[i][S]
-        keep = np.ones(Tn.shape, dtype=bool)
-        if t_go is not None:
-            keep &= Tn + t_go[i + 1][nxt][None, :] <= deadline_s + t_eps
-        if c_go is not None:
-            keep &= Cn + c_go[i + 1][nxt][None, :] <= cost_cap + c_eps
+        nxt, dur, cost = graph.next[i], graph.dur[i], graph.cost[i]
+        # The bound's key per point, and per (row, option) the most it may be (``None``: no bound).
         if v_go is not None:
-            keep &= Cn + lam * Tn + v_go[i + 1][nxt][None, :] <= cost_cap + lam * deadline_s + c_eps + lam * t_eps
+            key = C + lam * T
+            rhs = cost_cap + lam * deadline_s + c_eps + lam * t_eps
+            limit = rhs - (cost + lam * dur + v_go[i + 1][nxt][None, :])
+        elif t_go is not None:
+            key, rhs = T, deadline_s + t_eps
+            limit = rhs - (dur + t_go[i + 1][nxt][None, :])
+        elif c_go is not None:
+            key, rhs = C, cost_cap + c_eps
+            limit = rhs - (cost + c_go[i + 1][nxt][None, :])
+        else:
+            key = limit = None
+        if limit is not None:
+            # Slack for the other order of the sums (the exact test follows on what it keeps).
+            limit = limit + 1e-9 * (abs(rhs) + np.abs(limit) + 1.0)
+        pool, blocks = _blocks(T, C, S, dur, cost, key)
+        parts = []
+        for start, end, row, options in blocks:
+            if limit is None:
+                counts = np.full(len(options), end - start)
+            else:
+                counts = np.searchsorted(key[pool[start:end]], limit[row, options], side="right")
+            parts.append((start, row, options, counts))
+        starts = np.concatenate([np.full(len(o), s) for s, _, o, _ in parts])
+        rows = np.concatenate([np.full(len(o), r) for _, r, o, _ in parts])
+        options = np.concatenate([o for _, _, o, _ in parts])
+        counts = np.concatenate([c for _, _, _, c in parts]).astype(np.int64)
+        total = int(counts.sum())
+        if total == 0:
+            return []
+        pair = np.repeat(np.arange(len(counts)), counts)
+        offset = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        parent = pool[starts[pair] + offset]
+        option, row = options[pair], rows[pair]
+        # The same sums as ``T[:, None] + dur[S]`` (a merged source's row equals each of its states').
+        Tn = T[parent] + dur[row, option]
+        Cn = C[parent] + cost[row, option]
+        Sn = nxt[option]
+        keep = np.ones(total, dtype=bool)
+        if t_go is not None:
+            keep &= Tn + t_go[i + 1][Sn] <= deadline_s + t_eps
+        if c_go is not None:
+            keep &= Cn + c_go[i + 1][Sn] <= cost_cap + c_eps
+        if v_go is not None:
+            keep &= Cn + lam * Tn + v_go[i + 1][Sn] <= cost_cap + lam * deadline_s + c_eps + lam * t_eps
         keep = np.flatnonzero(keep)
         if len(keep) == 0:
             return []
-        parent, option = np.divmod(keep, len(nxt))
-        Tn, Cn, Sn = Tn.ravel()[keep], Cn.ravel()[keep], nxt[option]
-        order = np.lexsort((Cn, Tn, Sn))
-        Tn, Cn, Sn, parent, option = Tn[order], Cn[order], Sn[order], parent[order], option[order]
-        # Per state, sorted by time: keep the points strictly cheaper than every faster one.
-        mask = np.zeros(len(Tn), dtype=bool)
-        starts = np.flatnonzero(np.r_[True, Sn[1:] != Sn[:-1]])
-        for s, e in zip(starts, np.r_[starts[1:], len(Tn)]):
-            seg = Cn[s:e]
-            mask[s] = True
-            mask[s + 1:e] = seg[1:] < np.minimum.accumulate(seg)[:-1] - 1e-12
+        # Per state, sorted by time (then cost): keep the points strictly cheaper than every
+        # faster one. One state at a time: small sorts are cheaper than one sort of them all.
+        by_state = keep[np.argsort(Sn[keep].astype(np.int16 if len(graph.states[i + 1]) < 2 ** 15 else np.int64),
+                                   kind="stable")]
+        Sk = Sn[by_state]
+        seg = np.flatnonzero(np.r_[True, Sk[1:] != Sk[:-1], True])
+        chosen = []
+        for s, e in zip(seg[:-1], seg[1:]):
+            idx = by_state[s:e]
+            idx = idx[np.lexsort((Cn[idx], Tn[idx]))]
+            c = Cn[idx]
+            chosen.append(idx[np.r_[True, c[1:] < np.minimum.accumulate(c)[:-1] - 1e-12]])
+        mask = np.concatenate(chosen)
         T, C, S = Tn[mask], Cn[mask], Sn[mask]
         history.append((parent[mask], graph.alloc[i][option[mask]], graph.held[i][option[mask]]))
         if progress is not None:
@@ -340,6 +397,51 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
             best_c = C[j]
             plans.append(_backtrack(history, int(j)))
     return plans
+
+
+def _blocks(T: np.ndarray, C: np.ndarray, S: np.ndarray, dur: np.ndarray, cost: np.ndarray,
+            key: np.ndarray | None) -> tuple[np.ndarray, list[tuple[int, int, int, np.ndarray]]]:
+    """The sources a stage's options meet: ``(pool, [(start, end, row, options)])``, each source
+    the points ``pool[start:end]`` (sorted by ``key``) that meet ``options`` from ``dur`` and
+    ``cost``'s row ``row``. A state's own points meet the options whose values differ from some
+    state above it; the rest meet a merged front of all the states from which they are the same
+    (``pareto_front``'s docstring)."""
+    present, first = np.unique(S, return_index=True)
+    ends = np.r_[first[1:], len(S)]
+    top = present[-1]
+    same = (dur[present] == dur[top][None, :]) & (cost[present] == cost[top][None, :])
+    # Per option: the first present state from which every row above is the top one's.
+    tail = np.logical_and.accumulate(same[::-1], axis=0)[::-1]
+    since = len(present) - tail.sum(axis=0)
+    order = np.arange(len(S)) if key is None else np.lexsort((key, S))
+    pieces, blocks = [order], []
+    for j in range(len(present) - 1):
+        options = np.flatnonzero(since > j)
+        if len(options):
+            blocks.append((int(first[j]), int(ends[j]), int(present[j]), options))
+    at = len(S)
+    for k, front in _suffix_fronts(T, C, first, np.unique(since)):
+        if key is not None:
+            front = front[np.argsort(key[front], kind="stable")]
+        pieces.append(front)
+        blocks.append((at, at + len(front), int(top), np.flatnonzero(since == k)))
+        at += len(front)
+    return np.concatenate(pieces), blocks
+
+
+def _suffix_fronts(T: np.ndarray, C: np.ndarray, first: np.ndarray, ks: np.ndarray):
+    """For each ``k`` in ``ks``: the indices of the points of the ``k``-th present state and every
+    state after it that no other of them dominates (no slower and no costlier; of equal points
+    one), as ``(k, indices)``. Built from the top down, each from the one above it."""
+    front = np.zeros(0, dtype=np.int64)
+    end = len(T)
+    for k in sorted((int(k) for k in ks), reverse=True):
+        idx = np.r_[np.arange(first[k], end), front]
+        idx = idx[np.lexsort((C[idx], T[idx]))]
+        c = C[idx]
+        keep = np.r_[True, c[1:] < np.minimum.accumulate(c)[:-1]]
+        front, end = idx[keep], int(first[k])
+        yield k, front
 
 
 def _backtrack(history: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
