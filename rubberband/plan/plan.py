@@ -12,7 +12,7 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.profiles.by_gpu import model_of
-from rubberband.profiles.cloud import CloudCatalog, CloudProfile
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, integer, jsonable, number
 from rubberband.simulator.engine import HeldInstances, simulate, spot_layout
@@ -21,13 +21,20 @@ from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
 _OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
-             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start"]
+             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets"]
+# A stage's market in a plan file: all its instances on one market, or some of each.
+MIXED = "mixed"
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
 
 
 @dataclass(frozen=True, eq=False)
 class Plan:
     """GPUs and instances per stage for one job, with the simulator's prediction.
+
+    Per stage, the plan says each field once: ``stage_types``, ``markets``, ``spot_counts``
+    and ``packing`` fill in what the compact fields below leave to the cloud, and a plan file
+    (``to_dict``) writes those, one entry per stage, so a reader of ``plan.json`` never has to
+    know what an empty list stands for. Plan files written before (empty lists) still load.
 
     Attributes:
         allocation: GPUs per stage.
@@ -86,6 +93,17 @@ class Plan:
         return [self.type_clouds[t] for t in self.instance_types]
 
     @property
+    def stage_types(self) -> tuple[str, ...]:
+        """Each stage's instance type, ``cloud``'s filled in."""
+        return self.instance_types or (self.instance_type,) * len(self.allocation)
+
+    @property
+    def markets(self) -> tuple[str, ...]:
+        """Each stage's market: ``spot`` or ``on-demand`` when all its instances are on one,
+        ``mixed`` when some are spot (``spot_counts``)."""
+        return tuple(_market(spot, held) for spot, held in zip(self.spot_counts, self.instances))
+
+    @property
     def packing(self) -> tuple[int, ...]:
         """Trials per GPU per stage, 1 filled in."""
         return self.trials_per_gpu or (1,) * len(self.allocation)
@@ -107,7 +125,7 @@ class Plan:
         """One line of a 'considered plans' table."""
         return {
             "policy": self.policy,
-            "instance_type": "+".join(dict.fromkeys(self.instance_types or (self.instance_type,))),
+            "instance_type": "+".join(dict.fromkeys(self.stage_types)),
             "allocation": list(self.allocation),
             "instances": list(self.instances),
             **({"trials_per_gpu": list(self.trials_per_gpu)} if any(k > 1 for k in self.trials_per_gpu) else {}),
@@ -127,8 +145,9 @@ class Plan:
             "instances": list(self.instances),
             "gpus_per_trial": list(self.gpus_per_trial),
             "spot_instances": list(self.spot_counts),
-            "instance_types": list(self.instance_types),
-            "trials_per_gpu": list(self.trials_per_gpu),
+            "markets": list(self.markets),
+            "instance_types": list(self.stage_types),
+            "trials_per_gpu": list(self.packing),
             "type_clouds": {name: c.to_dict() for name, c in self.type_clouds.items()},
             **({"held_at_start": self.held_at_start.to_dict()} if self.held_at_start is not None else {}),
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
@@ -182,7 +201,8 @@ class Plan:
                    for key in ("allocation", "instances", "gpus_per_trial")}
         spot = tuple(_ints(data["spot_instances"], f"{where}.spot_instances", minimum=0, length=len(stages))) \
             if data.get("spot_instances") is not None else ()
-        types, packing, type_clouds = _types_packing(data, where, len(stages))
+        cloud = CloudProfile.from_dict(data["cloud"], f"{where}.cloud")
+        types, packing, type_clouds = _types_packing(data, where, len(stages), cloud)
         deadline = data["deadline_s"]
         if deadline != math.inf:    # a plan of your own allocation may have no deadline
             deadline = number(deadline, f"{where}.deadline_s", positive=True)
@@ -196,15 +216,17 @@ class Plan:
             raise SpecError(f"{where}.warnings: expected a list of strings")
         seed = integer(data.get("seed", 0), f"{where}.seed", minimum=0)
         predicted = _predicted(data["predicted"], f"{where}.predicted", vectors, seed)
-        return cls(
+        plan = cls(
             allocation=vectors["allocation"], instances=vectors["instances"], gpus_per_trial=vectors["gpus_per_trial"],
             predicted=predicted, deadline_s=float(deadline), policy=data["policy"], spec=spec,
-            cloud=CloudProfile.from_dict(data["cloud"], f"{where}.cloud"), confidence=confidence,
+            cloud=cloud, confidence=confidence,
             samples=integer(data.get("samples", 0), f"{where}.samples", minimum=0), seed=seed,
             considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
             spot_instances=spot, instance_types=types, trials_per_gpu=packing, type_clouds=type_clouds,
             held_at_start=_held(data.get("held_at_start"), f"{where}.held_at_start"),
         )
+        _check_markets(plan, data.get("markets"), where)
+        return plan
 
 
 def _held(value: Any, where: str) -> HeldInstances | None:
@@ -220,10 +242,12 @@ def _held(value: Any, where: str) -> HeldInstances | None:
         raise SpecError(str(exc).replace("held_at_start", where, 1)) from None
 
 
-def _types_packing(data: dict[str, Any], where: str, stages: int) -> tuple[tuple[str, ...], tuple[int, ...],
-                                                                         dict[str, CloudProfile]]:
-    """A plan file's ``instance_types`` (each with its profile in ``type_clouds``) and
-    ``trials_per_gpu``, empty when absent."""
+def _types_packing(data: dict[str, Any], where: str, stages: int,
+                   cloud: CloudProfile) -> tuple[tuple[str, ...], tuple[int, ...], dict[str, CloudProfile]]:
+    """A plan file's ``instance_types`` (each with its profile in ``type_clouds``, ``cloud``'s
+    own type with ``cloud``) and ``trials_per_gpu``, as ``Plan`` keeps them: empty when every
+    stage is on ``cloud``'s type (a file written before says so with an empty list) or packs
+    nothing."""
     packing = tuple(_ints(data["trials_per_gpu"], f"{where}.trials_per_gpu", length=stages)) \
         if data.get("trials_per_gpu") else ()
     names = data.get("instance_types") or []
@@ -233,11 +257,41 @@ def _types_packing(data: dict[str, Any], where: str, stages: int) -> tuple[tuple
     if not isinstance(raw, dict):
         raise SpecError(f"{where}.type_clouds: expected a mapping of instance type to its cloud profile")
     clouds = {str(k): CloudProfile.from_dict(v, f"{where}.type_clouds.{k}") for k, v in raw.items()}
+    if names and len(set(names)) == 1 and not clouds and names[0] != cloud.instance_type:
+        raise SpecError(f"{where}.instance_types: says {names[0]} for every stage but {where}.cloud.instance_type is "
+                        f"{cloud.instance_type}; make them the same (cloud is stage 0's type)")
     for i, name in enumerate(names):
-        if name not in clouds:
+        if name not in clouds and name != cloud.instance_type:
             raise SpecError(f"{where}.instance_types[{i}]: {name!r} has no profile in {where}.type_clouds; "
                             "plan it again with `rubberband plan EXPERIMENT --out PLAN_JSON`")
-    return tuple(names), packing, clouds
+    if set(names) <= {cloud.instance_type} and set(clouds) <= {cloud.instance_type}:
+        names, clouds = [], {}
+    elif names:
+        clouds.setdefault(cloud.instance_type, cloud)
+    return tuple(names), packing if set(packing) != {1} else (), clouds
+
+
+def _market(spot: int, held: int) -> str:
+    return Market.SPOT.value if spot == held else Market.ON_DEMAND.value if spot == 0 else MIXED
+
+
+def _check_markets(plan: Plan, markets: Any, where: str) -> None:
+    """A plan file's ``markets`` (one per stage, written for its reader) must say what its spot
+    instances do: it is read off ``spot_instances``, so an edit of one must keep the other."""
+    if markets is None:
+        return
+    n = len(plan.allocation)
+    if not isinstance(markets, list) or len(markets) != n:
+        raise SpecError(f"{where}.markets: expected {n} markets, one per stage, got {markets!r}")
+    try:
+        derived = plan.markets
+    except SpecError as exc:
+        raise SpecError(f"{where}.{exc}") from None
+    for i, (given, market) in enumerate(zip(markets, derived)):
+        if given != market:
+            raise SpecError(f"{where}.markets[{i}]: says {given!r} but spot_instances[{i}] puts {plan.spot_counts[i]} of "
+                            f"the stage's {plan.instances[i]} instances on spot, which is {market!r}; make them agree "
+                            "(or drop markets: it is read off spot_instances)")
 
 
 def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],

@@ -128,6 +128,7 @@ def test_plans_that_do_not_fit_the_experiment_are_rejected(changes, pattern):
 def test_a_plan_on_a_type_outside_the_experiments_catalog_is_rejected():
     data = plan_dict()
     data["cloud"]["instance_type"] = "p9.mega"
+    data["instance_types"] = ["p9.mega"] * len(data["instance_types"])    # the file names each stage's type
     with pytest.raises(SpecError, match=r"^plan\.cloud\.instance_type: 'p9\.mega' is not in the experiment's cloud profile"):
         check(json.dumps(data))
 
@@ -188,7 +189,8 @@ def test_a_spot_plan_says_which_instances_are_spot_and_survives_its_json():
     assert plan.spot_counts == plan.instances
     data = json.loads(plan.to_json())
     assert data["spot_instances"] == list(plan.instances)
-    mixed = Plan.from_dict({**data, "spot_instances": [8, 0, 0, 0]})
+    # The file says each stage's market too (issue #22): an edit of the spot instances keeps it.
+    mixed = Plan.from_dict({**data, "spot_instances": [8, 0, 0, 0], "markets": ["spot"] + ["on-demand"] * 3})
     assert mixed.spot_counts == (8, 0, 0, 0)
     replayed = simulate_plan(mixed, exp.model, samples=200, seed=1)
     assert replayed.stages[0].spot_instances == 8 and replayed.stages[1].spot_instances == 0
