@@ -62,14 +62,16 @@ class ProgressLine:
         self.clock = clock
         self.start = self.last = clock()
         self.width = 0
+        self.step: tuple = ()
 
     def __call__(self, p) -> None:
         now = self.clock()
-        if not self.on or now - self.start < PROGRESS_AFTER_S or (self.width and now - self.last < PROGRESS_EVERY_S):
+        step = p.step       # a new step always shows: the work it names may take long
+        if not self.on or now - self.start < PROGRESS_AFTER_S or (
+                self.width and now - self.last < PROGRESS_EVERY_S and step == self.step):
             return
-        self.last = now
-        where = f"scenario {p.scenario} of {p.scenarios}, " if p.scenarios else ""
-        text = f"planning: {where}stage {p.stage} of {p.stages}, {p.kept:,} candidates kept"
+        self.last, self.step = now, step
+        text = f"planning: {p.describe()}"
         self.stream.write("\r" + text.ljust(self.width))
         self.stream.flush()
         self.width = max(self.width, len(text))

@@ -398,7 +398,7 @@ def cheaper_plan(table: StageTable, deadline_s: float, policy: str, confidence: 
     candidates = get_policy(policy)(table, deadline_s, confidence, cost_cap=cost_cap, progress=progress)
     if math.isfinite(cost_cap):
         candidates = [c for c in candidates if c.cost_usd < cost_cap]
-    chosen = choose(table, candidates, deadline_s, confidence, max_simulations)
+    chosen = choose(table, candidates, deadline_s, confidence, max_simulations, progress)
     if chosen is None:
         return None
     candidate, result = chosen

@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
-from rubberband.plan.search import PathPlan, Progress, StageGraph, costly_survivors, pareto_front
+from rubberband.plan.search import (
+    SIMULATING,
+    PathPlan,
+    PlanProgress,
+    Progress,
+    StageGraph,
+    costly_survivors,
+    pareto_front,
+)
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
 
@@ -65,7 +73,8 @@ def _candidate(table: StageTable, allocation, instances=None, note: str = "") ->
 
 
 def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
-           confidence: float | None, max_simulations: int = MAX_FULL_SIMULATIONS) -> tuple[Candidate, Any] | None:
+           confidence: float | None, max_simulations: int = MAX_FULL_SIMULATIONS,
+           progress: Progress | None = None) -> tuple[Candidate, Any] | None:
     """Simulate candidates in full, cheapest surrogate first, and keep the cheapest that meets
     the constraint.
 
@@ -78,6 +87,7 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     table, since mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
     A candidate whose per-sample JCT floor (``plan_floor``) already misses the constraint is
     passed over without a simulation: its full simulation could only read later.
+    ``progress`` hears of each simulation as it starts (``PlanProgress``, phase ``simulating``).
     """
     eps = 1e-9 * deadline_s
     pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
@@ -93,13 +103,15 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
         if result is not None and meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
     sims = 0
-    for cand in pool:
+    for left, cand in enumerate(pool):
         if sims >= max_simulations or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
             break
         if table.simulated(cand.allocation, cand.instances) is not None:
             continue
         if cannot_meet(table, cand, deadline_s, confidence):
             continue
+        if progress is not None:
+            progress(PlanProgress(sims + 1, min(len(pool) - left, max_simulations - sims) + sims, 0, phase=SIMULATING))
         result = table.simulate(cand.allocation, cand.instances)
         sims += 1
         if meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
@@ -378,20 +390,20 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     graph = StageGraph(table.optimistic(), deadline_s, progress=progress)
     if _cannot_beat(graph, deadline_s, cost_cap):
         return statics(table, deadline_s, cost_cap)
-    incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap)]
+    incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap, progress)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
     if lam is None and math.isfinite(cap):      # a cap from elsewhere: the hull's weight still bounds
         hull = graph.hull_plan(deadline_s)
         lam = hull[1] if hull is not None else None
-    costly = costly_survivors(graph, deadline_s, cap, lam)
+    costly = costly_survivors(graph, deadline_s, cap, lam, progress)
     allocations = [[a for a in table.candidates(i, deadline_s) if table.simulated_cheaply(i, a)] + costly[i]
                    for i in range(table.num_stages)]
     if not all(allocations):      # a stage none of whose allocations can be in a plan within the cap
         return [_candidate(table, p.allocation, p.instances) for p, *_ in filter(None, incumbents)] \
             + statics(table, deadline_s, cap)
     graph = StageGraph(table, deadline_s, allocations, progress)
-    incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap))
+    incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap, progress))
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
     front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress)
@@ -423,7 +435,7 @@ _INCUMBENT_TRIES = 4
 
 
 def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confidence: float | None,
-               cost_cap: float = math.inf) -> tuple[PathPlan, float, float] | None:
+               cost_cap: float = math.inf, progress: Progress | None = None) -> tuple[PathPlan, float, float] | None:
     """A plan that meets the constraint in full simulation, its billed cost, and the
     Lagrangian weight that found it: the cheapest plan of the lower convex hull of ``graph``'s
     front that meets the deadline, or, when its full simulation misses the constraint (the
@@ -433,7 +445,7 @@ def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confiden
     (the search then runs uncapped), or when the plan's surrogate cost is at least
     ``cost_cap`` (a cost in hand already: no use simulating it)."""
     target = deadline_s
-    for _ in range(_INCUMBENT_TRIES):
+    for attempt in range(_INCUMBENT_TRIES):
         hull = graph.hull_plan(target)
         if hull is None:
             return None
@@ -447,6 +459,8 @@ def _incumbent(table: StageTable, graph: StageGraph, deadline_s: float, confiden
             # simulation would read) and spare the simulation.
             reached = constraint_value(plan_floor(table, plan.allocation, plan.instances), confidence)
         else:
+            if progress is not None and table.simulated(plan.allocation, plan.instances) is None:
+                progress(PlanProgress(attempt + 1, _INCUMBENT_TRIES, 0, phase=SIMULATING))
             result = table.simulate(plan.allocation, plan.instances)
             if confidence is None:
                 if result.mean_jct_s <= deadline_s * (1 + 1e-9):

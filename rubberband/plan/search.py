@@ -78,13 +78,38 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
 class PlanProgress:
     """Where a plan search is, for a progress line: stage ``stage`` (from 1) of ``stages``, with
     ``kept`` candidates left after pruning (options of the stage while the search space is laid
-    out, partial plans during the DP); ``scenario`` of ``scenarios`` in a what-if sweep."""
+    out, partial plans during the DP); ``scenario`` of ``scenarios`` in a what-if sweep.
+
+    ``phase`` says what the time goes to, so a line never sits on a stage that is done:
+    ``LAYOUT`` (the stage's options, its queues list scheduled: reported as a stage starts and
+    as it ends), ``BOUNDS`` (which costly allocations a plan may use), ``FRONT`` (the DP), and
+    ``SIMULATING`` (full simulations: ``stage`` is the one under way, ``stages`` the most there
+    may be)."""
 
     stage: int
     stages: int
     kept: int
     scenario: int = 0
     scenarios: int = 0
+    phase: str = ""
+
+    @property
+    def step(self) -> tuple:
+        """What a progress line shows every change of, however soon after the last: a stage
+        whose options are about to be laid out, a simulation about to run, a new phase or
+        scenario (the work it names may take long); counts within one may wait."""
+        return self.scenario, self.phase, self.stage if self.phase in (LAYOUT, SIMULATING) else 0
+
+    def describe(self) -> str:
+        """The progress line's text after "planning: "."""
+        where = f"scenario {self.scenario} of {self.scenarios}, " if self.scenarios else ""
+        if self.phase == SIMULATING:
+            return f"{where}simulating plan {self.stage} of at most {self.stages} in full"
+        doing = f" ({self.phase})" if self.phase else ""
+        return f"{where}stage {self.stage} of {self.stages}, {self.kept:,} candidates kept{doing}"
+
+
+LAYOUT, BOUNDS, FRONT, SIMULATING = "laying out options", "bounding", "searching plans", "simulating"
 
 
 # A callback the planner calls as it goes (the pure core never prints; the CLI draws the line).
@@ -132,12 +157,14 @@ class StageGraph:
         self.held: list[np.ndarray] = []      # per stage, per option: instances held
         self.states: list[np.ndarray] = [np.array([start], dtype=np.int64)]   # per stage: held counts before it
         for i in range(n):
+            if progress is not None:      # a stage of queues to list schedule can take a while
+                progress(PlanProgress(i + 1, n, len(cands[i]), phase=LAYOUT))
             a, h = stage_options(table, i, cands[i], needs[i], later[i])
             self.alloc.append(a)
             self.held.append(h)
             self.states.append(np.unique(h))
             if progress is not None:
-                progress(PlanProgress(i + 1, n, len(a)))
+                progress(PlanProgress(i + 1, n, len(a), phase=LAYOUT))
         self.states[n] = np.zeros(1, dtype=np.int64)    # the end: one state
         # Per stage: the state index each option leads to, and (states x options) matrices.
         self.next = [np.searchsorted(self.states[i + 1], self.held[i]) if i < n - 1
@@ -243,7 +270,7 @@ _HULL_STEPS = 64
 
 
 def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = math.inf,
-                     lam: float | None = None) -> list[list[int]]:
+                     lam: float | None = None, progress: Progress | None = None) -> list[list[int]]:
     """Per stage, the candidate allocations that are costly to simulate (a queue to list
     schedule, a stage the spot kernel runs) and that some plan meeting ``deadline_s`` at a
     surrogate cost of at most ``cost_cap`` may use.
@@ -284,6 +311,8 @@ def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = mat
             if ok.any():
                 keep.append(a)
         out.append(keep)
+        if progress is not None:
+            progress(PlanProgress(i + 1, n, len(keep), phase=BOUNDS))
     return out
 
 
@@ -389,7 +418,7 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
         T, C, S = Tn[mask], Cn[mask], Sn[mask]
         history.append((parent[mask], graph.alloc[i][option[mask]], graph.held[i][option[mask]]))
         if progress is not None:
-            progress(PlanProgress(i + 1, graph.num_stages, len(T)))
+            progress(PlanProgress(i + 1, graph.num_stages, len(T), phase=FRONT))
     order = np.lexsort((C, T))
     best_c, plans = math.inf, []
     for j in order:

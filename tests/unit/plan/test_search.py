@@ -13,7 +13,7 @@ from rubberband import Billing, BillingModel, ExperimentSpec, ModelProfile, load
 from rubberband.plan import compile_plan, whatif
 from rubberband.plan.policies import choose, optimal_policy, static_candidates
 from rubberband.plan.queue import list_schedule
-from rubberband.plan.search import PlanProgress, StageGraph, pareto_front
+from rubberband.plan.search import BOUNDS, SIMULATING, PlanProgress, StageGraph, pareto_front
 from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import Market
 from rubberband.profiles.spot import SpotMarket
@@ -123,8 +123,11 @@ def test_progress_reports_every_stage_of_the_search():
     events: list[PlanProgress] = []
     compile_plan(exp.spec, exp.model, exp.cloud, 5400.0, samples=30, progress=events.append)
     n = exp.spec.num_stages()
-    assert events and all(e.stages == n and 1 <= e.stage <= n and e.kept >= 1 and e.scenarios == 0 for e in events)
-    assert {e.stage for e in events} == set(range(1, n + 1))
+    # Full simulations are announced too (issue #22: the line names where the time goes).
+    stages = [e for e in events if e.phase != SIMULATING]
+    assert stages and all(e.stages == n and 1 <= e.stage <= n and e.scenarios == 0 for e in stages)
+    assert all(e.kept >= 1 for e in stages if e.phase != BOUNDS)      # no costly allocation may survive a stage
+    assert {e.stage for e in stages} == set(range(1, n + 1))
 
 
 def test_progress_of_a_sweep_names_each_scenario():
