@@ -402,19 +402,7 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
         keep = np.flatnonzero(keep)
         if len(keep) == 0:
             return []
-        # Per state, sorted by time (then cost): keep the points strictly cheaper than every
-        # faster one. One state at a time: small sorts are cheaper than one sort of them all.
-        by_state = keep[np.argsort(Sn[keep].astype(np.int16 if len(graph.states[i + 1]) < 2 ** 15 else np.int64),
-                                   kind="stable")]
-        Sk = Sn[by_state]
-        seg = np.flatnonzero(np.r_[True, Sk[1:] != Sk[:-1], True])
-        chosen = []
-        for s, e in zip(seg[:-1], seg[1:]):
-            idx = by_state[s:e]
-            idx = idx[np.lexsort((Cn[idx], Tn[idx]))]
-            c = Cn[idx]
-            chosen.append(idx[np.r_[True, c[1:] < np.minimum.accumulate(c)[:-1] - 1e-12]])
-        mask = np.concatenate(chosen)
+        mask = _front_per_state(Tn, Cn, Sn, keep)
         T, C, S = Tn[mask], Cn[mask], Sn[mask]
         history.append((parent[mask], graph.alloc[i][option[mask]], graph.held[i][option[mask]]))
         if progress is not None:
@@ -428,6 +416,44 @@ def pareto_front(table: StageTable, deadline_s: float = math.inf, cost_cap: floa
     return plans
 
 
+def _front_per_state(T: np.ndarray, C: np.ndarray, S: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Of the points ``idx``, per state and sorted by time then cost, those strictly cheaper (by
+    more than ``1e-12``) than every point before them in the state; in (state, time, cost)
+    order. The first of each state always stays."""
+    if len(idx) <= _ONE_SORT:
+        idx = idx[np.lexsort((C[idx], T[idx], S[idx]))]
+        s, c = S[idx], C[idx]
+        first = np.empty(len(idx), dtype=bool)
+        first[0] = True
+        np.not_equal(s[1:], s[:-1], out=first[1:])
+        # A running least cost that starts again at each state, in ranks (exact): each state's
+        # ranks are shifted below every earlier state's.
+        values, rank = np.unique(c, return_inverse=True)
+        shifted = rank.astype(np.int64) - np.cumsum(first) * (len(values) + 1)
+        least = values[np.minimum.accumulate(shifted) + np.cumsum(first) * (len(values) + 1)]
+        keep = first.copy()
+        keep[1:] |= c[1:] < least[:-1] - 1e-12
+        return idx[keep]
+    # Many points: one state at a time (small sorts are cheaper than one sort of them all).
+    by_state = idx[np.argsort(S[idx], kind="stable")]
+    s = S[by_state]
+    seg = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1], [True])))
+    chosen = []
+    for a, b in zip(seg[:-1], seg[1:]):
+        part = by_state[a:b]
+        part = part[np.lexsort((C[part], T[part]))]
+        c = C[part]
+        keep = np.empty(len(part), dtype=bool)
+        keep[0] = True
+        keep[1:] = c[1:] < np.minimum.accumulate(c)[:-1] - 1e-12
+        chosen.append(part[keep])
+    return np.concatenate(chosen)
+
+
+# Up to this many points, one sort of them all beats a sort per state.
+_ONE_SORT = 100_000
+
+
 def _blocks(T: np.ndarray, C: np.ndarray, S: np.ndarray, dur: np.ndarray, cost: np.ndarray,
             key: np.ndarray | None) -> tuple[np.ndarray, list[tuple[int, int, int, np.ndarray]]]:
     """The sources a stage's options meet: ``(pool, [(start, end, row, options)])``, each source
@@ -436,7 +462,7 @@ def _blocks(T: np.ndarray, C: np.ndarray, S: np.ndarray, dur: np.ndarray, cost: 
     state above it; the rest meet a merged front of all the states from which they are the same
     (``pareto_front``'s docstring)."""
     present, first = np.unique(S, return_index=True)
-    ends = np.r_[first[1:], len(S)]
+    ends = np.append(first[1:], len(S))
     top = present[-1]
     same = (dur[present] == dur[top][None, :]) & (cost[present] == cost[top][None, :])
     # Per option: the first present state from which every row above is the top one's.
@@ -465,10 +491,12 @@ def _suffix_fronts(T: np.ndarray, C: np.ndarray, first: np.ndarray, ks: np.ndarr
     front = np.zeros(0, dtype=np.int64)
     end = len(T)
     for k in sorted((int(k) for k in ks), reverse=True):
-        idx = np.r_[np.arange(first[k], end), front]
+        idx = np.concatenate((np.arange(first[k], end), front))
         idx = idx[np.lexsort((C[idx], T[idx]))]
         c = C[idx]
-        keep = np.r_[True, c[1:] < np.minimum.accumulate(c)[:-1]]
+        keep = np.empty(len(idx), dtype=bool)
+        keep[0] = True
+        keep[1:] = c[1:] < np.minimum.accumulate(c)[:-1]
         front, end = idx[keep], int(first[k])
         yield k, front
 

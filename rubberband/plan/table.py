@@ -190,6 +190,7 @@ class StageTable:
         self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self._init_cache: dict[tuple[int, int], float] = {}
+        self._init_arrays: dict[int, np.ndarray] = {}     # per stage: init_s for 0, 1, 2, ... (init_means)
         # Per (stage, GPUs per trial): the slowest and the summed TRAIN duration, per sample.
         self._work_stats: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         # Full simulations by (markets, allocation, held), shared by every table derived from this one.
@@ -388,6 +389,20 @@ class StageTable:
             self._init_cache[key] = float(self.draws[stage].init_max(self.cloud, new).mean())
         return self._init_cache[key]
 
+    def init_means(self, stage: int, upto: int) -> np.ndarray:
+        """``init_s(stage, n)`` for every ``n`` from 0 to ``upto``, as one array (the same numbers:
+        each row's mean, taken for all rows at once). Grown on demand and kept."""
+        have = self._init_arrays.get(stage, np.zeros(1))
+        if len(have) <= upto:
+            draws, count = self.draws[stage], upto + 1 - len(have)
+            if self.cloud.init_latency_s.is_constant:       # every count's row is the same constant
+                means = np.full(count, float(draws.init_max(self.cloud, 1).mean()))
+            else:
+                draws.init_max(self.cloud, upto)        # the most rows first: a larger count draws them all again
+                means = np.array([draws.init_max(self.cloud, n) for n in range(len(have), upto + 1)]).mean(axis=1)
+            have = self._init_arrays[stage] = np.r_[have, means]
+        return have
+
     def stage(self, i: int, allocation: int, held: int, previous: int) -> tuple[float, float]:
         """Mean duration and surrogate cost of stage ``i`` (see the module docstring)."""
         entry = self.entry(i, allocation)
@@ -415,9 +430,7 @@ class StageTable:
         column = column.reshape(np.shape(allocations))
         entries = [self.entry(i, int(a)) for a in distinct]
         new = np.maximum(0, held - self.previous_held(i, previous))
-        init = np.zeros(int(new.max()) + 1)
-        for n in np.unique(new):
-            init[n] = self.init_s(i, int(n))
+        init = self.init_means(i, int(new.max()))
         duration = np.array([e.train_s for e in entries])[column] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
         reclaim_s = np.array([e.reclaim_s for e in entries])[column]

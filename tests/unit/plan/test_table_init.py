@@ -1,0 +1,30 @@
+"""``StageTable.init_means`` (plan/table.py): E[max of n INIT] for every n at once, the very
+numbers ``init_s`` gives one at a time, so ``stage_many`` still equals ``stage`` to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rubberband import ExperimentSpec
+from rubberband.plan.table import StageTable
+from rubberband.profiles.distributions import Constant, LogNormal, Normal
+
+from .test_search import fig12, wide_model
+
+
+@pytest.mark.parametrize("init", [Normal(30.0, 9.0), LogNormal(40.0, 20.0), Constant(0.1)], ids=["normal", "lognormal", "constant"])
+@pytest.mark.parametrize("samples", [37, 200])
+def test_init_means_are_init_s_to_the_bit(init, samples):
+    cloud = fig12().cloud.replace(init_latency_s=init)
+    spec = ExperimentSpec.sha(16, 4, 64, 2)
+    one, many = (StageTable(spec, wide_model(4), cloud, samples=samples, seed=9) for _ in range(2))
+    assert np.array_equal(many.init_means(1, 40)[1:], [one.init_s(1, n) for n in range(1, 41)])
+    assert many.init_means(1, 60)[0] == 0.0 and len(many.init_means(1, 5)) == 61     # grown, never shrunk
+    previous = np.arange(0, 12)[:, None]
+    held = np.arange(1, 13)[None, :]
+    allocations = np.full(held.shape, 16)
+    d, c = many.stage_many(1, allocations, held, previous)
+    for p in range(previous.shape[0]):
+        for h in range(held.shape[1]):
+            assert (d[p, h], c[p, h]) == one.stage(1, 16, int(held[0, h]), int(previous[p, 0]))
