@@ -11,11 +11,14 @@ between calls). Part 2 times the optimal planner on the scale cases of issue #14
 each against its target: the Figure 12 shape with a profile up to 64 GPUs per trial,
 ``t(g) = 12 (0.05 + 0.95 / g)`` s with a 10% std (``wide_profile``); HyperBand(1 -> 81,
 eta 3) chained (15 stages) with that profile, at a deadline that binds (10 min) and one no plan
-meets (7 min); SHA(1000, 4, 4096, 3) at 1,000 samples; and
+meets (7 min), and (issue #22) on p3.2xlarge, one GPU per instance (5,184 in the widest stage),
+at 1.5x its shortest mean JCT with 100 samples; SHA(1000, 4, 4096, 3) at 1,000 samples; and
 SHA(512) with ``market="auto"`` at confidence 0.95, on a rate model (spot at 30% of the price,
 0.3 reclaims per instance-hour, 120 s notice) and on a trace zone (us-west-2b); and SHA(512) with
 ``instance_type="auto"`` on the three p3 sizes (a type per stage), on-demand and with
-``market="auto"`` at confidence 0.95. Part 3 plans every example experiment with every policy at
+``market="auto"`` at confidence 0.95. Every case's target is 1 s (issue #22); next to the best
+wall seconds the table gives the best CPU seconds of the process, the planner's own work on a
+shared machine. Part 3 plans every example experiment with every policy at
 its own deadline and compares their mean costs. Part 4 (issue #14 item 3): the paper's jobs on
 p3.2xlarge / p3.8xlarge / p3.16xlarge with a data cost per launch (20 GB at $0.02/GB, $0.40 a
 launch), the best single-type plan against the plan with a type per stage. Part 5 (issue #16
@@ -94,8 +97,13 @@ def wide_profile(base: ModelProfile) -> ModelProfile:
                                    "measured_on": dict(base.measured_on)})
 
 
+# Issue #22: every scale case plans in under a second (issue #14 asked for 1 to 5 s).
+TARGET_S = 1.0
+
+
 def scale_cases() -> list[tuple[str, float, dict]]:
-    """Issue #14's cases: (name, target seconds, compile_plan arguments)."""
+    """Issue #14's cases and issue #22's HyperBand(81) on one GPU per instance: (name, target
+    seconds, compile_plan arguments)."""
     exp = load_experiment(ROOT / "experiments" / "resnet50_sha512.yaml")
     wide, cloud = wide_profile(exp.model), exp.cloud
     traces = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
@@ -108,21 +116,21 @@ def scale_cases() -> list[tuple[str, float, dict]]:
     p3 = p3_catalog(exp, spot=True)
     one_gpu = exp.catalog.with_overrides(exp.cloud_overrides).get("p3.2xlarge")
     return [
-        ("SHA(512) 64-GPU profile, 100 samples", 1.0, dict(spec=exp.spec, samples=100, **common)),
-        ("SHA(512) 64-GPU profile, 200 samples", 2.0, dict(spec=exp.spec, samples=200, **common)),
-        ("HyperBand(1->81, eta 3) chained, 10 min, 200 samples", 3.0,
+        ("SHA(512) 64-GPU profile, 100 samples", TARGET_S, dict(spec=exp.spec, samples=100, **common)),
+        ("SHA(512) 64-GPU profile, 200 samples", TARGET_S, dict(spec=exp.spec, samples=200, **common)),
+        ("HyperBand(1->81, eta 3) chained, 10 min, 200 samples", TARGET_S,
          dict(spec=hyperband, samples=200, **{**common, "deadline_s": 600.0})),
-        ("HyperBand(1->81, eta 3) chained, 7 min (infeasible)", 3.0,
+        ("HyperBand(1->81, eta 3) chained, 7 min (infeasible)", TARGET_S,
          dict(spec=hyperband, samples=200, **{**common, "deadline_s": 420.0})),
-        ("HyperBand(1->81, eta 3) chained, p3.2xlarge, 1.5x shortest JCT, 100 samples", 1.0,
+        ("HyperBand(1->81, eta 3) chained, p3.2xlarge, 1.5x shortest JCT, 100 samples", TARGET_S,
          dict(spec=hyperband, samples=100, model=wide, cloud=one_gpu,
               deadline_s=1.5 * shortest_jct_s(hyperband, wide, one_gpu, 100))),
-        ("SHA(1000,4,4096,3), 1000 samples", 5.0, dict(spec=ExperimentSpec.sha(1000, 4, 4096, 3), samples=1000, **common)),
-        ("SHA(512) market auto, rate 0.3/h, p 0.95", 2.0, dict(cloud=rate, **markets)),
-        ("SHA(512) market auto, trace us-west-2b, p 0.95", 2.0, dict(cloud=zone, **markets)),
-        ("SHA(512) a type per stage (p3 2x/8x/16x), 200 samples", 2.0,
+        ("SHA(1000,4,4096,3), 1000 samples", TARGET_S, dict(spec=ExperimentSpec.sha(1000, 4, 4096, 3), samples=1000, **common)),
+        ("SHA(512) market auto, rate 0.3/h, p 0.95", TARGET_S, dict(cloud=rate, **markets)),
+        ("SHA(512) market auto, trace us-west-2b, p 0.95", TARGET_S, dict(cloud=zone, **markets)),
+        ("SHA(512) a type per stage (p3 2x/8x/16x), 200 samples", TARGET_S,
          dict(spec=exp.spec, model=exp.model, cloud=p3, deadline_s=exp.deadline_s, samples=200, instance_type="auto")),
-        ("SHA(512) a type per stage x market auto, p 0.95", 2.0, dict(cloud=p3, instance_type="auto", **markets)),
+        ("SHA(512) a type per stage x market auto, p 0.95", TARGET_S, dict(cloud=p3, instance_type="auto", **markets)),
     ]
 
 

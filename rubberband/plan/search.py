@@ -54,8 +54,10 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
     entries = [table.entry(i, int(a)) for a in cands]
     train = np.array([e.train_s for e in entries])
     busy = np.array([e.busy_usd for e in entries])
-    later_set = set(later.tolist())
     types = table.state_types      # a held count of one type cannot hold another's instances
+    if table.per_instance and len(cands):
+        return _fastest_per_count(cands, needs, later, train, types)
+    later_set = set(later.tolist())
     out_a, out_h = [], []
     for h in np.union1d(needs, later):
         allowed = np.flatnonzero((needs == h) | (((needs < h) & (needs % types == h % types))
@@ -72,6 +74,33 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
         out_a.append(cands[keep])
         out_h.append(np.full(len(keep), h, dtype=np.int64))
     return np.concatenate(out_a), np.concatenate(out_h)
+
+
+def _fastest_per_count(cands: np.ndarray, needs: np.ndarray, later: np.ndarray, train: np.ndarray,
+                       types: int) -> tuple[np.ndarray, np.ndarray]:
+    """``stage_options`` under per-instance billing, for every held count at once: per count
+    ``h``, the fastest allocation (ties: the smaller) of those needing exactly ``h``, or, when a
+    later stage needs ``h``, fewer of the same type. Each candidate's place in one sort by
+    (time, allocation) decides, so the choice is the one a sort of each count's own would make."""
+    rank = np.empty(len(cands), dtype=np.int64)
+    rank[np.lexsort((cands, train))] = np.arange(len(cands))
+    counts = np.union1d(needs, later)
+    best = np.full(len(counts), len(cands), dtype=np.int64)         # least rank per count; len: none
+    np.minimum.at(best, np.searchsorted(counts, needs), rank)
+    is_later = np.isin(counts, later)
+    for r in np.unique(counts % types):
+        mine = np.flatnonzero(needs % types == r)
+        if not len(mine):
+            continue
+        by_need = mine[np.argsort(needs[mine], kind="stable")]
+        least = np.minimum.accumulate(rank[by_need])                  # least rank among needs up to each
+        at = np.flatnonzero(is_later & (counts % types == r))
+        below = np.searchsorted(needs[by_need], counts[at], side="left") - 1     # needs strictly below h
+        ok = below >= 0
+        best[at[ok]] = np.minimum(best[at[ok]], least[below[ok]])
+    found = best < len(cands)
+    order = np.argsort(rank)                                          # rank -> candidate
+    return cands[order[best[found]]], counts[found].astype(np.int64)
 
 
 @dataclass(frozen=True)
