@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
+from rubberband.profiles.cloud import Market
 from rubberband.profiles.distributions import Constant, Normal
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import SpotMarket
 from rubberband.simulator import simulate
 from rubberband.spec import ExperimentSpec
+from rubberband.testing.builders import cloud_profile, spot_cloud
 from rubberband.testing.spot_oracle import one_instance_job
 
 MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0.1), 8: Normal(0.8, 0.08)},
@@ -18,21 +19,12 @@ MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0
 SPEC = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)
 
 
-def _cloud(market=Market.SPOT, spot=None, **kw):
-    spot = spot if spot is not None else SpotMarket()
-    base = dict(instance_type="p3.8xlarge", gpus_per_instance=4, price_usd_per_hour=12.24,
-                spot_price_usd_per_hour=3.67, market=market, spot=spot,
-                provision_latency_s=Normal(30.0, 5.0), init_latency_s=Normal(60.0, 10.0),
-                data=DataCost(0.15, 0.09))
-    return CloudProfile(**{**base, **kw})
-
-
 ALLOCATION = [16, 8, 8, 4, 2]
 
 
 def test_with_every_rate_at_zero_a_spot_plan_is_an_on_demand_plan_at_the_spot_price_to_the_last_bit():
-    spot = simulate(SPEC, ALLOCATION, MODEL, _cloud(spot=SpotMarket(notice_s=120)), samples=300, seed=3)
-    priced = _cloud(market=Market.ON_DEMAND, price_usd_per_hour=3.67, spot_price_usd_per_hour=None)
+    spot = simulate(SPEC, ALLOCATION, MODEL, spot_cloud(spot=SpotMarket(notice_s=120)), samples=300, seed=3)
+    priced = spot_cloud(market=Market.ON_DEMAND, price_usd_per_hour=3.67, spot_price_usd_per_hour=None)
     on_demand = simulate(SPEC, ALLOCATION, MODEL, priced, samples=300, seed=3)
     assert np.array_equal(spot.jct_s, on_demand.jct_s)
     assert np.array_equal(spot.cost_usd, on_demand.cost_usd)
@@ -40,15 +32,15 @@ def test_with_every_rate_at_zero_a_spot_plan_is_an_on_demand_plan_at_the_spot_pr
 
 
 def test_an_on_demand_stage_in_a_spot_market_is_never_interrupted():
-    risky = _cloud(spot=SpotMarket(rate_per_hour=5.0))
+    risky = spot_cloud(spot=SpotMarket(rate_per_hour=5.0))
     none_spot = simulate(SPEC, ALLOCATION, MODEL, risky, samples=200, seed=1, spot_instances=[0] * 5)
-    on_demand = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND), samples=200, seed=1)
+    on_demand = simulate(SPEC, ALLOCATION, MODEL, spot_cloud(market=Market.ON_DEMAND), samples=200, seed=1)
     assert np.array_equal(none_spot.jct_s, on_demand.jct_s)
     assert np.array_equal(none_spot.cost_usd, on_demand.cost_usd)
 
 
 def test_more_spot_instances_are_cheaper_and_slower_and_reclaims_are_counted():
-    risky = _cloud(spot=SpotMarket(notice_s=120, rate_per_hour=2.0))
+    risky = spot_cloud(spot=SpotMarket(notice_s=120, rate_per_hour=2.0))
     held = simulate(SPEC, ALLOCATION, MODEL, risky, samples=400, seed=2, spot_instances=[0] * 5).instances
     results = [simulate(SPEC, ALLOCATION, MODEL, risky, samples=400, seed=2,
                         spot_instances=[min(k, h) for h in held]) for k in (0, 1, 2, 4)]
@@ -67,11 +59,10 @@ ONE_GPU = ModelProfile({1: Normal(2.0, 0.3)}, trial_startup_s=Normal(5.0, 1.0), 
 @pytest.mark.parametrize("notice", [0.0, 120.0])
 def test_one_instance_agrees_with_a_renewal_process(notice):
     spec = ExperimentSpec.sha(num_trials=8, min_iters=40, max_iters=640, eta=2)
-    cloud = CloudProfile(instance_type="p3.2xlarge", gpus_per_instance=1, price_usd_per_hour=3.06,
-                         spot_price_usd_per_hour=0.92, market=Market.SPOT,
-                         spot=SpotMarket(notice_s=notice, rate_per_hour=3.0),
-                         provision_latency_s=Normal(60.0, 10.0), init_latency_s=Normal(90.0, 15.0),
-                         billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0), data=DataCost(1.0, 0.02))
+    cloud = cloud_profile("p3.2xlarge", 1, 3.06, spot_price_usd_per_hour=0.92, market=Market.SPOT,
+                          spot=SpotMarket(notice_s=notice, rate_per_hour=3.0), provision_s=Normal(60.0, 10.0),
+                          init_s=Normal(90.0, 15.0), granularity_s=1.0, minimum_s=60.0, dataset_gb=1.0,
+                          usd_per_gb=0.02)
     sim = simulate(spec, [1] * spec.num_stages(), ONE_GPU, cloud, samples=4000, seed=0)
     jct, cost = one_instance_job([(s.num_trials, s.iters) for s in spec.stages], ONE_GPU.latency(1),
                                  ONE_GPU.trial_startup_s, ONE_GPU.sync_s, cloud.provision_latency_s,
@@ -91,17 +82,17 @@ def test_one_instance_agrees_with_a_renewal_process(notice):
 )
 def test_bad_spot_counts_name_the_stage(spot_instances, pattern):
     with pytest.raises(SpecError, match=pattern):
-        simulate(SPEC, ALLOCATION, MODEL, _cloud(), samples=10, spot_instances=spot_instances)
+        simulate(SPEC, ALLOCATION, MODEL, spot_cloud(), samples=10, spot_instances=spot_instances)
 
 
 def test_spot_needs_a_spot_price():
-    cloud = _cloud(market=Market.ON_DEMAND, spot_price_usd_per_hour=None)
+    cloud = spot_cloud(market=Market.ON_DEMAND, spot_price_usd_per_hour=None)
     with pytest.raises(SpecError, match=r"spot_instances: p3\.8xlarge has no spot_price_usd_per_hour"):
         simulate(SPEC, ALLOCATION, MODEL, cloud, samples=10, spot_instances=[1, 0, 0, 0, 0])
 
 
 def test_a_stage_that_changes_market_launches_all_its_instances():
-    risky = _cloud(spot=SpotMarket(rate_per_hour=1.0))
+    risky = spot_cloud(spot=SpotMarket(rate_per_hour=1.0))
     r = simulate(SPEC, ALLOCATION, MODEL, risky, samples=50, seed=0, spot_instances=[4, 0, 0, 0, 0])
     held = r.instances
     assert [s.new_instances for s in r.stages][:2] == [held[0], held[1]]     # spot -> on-demand: all new
@@ -111,7 +102,7 @@ def test_a_stage_that_changes_market_launches_all_its_instances():
 
 # --- edges a review found -------------------------------------------------------------------
 def test_instances_reclaimed_faster_than_they_can_start_is_one_error_not_a_hang():
-    hopeless = _cloud(spot=SpotMarket(rate_per_hour=1e6))
+    hopeless = spot_cloud(spot=SpotMarket(rate_per_hour=1e6))
     with pytest.raises(SpecError, match=r"spot\.preemption: spot instances are reclaimed faster than they can start"):
         simulate(SPEC, ALLOCATION, MODEL, hopeless, samples=5, seed=0)
 
@@ -121,14 +112,13 @@ def test_a_trace_zone_with_only_short_available_stretches_is_one_error_not_a_han
 
     flicker = SpotTrace("z", 1, np.array([0.0, 10.0]), np.array([1, 0]), 100.0)   # up 10 s in 100
     with pytest.raises(SpecError, match=r"zone z's available stretches"):
-        simulate(SPEC, ALLOCATION, MODEL, _cloud(spot=SpotMarket(trace=flicker)), samples=5, seed=0)
+        simulate(SPEC, ALLOCATION, MODEL, spot_cloud(spot=SpotMarket(trace=flicker)), samples=5, seed=0)
 
 
 def test_per_function_billing_prices_each_stage_at_its_market():
-    per_function = Billing(BillingModel.PER_FUNCTION)
-    od = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND, billing=per_function), samples=50,
+    od = simulate(SPEC, ALLOCATION, MODEL, spot_cloud(market=Market.ON_DEMAND, per_function=True), samples=50,
                   spot_instances=[0] * 5)
-    spot = simulate(SPEC, ALLOCATION, MODEL, _cloud(market=Market.ON_DEMAND, billing=per_function), samples=50,
+    spot = simulate(SPEC, ALLOCATION, MODEL, spot_cloud(market=Market.ON_DEMAND, per_function=True), samples=50,
                     spot_instances=list(od.instances))
     data = 0.15 * 0.09 * sum(s.new_instances for s in od.stages)
     assert spot.mean_cost_usd - data == pytest.approx((od.mean_cost_usd - data) * 3.67 / 12.24)
@@ -149,9 +139,8 @@ STEADY_SCALE, STEADY_INIT = Constant(30.0), Constant(60.0)
 def _gang_cloud(nodes, provision=STEADY_SCALE, init=STEADY_INIT):
     counts = [(t, min(c, nodes)) for t, c in COUNTS]
     trace = SpotTrace("g", nodes, np.array([t for t, _ in counts]), np.array([c for _, c in counts]), 3600.0)
-    return counts, CloudProfile(instance_type="g1", gpus_per_instance=1, price_usd_per_hour=3.0,
-                                spot_price_usd_per_hour=1.0, market=Market.SPOT, spot=SpotMarket(trace=trace),
-                                provision_latency_s=provision, init_latency_s=init)
+    return counts, cloud_profile("g1", 1, 3.0, spot_price_usd_per_hour=1.0, market=Market.SPOT,
+                                 spot=SpotMarket(trace=trace), provision_s=provision, init_s=init)
 
 
 def _oracle(cloud, counts, model, samples, seed):
