@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import CloudProfile, ExperimentSpec
 from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver
 from rubberband.executor.ledger import Ledger, TrialRun
 from rubberband.executor.run import ledger_from_events
 from rubberband.plan import plan_allocation
 from rubberband.simulator import simulate
+from rubberband.testing.builders import fake_cloud, model_profile
 from rubberband.testing.fakes import make_fakes
 
 EXACT = {"rel": 1e-12, "abs": 1e-12}
-PRICE = 3.6                      # USD per hour: 0.001 USD per second
-
-
-def cloud(G: int = 4, per_function: bool = False, granularity_s: float = 1, minimum_s: float = 60,  # noqa: N803
-          dataset_gb: float = 0.0, usd_per_gb: float = 0.0, provision_s: float = 10, init_s: float = 5) -> CloudProfile:
-    billing = {"model": "per_function"} if per_function else \
-        {"model": "per_instance", "granularity_s": granularity_s, "minimum_s": minimum_s}
-    return CloudProfile.from_dict({
-        "instance_type": "fake.gpu", "gpus_per_instance": G, "price_usd_per_hour": PRICE, "billing": billing,
-        "provision_latency_s": provision_s, "init_latency_s": init_s,
-        "data": {"dataset_gb": dataset_gb, "price_usd_per_gb": usd_per_gb},
-    })
+PRICE = 3.6                      # fake_cloud's price, USD per hour: 0.001 USD per second
 
 
 def launched(ledger: Ledger, name: str, start: float, end: float | None, stage: int = 0,
@@ -49,14 +39,14 @@ def launched(ledger: Ledger, name: str, start: float, end: float | None, stage: 
     (0, 60, 0, 0),
 ])
 def test_an_instance_is_billed_rounded_up_and_at_least_the_minimum(lifetime, granularity, minimum, billed):
-    ledger = Ledger(cloud(granularity_s=granularity, minimum_s=minimum))
+    ledger = Ledger(fake_cloud(4, granularity_s=granularity, minimum_s=minimum))
     rec = launched(ledger, "i1", 5.0, 5.0 + lifetime)
     assert ledger.instance_cost_usd(rec, now=1e9) == pytest.approx(billed * PRICE / 3600, **EXACT)
     assert ledger.cost_usd(now=1e9) == pytest.approx(billed * PRICE / 3600, **EXACT)
 
 
 def test_a_running_instance_is_billed_up_to_now_and_an_unlaunched_one_not_at_all():
-    ledger = Ledger(cloud(minimum_s=0, dataset_gb=10, usd_per_gb=0.02))
+    ledger = Ledger(fake_cloud(4, minimum_s=0, dataset_gb=10, usd_per_gb=0.02))
     launched(ledger, "i1", 0.0, None)
     ledger.request("i2", 0.0, 0)                      # requested, never running
     assert [r.instance_id for r in ledger.running()] == ["i1", "i2"]
@@ -64,7 +54,7 @@ def test_a_running_instance_is_billed_up_to_now_and_an_unlaunched_one_not_at_all
 
 
 def test_data_is_paid_once_per_launched_instance():
-    ledger = Ledger(cloud(minimum_s=0, dataset_gb=10, usd_per_gb=0.02))   # 0.2 USD a launch
+    ledger = Ledger(fake_cloud(4, minimum_s=0, dataset_gb=10, usd_per_gb=0.02))   # 0.2 USD a launch
     launched(ledger, "i1", 0.0, 100.0)
     launched(ledger, "i2", 50.0, 100.0)
     ledger.request("i3", 60.0, 0)
@@ -72,7 +62,7 @@ def test_data_is_paid_once_per_launched_instance():
 
 
 def test_per_function_billing_charges_only_gpu_seconds_of_trial_runs():
-    ledger = Ledger(cloud(G=4, per_function=True, dataset_gb=10, usd_per_gb=0.02))
+    ledger = Ledger(fake_cloud(4, per_function=True, dataset_gb=10, usd_per_gb=0.02))
     launched(ledger, "i1", 0.0, 1000.0)               # instance time itself is free
     ledger.trials = [TrialRun("a", 0, 1, 0.0, 40.0, 4), TrialRun("b", 0, 2, 10.0, 30.0, 4),
                      TrialRun("a", 1, 4, 40.0, 50.0, 4)]
@@ -81,7 +71,7 @@ def test_per_function_billing_charges_only_gpu_seconds_of_trial_runs():
 
 
 def staged_ledger(per_function: bool, last_release: float | None) -> Ledger:
-    ledger = Ledger(cloud(G=2, per_function=per_function, granularity_s=60, minimum_s=60, dataset_gb=1,
+    ledger = Ledger(fake_cloud(2, per_function=per_function, granularity_s=60, minimum_s=60, dataset_gb=1,
                           usd_per_gb=0.09), stage_windows=[(0.0, 70.0), (70.0, 95.0), (95.0, 200.0)])
     launched(ledger, "i1", 10.0, 200.0, stage=0, stage_released=2)
     launched(ledger, "i2", 10.0, 70.0, stage=0, stage_released=0)
@@ -107,14 +97,14 @@ def test_stage_costs_add_up_when_an_instance_terminates_after_the_last_window():
 
 
 def test_stage_costs_without_windows_are_empty():
-    assert Ledger(cloud()).stage_costs(now=10.0) == []
+    assert Ledger(fake_cloud(4)).stage_costs(now=10.0) == []
 
 
 # --- ledger_from_events -------------------------------------------------------------------
 
 def fake_plan(G: int = 2):  # noqa: N803
     return plan_allocation(ExperimentSpec.from_stages([(2, 1), (1, 1)]), (2, 1),
-                           ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud(G), 1e6, samples=1)
+                           model_profile({1: 1.0}), fake_cloud(G), 1e6, samples=1)
 
 
 def test_ledger_from_events_maps_provider_events_to_records():
@@ -190,8 +180,8 @@ def drive(stages, allocation, per_function):
     """Run a deterministic plan on fakes whose latencies are the profiles' constants, and
     build the ledger the way ``rubberband.executor.run`` does."""
     provision_s, init_s, G = 10.0, 5.0, 2
-    model = ModelProfile.from_dict({"iter_latency_s": dict(ITER_S)})     # no start-up, no SYNC time
-    cl = cloud(G, per_function=per_function, provision_s=provision_s, init_s=init_s, dataset_gb=10, usd_per_gb=0.02)
+    model = model_profile(ITER_S)     # no start-up, no SYNC time
+    cl = fake_cloud(G, per_function=per_function, provision_s=provision_s, init_s=init_s, dataset_gb=10, usd_per_gb=0.02)
     spec = ExperimentSpec.from_stages(stages)
     plan = plan_allocation(spec, allocation, model, cl, deadline_s=1e6, samples=2)
     fakes = make_fakes(G, ITER_S, provision_s=provision_s, init_s=init_s)
@@ -247,9 +237,9 @@ def test_a_reclaimed_spot_instance_is_billed_at_the_spot_price_up_to_the_reclaim
     # 0.5 s notice at t=1022 and is reclaimed at t=1022.5, before its trial's next checkpoint.
     import dataclasses
 
-    cl = cloud(G=1, minimum_s=0).replace(spot_price_usd_per_hour=1.08)
+    cl = fake_cloud(1, minimum_s=0).replace(spot_price_usd_per_hour=1.08)
     spec = ExperimentSpec.from_stages([(3, 10)])
-    model = ModelProfile.from_dict({"iter_latency_s": {1: 4.0}})
+    model = model_profile({1: 4.0})
     plan = dataclasses.replace(plan_allocation(spec, (3,), model, cl, deadline_s=1e6, samples=2), spot_instances=(2,))
     fakes = make_fakes(1, {1: 4.0}, provision_s=10, init_s=5)
     fakes.cluster.notify("rb-instance-2", 0.5, at=1022)
@@ -276,15 +266,12 @@ def test_a_reclaimed_spot_instance_is_billed_at_the_spot_price_up_to_the_reclaim
 
 def big_cloud() -> CloudProfile:
     """A second type: 4 GPUs at 4x the price, billed per minute, 1 USD of data per launch."""
-    return CloudProfile.from_dict({
-        "instance_type": "fake.big", "gpus_per_instance": 4, "price_usd_per_hour": 4 * PRICE,
-        "spot_price_usd_per_hour": PRICE, "provision_latency_s": 10, "init_latency_s": 5,
-        "billing": {"model": "per_instance", "granularity_s": 60, "minimum_s": 60},
-        "data": {"dataset_gb": 10, "price_usd_per_gb": 0.1}})
+    return fake_cloud(4, instance_type="fake.big", price_usd_per_hour=4 * PRICE, spot_price_usd_per_hour=PRICE,
+                      granularity_s=60, minimum_s=60, dataset_gb=10, usd_per_gb=0.1)
 
 
 def test_each_instance_is_billed_by_its_own_types_price_billing_and_data():
-    ledger = Ledger(cloud(minimum_s=0, dataset_gb=1, usd_per_gb=0.05), clouds={"fake.big": big_cloud()},
+    ledger = Ledger(fake_cloud(4, minimum_s=0, dataset_gb=1, usd_per_gb=0.05), clouds={"fake.big": big_cloud()},
                     stage_windows=[(0.0, 100.0), (100.0, 300.0)])
     small = launched(ledger, "i1", 0.0, 100.0, stage=0, stage_released=0)
     big = ledger.request("i2", 100.0, 1, instance_type="fake.big")
@@ -315,14 +302,14 @@ def test_each_instance_is_billed_by_its_own_types_price_billing_and_data():
 def test_an_instance_of_a_type_the_plan_has_no_profile_for_is_one_line():
     with pytest.raises(SpecError, match=r"^ledger: an instance of fake.other, which the plan has no profile for "
                                         r"\(it has fake.gpu, fake.big\)$"):
-        Ledger(cloud(), clouds={"fake.big": big_cloud()}).request("i1", 0.0, 0, instance_type="fake.other")
+        Ledger(fake_cloud(4), clouds={"fake.big": big_cloud()}).request("i1", 0.0, 0, instance_type="fake.other")
 
 
 def test_ledger_from_events_prices_each_request_by_its_instance_type():
     import dataclasses
 
     plan = dataclasses.replace(fake_plan(), instance_types=("fake.gpu", "fake.big"),
-                               type_clouds={"fake.gpu": cloud(2), "fake.big": big_cloud()})
+                               type_clouds={"fake.gpu": fake_cloud(2), "fake.big": big_cloud()})
     t0 = 500.0
     events = [
         {"event": "request", "instance": "rb-instance-1", "instance_type": "fake.gpu", "market": "on-demand", "t": t0},

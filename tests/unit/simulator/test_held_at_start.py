@@ -4,14 +4,13 @@ instances, and bad input."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from rubberband import (
-    Billing,
-    BillingModel,
     CloudProfile,
-    DataCost,
     ExperimentSpec,
     Market,
     ModelProfile,
@@ -19,6 +18,7 @@ from rubberband import (
 )
 from rubberband.profiles import Constant, Normal
 from rubberband.simulator import HeldInstances, simulate
+from rubberband.testing.builders import cloud_profile, spot_market
 
 # 8 one-GPU trials of 2 iterations on 4-GPU instances: stage 0 needs 2 instances for 8 GPUs.
 SPEC = ExperimentSpec.from_stages([(8, 2), (4, 4)])
@@ -29,10 +29,9 @@ SCALE, INIT = 10.0, 30.0
 USD_PER_S = 1.0                          # per instance-second: costs read as instance-seconds
 
 
-def cloud(minimum: float = 0.0, usd_per_gb: float = 0.0, **changes) -> CloudProfile:
-    return CloudProfile("t.4gpu", 4, USD_PER_S * 3600, billing=Billing(BillingModel.PER_INSTANCE, 1.0, minimum),
-                        provision_latency_s=Constant(SCALE), init_latency_s=Constant(INIT),
-                        data=DataCost(1.0, usd_per_gb), **changes)
+# One 4-GPU type, SCALE and INIT constant, 1 GB of data a launch, no billing minimum unless asked.
+cloud = partial(cloud_profile, "t.4gpu", 4, USD_PER_S * 3600, minimum_s=0.0, provision_s=SCALE, init_s=INIT,
+                dataset_gb=1.0)
 
 
 def one(result) -> tuple[float, float]:
@@ -57,18 +56,18 @@ def test_only_the_instances_beyond_the_held_ones_are_launched_and_billed_from_th
 
 
 def test_held_instances_a_stage_does_not_need_are_released_at_once_for_nothing():
-    two = one(simulate(SPEC, [8, 8], MODEL, cloud(minimum=60.0), samples=3, held_at_start=2))
-    assert one(simulate(SPEC, [8, 8], MODEL, cloud(minimum=60.0), samples=3, held_at_start=5)) == two
+    two = one(simulate(SPEC, [8, 8], MODEL, cloud(minimum_s=60.0), samples=3, held_at_start=2))
+    assert one(simulate(SPEC, [8, 8], MODEL, cloud(minimum_s=60.0), samples=3, held_at_start=5)) == two
     # Stage 0 on one instance (4 GPUs, two rounds): the other is released at t = 0, unbilled.
-    jct, cost = one(simulate(SPEC, [4, 4], MODEL, cloud(minimum=60.0), samples=3, held_at_start=2))
+    jct, cost = one(simulate(SPEC, [4, 4], MODEL, cloud(minimum_s=60.0), samples=3, held_at_start=2))
     assert jct == 2 * (2.0 + 2 * 40.0) + 1.0 + (2.0 + 4 * 40.0 + 1.0)
     assert cost == pytest.approx(jct)
 
 
 def test_a_held_instance_is_not_billed_its_minimum_again():
     short = ExperimentSpec.from_stages([(4, 1)])
-    fresh = one(simulate(short, [4], MODEL, cloud(minimum=600.0), samples=3))
-    held = one(simulate(short, [4], MODEL, cloud(minimum=600.0), samples=3, held_at_start=1))
+    fresh = one(simulate(short, [4], MODEL, cloud(minimum_s=600.0), samples=3))
+    held = one(simulate(short, [4], MODEL, cloud(minimum_s=600.0), samples=3, held_at_start=1))
     assert fresh == (SCALE + INIT + 43.0, 600.0)
     assert held == (43.0, 43.0)
 
@@ -86,18 +85,15 @@ def test_instances_held_of_another_type_or_market_do_not_help(held):
 RANDOM_MODEL = ModelProfile({1: Normal(40.0, 8.0), 2: Normal(25.0, 5.0)}, Normal(2.0, 0.5), Constant(1.0), name="r")
 
 
-def random_cloud(**changes) -> CloudProfile:
-    return CloudProfile("t.4gpu", 4, 12.24, billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0),
-                        provision_latency_s=Normal(20.0, 5.0), init_latency_s=Normal(60.0, 15.0),
-                        data=DataCost(1.0, 0.05), **changes)
+random_cloud = partial(cloud_profile, "t.4gpu", 4, 12.24, provision_s=Normal(20.0, 5.0), init_s=Normal(60.0, 15.0),
+                       dataset_gb=1.0, usd_per_gb=0.05)
 
 
 @pytest.mark.parametrize("kind", ["on-demand", "spot", "types"])
 def test_nothing_held_is_the_model_bit_for_bit(kind):
-    spot = {"spot_price_usd_per_hour": 3.0, "market": Market.SPOT} if kind == "spot" else {}
+    spot = {"spot_price_usd_per_hour": 3.0, "market": Market.SPOT,
+            "spot": spot_market(rate_per_hour=2.0, notice_s=120)} if kind == "spot" else {}
     base = random_cloud(**spot)
-    if kind == "spot":
-        base = CloudProfile.from_dict({**base.to_dict(), "spot": {"notice_s": 120, "preemption": {"rate_per_hour": 2.0}}})
     kwargs = {"cloud": base}
     if kind == "types":
         wide = CloudProfile.from_dict({**base.to_dict(), "instance_type": "t.8gpu", "gpus_per_instance": 8})
@@ -109,8 +105,7 @@ def test_nothing_held_is_the_model_bit_for_bit(kind):
 
 
 def test_held_spot_instances_start_at_once_and_are_reclaimed_as_any_spot_instance():
-    spot = CloudProfile.from_dict({**cloud().to_dict(), "market": "spot", "spot_price_usd_per_hour": 1800.0,
-                                   "spot": {"notice_s": 0, "preemption": {"rate_per_hour": 3.0}}})
+    spot = cloud(market=Market.SPOT, spot_price_usd_per_hour=1800.0, spot=spot_market(rate_per_hour=3.0, notice_s=0))
     result = simulate(SPEC, [8, 8], MODEL, spot, samples=400, seed=1, held_at_start=HeldInstances(2, spot=2))
     fresh = simulate(SPEC, [8, 8], MODEL, spot, samples=400, seed=1)
     # Unreclaimed samples wait for nothing; reclaims cost replacements and lost work.
