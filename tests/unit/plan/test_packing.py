@@ -10,8 +10,9 @@ from rubberband import ExperimentSpec
 from rubberband.plan import compile_plan, whatif
 from rubberband.plan.compile import packing_counts
 from rubberband.plan.variants import PACKING_MIN_GAIN, packing_gain, packing_pays
+from rubberband.testing.builders import scaling_model
 
-from .test_variants import SHA256, model, p3_catalog, packing_plans
+from .test_variants import SHA256, p3_catalog, packing_plans
 
 
 def test_no_packing_where_k_trials_take_k_times_as_long_even_with_a_start_up_to_overlap():
@@ -39,7 +40,8 @@ def test_a_profile_that_packs_2_2x_at_4_still_packs_and_is_1_3x_cheaper():
 
 def test_only_the_counts_that_pay_are_offered():
     """Gains of 1.25x at 2 (offered), 1.04x at 4 (under 5%: not) and exactly 1.05x at 8."""
-    m = model({2: 1.6, 4: 4 / 1.04, 8: 8 / 1.05}, memory_gb=1.0)      # 16 GB V100s hold 8 of 1 GB
+    # 16 GB V100s hold 8 of 1 GB
+    m = scaling_model(packed={2: 1.6, 4: 4 / 1.04, 8: 8 / 1.05}, gpu_memory_gb_per_trial=1.0)
     assert packing_gain(m, 2) == pytest.approx(1.25) and packing_gain(m, 4) == pytest.approx(1.04)
     assert PACKING_MIN_GAIN == 0.05 and packing_pays(m, 1)
     assert packing_counts(m, p3_catalog().get("p3.2xlarge")) == [2, 8]
@@ -49,8 +51,8 @@ def test_a_slower_packed_stage_is_never_planned_even_where_its_start_ups_save_th
     """The 0.96x profile with a long start-up (60 s against 64 iterations of 12 s) on a deadline
     loose enough for any plan: one trial per GPU in every stage, as with packing unavailable."""
     cloud = p3_catalog().get("p3.2xlarge")
-    plan = compile_plan(SHA256, model({4: 4 / 0.96}, startup=60.0), cloud, 4 * 3600.0, samples=30)
-    alone = compile_plan(SHA256, model(None, startup=60.0), cloud, 4 * 3600.0, samples=30)
+    plan = compile_plan(SHA256, scaling_model(packed={4: 4 / 0.96}, startup_s=60.0), cloud, 4 * 3600.0, samples=30)
+    alone = compile_plan(SHA256, scaling_model(startup_s=60.0), cloud, 4 * 3600.0, samples=30)
     assert plan.trials_per_gpu == () and plan.allocation == alone.allocation
     # ...and the plan says why the profiled count was not offered.
     assert any(w.startswith("packing: profile") and "0.96x at 4 per GPU" in w and "1.05x" in w for w in plan.warnings)
@@ -60,7 +62,7 @@ def test_a_slower_packed_stage_is_never_planned_even_where_its_start_ups_save_th
 def test_whatif_packing_axis_packs_only_what_pays():
     """Sweeping ``packing: [1, 4]`` on the 0.96x profile: the scenario allowed 4 per GPU is the
     scenario allowed none."""
-    out = whatif(SHA256, model({4: 4 / 0.96}, startup=30.0), p3_catalog().get("p3.2xlarge"), 3600.0,
+    out = whatif(SHA256, scaling_model(packed={4: 4 / 0.96}, startup_s=30.0), p3_catalog().get("p3.2xlarge"), 3600.0,
                  {"packing": [1, 4]}, ["optimal"], samples=30)
     by_k = {s.values["packing"]: s for s in out}
     assert by_k[4].trials_per_gpu["optimal"] is None
@@ -76,7 +78,7 @@ def test_a_stage_with_fewer_trials_than_fill_a_gpu_is_never_packed_even_billed_p
     spec = ExperimentSpec.from_stages([(16, 2), (4, 4), (2, 8), (1, 16)])
     cloud = p3_catalog().get("p3.2xlarge")
     cloud = cloud.replace(billing=Billing(BillingModel.PER_FUNCTION, 1.0, 0.0))
-    plan = compile_plan(spec, model({2: 1.2, 4: 1.6}), cloud, 3600.0, samples=60)
+    plan = compile_plan(spec, scaling_model(packed={2: 1.2, 4: 1.6}), cloud, 3600.0, samples=60)
     packing = plan.packing
     assert packing[0] > 1
     assert all(k <= max(1, s.num_trials) for k, s in zip(packing, spec.stages)), packing

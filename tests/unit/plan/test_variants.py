@@ -25,6 +25,7 @@ from rubberband.plan.compile import usable_profile, variant_tables
 from rubberband.plan.search import pareto_front
 from rubberband.plan.variants import VariantTable
 from rubberband.profiles.cloud import Market
+from rubberband.testing.builders import scaling_model
 
 ROOT = Path(__file__).resolve().parents[3]
 P3 = ("p3.2xlarge", "p3.8xlarge", "p3.16xlarge")
@@ -40,19 +41,6 @@ def p3_catalog(dataset_gb: float = 20.0):
     exp = fig12()
     cat = exp.catalog.with_overrides({**exp.cloud_overrides, "data": {"dataset_gb": dataset_gb, "price_usd_per_gb": 0.02}})
     return replace(cat, types={k: v for k, v in cat.types.items() if k in P3})
-
-
-def model(packed: dict[int, float] | None = None, startup: float = 5.0, memory_gb: float = 3.0,
-          measured_on: str = "p3.16xlarge", gpus=(1, 2, 4, 8)) -> ModelProfile:
-    """12 s per iteration on 1 GPU scaling as the Figure 12 curve; ``packed[k]``: the packed
-    latency of one trial as a multiple of the solo one."""
-    data = {"name": "m", "iter_latency_s": {g: {"dist": "normal", "mean": 12 * (0.05 + 0.95 / g),
-                                                "std": 1.2 * (0.05 + 0.95 / g)} for g in gpus},
-            "trial_startup_s": {"dist": "constant", "value": startup}, "sync_s": {"dist": "constant", "value": 1.0},
-            "gpu_memory_gb_per_trial": memory_gb, "measured_on": {"instance_type": measured_on}}
-    if packed:
-        data["packed_iter_latency_s"] = {k: {"dist": "normal", "mean": 12 * f, "std": 1.2 * f} for k, f in packed.items()}
-    return ModelProfile.from_dict(data)
 
 
 def brute_force_cheapest(table: VariantTable, deadline_s: float, cap: dict[str, int] | None = None) -> float:
@@ -79,7 +67,7 @@ def brute_force_cheapest(table: VariantTable, deadline_s: float, cap: dict[str, 
 
 def small_variants(samples: int = 20, caps: dict[str, int] | None = None) -> VariantTable:
     spec = ExperimentSpec.sha(8, 2, 8, 2)           # 8x2, 4x2, 2x4 (, 1x...) iterations
-    m = model({2: 1.3, 4: 2.2}, gpus=(1, 2, 4))
+    m = scaling_model(packed={2: 1.3, 4: 2.2}, gpus=(1, 2, 4))
     cat = p3_catalog()
     tables, draws = [], None
     for name, G in (("p3.2xlarge", 1), ("p3.8xlarge", 4)):
@@ -133,7 +121,7 @@ def test_a_change_of_type_is_what_the_simulator_does():
 def shapes_plan(deadline_s: float = 3000.0):
     """27 1-GPU trials first, one 8-GPU trial last: stages that want different instance shapes."""
     spec = ExperimentSpec.sha(27, 4, 108, 3)
-    return compile_plan(spec, model(), p3_catalog(), deadline_s, instance_type="auto", samples=60)
+    return compile_plan(spec, scaling_model(), p3_catalog(), deadline_s, instance_type="auto", samples=60)
 
 
 def test_auto_chooses_a_type_per_stage_when_stages_want_different_shapes():
@@ -143,7 +131,7 @@ def test_auto_chooses_a_type_per_stage_when_stages_want_different_shapes():
     assert {c["instance_type"] for c in singles} >= {"p3.8xlarge", "p3.16xlarge"}
     assert plan.predicted.mean_cost_usd < min(c["cost_usd_mean"] for c in singles)
     assert any(c["policy"] == "optimal, type per stage" for c in plan.considered)
-    again = simulate_plan(plan, model())
+    again = simulate_plan(plan, scaling_model())
     assert again.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-12)
     assert again.instance_types == plan.instance_types
 
@@ -159,7 +147,7 @@ def test_the_plan_json_keeps_types_and_packing_and_check_plan_simulates_them():
     plan = shapes_plan()
     back = Plan.from_json(plan.to_json())
     assert back.instance_types == plan.instance_types and set(back.type_clouds) == set(plan.instance_types)
-    checked = check_plan(back, plan.spec, model(), p3_catalog(), samples=60)
+    checked = check_plan(back, plan.spec, scaling_model(), p3_catalog(), samples=60)
     assert checked.predicted.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-9)
     data = json.loads(plan.to_json())
     data["instance_types"][0] = "p3.24xlarge"
@@ -169,7 +157,7 @@ def test_the_plan_json_keeps_types_and_packing_and_check_plan_simulates_them():
     data["type_clouds"]["p3.24xlarge"]["instance_type"] = "p3.24xlarge"
     edited = Plan.from_json(json.dumps(data))
     with pytest.raises(SpecError, match=r"plan.instance_types\[0\]: 'p3.24xlarge' is not in"):
-        check_plan(edited, plan.spec, model(), p3_catalog())
+        check_plan(edited, plan.spec, scaling_model(), p3_catalog())
 
 
 # --- packing --------------------------------------------------------------------------------------
@@ -179,8 +167,10 @@ SHA256 = ExperimentSpec.sha(256, 1, 64, 4)
 
 def packing_plans(packed, startup=5.0, memory_gb=3.0, deadline_s=3600.0):
     cloud = p3_catalog().get("p3.2xlarge")
-    with_packing = compile_plan(SHA256, model(packed, startup, memory_gb), cloud, deadline_s, samples=60)
-    without = compile_plan(SHA256, model(None, startup, memory_gb), cloud, deadline_s, samples=60)
+    with_packing = compile_plan(SHA256, scaling_model(packed=packed, startup_s=startup, gpu_memory_gb_per_trial=memory_gb),
+                                cloud, deadline_s, samples=60)
+    without = compile_plan(SHA256, scaling_model(startup_s=startup, gpu_memory_gb_per_trial=memory_gb), cloud,
+                           deadline_s, samples=60)
     return with_packing, without
 
 
@@ -189,7 +179,7 @@ def test_the_optimal_plan_packs_where_four_trials_cost_2_2x_and_is_far_cheaper()
     assert 4 in packed.trials_per_gpu and alone.trials_per_gpu == ()
     assert alone.predicted.mean_cost_usd >= 1.3 * packed.predicted.mean_cost_usd
     assert packed.predicted.mean_jct_s <= 3600.0
-    again = simulate_plan(packed, model({2: 1.3, 4: 2.2}))
+    again = simulate_plan(packed, scaling_model(packed={2: 1.3, 4: 2.2}))
     assert again.trials_per_gpu == packed.trials_per_gpu
     assert again.mean_cost_usd == pytest.approx(packed.predicted.mean_cost_usd, rel=1e-12)
 
@@ -212,7 +202,7 @@ def test_profiles_per_gpu_model_plan_each_type_by_its_own_and_list_the_skipped_t
     cat = exp.catalog.with_overrides(exp.cloud_overrides)
     cat = replace(cat, types={k: v for k, v in cat.types.items() if k in ("p3.2xlarge", "g4dn.xlarge", "g5.xlarge")})
     spec = ExperimentSpec.sha(8, 2, 8, 2)
-    fast = model(measured_on="p3.2xlarge", gpus=(1,))
+    fast = scaling_model(measured_on="p3.2xlarge", gpus=(1,))
     slow = ModelProfile.from_dict({**fast.to_dict(), "measured_on": {}, "iter_latency_s": {1: {"dist": "normal", "mean": 30.0,
                                                                                               "std": 3.0}}})
     plan = compile_plan(spec, {"V100": fast, "T4": slow}, cat, 3600.0, instance_type="auto", samples=30)
@@ -228,7 +218,7 @@ def test_whatif_plans_each_swept_type_by_its_gpu_models_profile():
     exp = fig12()
     cat = exp.catalog.with_overrides(exp.cloud_overrides)
     spec = ExperimentSpec.sha(8, 2, 8, 2)
-    fast = model(measured_on="p3.2xlarge", gpus=(1,))
+    fast = scaling_model(measured_on="p3.2xlarge", gpus=(1,))
     slow = fast.replace(iter_latency_s={1: ModelProfile.from_dict({"name": "s", "iter_latency_s": {
         1: {"dist": "normal", "mean": 30.0, "std": 3.0}}}).latency(1)}, measured_on={"gpu_model": "T4"})
     rows = whatif(spec, {"V100": fast, "T4": slow}, cat.get("p3.2xlarge"), 3600.0,
@@ -247,7 +237,7 @@ def test_whatif_plans_each_swept_type_by_its_gpu_models_profile():
     ({}, r"model: expected a model profile, or a mapping of GPU model to profile"),
 ])
 def test_bad_profiles_per_gpu_model_are_one_line(models, message):
-    ok = model(measured_on="p3.2xlarge")
+    ok = scaling_model(measured_on="p3.2xlarge")
     models = {k: (ok if v == "ok" else v) for k, v in models.items()}
     with pytest.raises(SpecError, match=message):
         compile_plan(ExperimentSpec.sha(8, 2, 8, 2), models, fig12().catalog, 3600.0, instance_type="auto", samples=10)
@@ -258,11 +248,11 @@ def test_bad_profiles_per_gpu_model_are_one_line(models, message):
 def test_a_market_given_with_a_profile_applies_to_it():
     cloud = p3_catalog().get("p3.8xlarge")         # on-demand, with a spot price
     spec = ExperimentSpec.sha(8, 2, 8, 2)
-    plan = compile_plan(spec, model(), cloud, 3600.0, samples=20, market="spot")
+    plan = compile_plan(spec, scaling_model(), cloud, 3600.0, samples=20, market="spot")
     assert plan.cloud.market is Market.SPOT and all(plan.spot_counts)
-    assert compile_plan(spec, model(), cloud, 3600.0, samples=20).spot_counts == (0,) * spec.num_stages()
+    assert compile_plan(spec, scaling_model(), cloud, 3600.0, samples=20).spot_counts == (0,) * spec.num_stages()
     with pytest.raises(SpecError, match="market: p3.8xlarge has no spot_price_usd_per_hour"):
-        compile_plan(spec, model(), cloud.replace(spot_price_usd_per_hour=None), 3600.0, samples=20, market="spot")
+        compile_plan(spec, scaling_model(), cloud.replace(spot_price_usd_per_hour=None), 3600.0, samples=20, market="spot")
 
 
 def test_a_market_vector_with_no_allocation_left_in_a_stage_is_infeasible_not_a_crash():
@@ -289,4 +279,4 @@ def test_stage_floors_bound_every_plans_jct_sample_by_sample():
 
 def test_when_every_type_misses_the_error_is_the_closest_types_own():
     with pytest.raises(InfeasibleDeadlineError, match=r"no plan meets the deadline of 60s; the shortest achievable JCT"):
-        compile_plan(ExperimentSpec.sha(27, 4, 108, 3), model(), p3_catalog(), 60.0, instance_type="auto", samples=20)
+        compile_plan(ExperimentSpec.sha(27, 4, 108, 3), scaling_model(), p3_catalog(), 60.0, instance_type="auto", samples=20)

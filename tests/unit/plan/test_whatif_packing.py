@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from rubberband import ExperimentSpec, ModelProfile, SpecError
+from rubberband import ExperimentSpec, SpecError
 from rubberband.plan import compile_plan, whatif
+from rubberband.testing.builders import scaling_model
 
 from .test_variants import p3_catalog
 
 SHA256 = ExperimentSpec.sha(256, 1, 64, 4)
 SAMPLES = 60
-
-
-def model(packed: dict[int, float] | None, startup: float = 5.0, memory_gb: float = 3.0) -> ModelProfile:
-    """12 s per iteration alone; ``packed[k]``: one of k packed trials' latency as a multiple of that."""
-    data = {"name": "m", "iter_latency_s": {g: {"dist": "normal", "mean": 12 * (0.05 + 0.95 / g),
-                                                "std": 1.2 * (0.05 + 0.95 / g)} for g in (1, 2, 4, 8)},
-            "trial_startup_s": {"dist": "constant", "value": startup}, "sync_s": {"dist": "constant", "value": 1.0},
-            "gpu_memory_gb_per_trial": memory_gb, "measured_on": {"instance_type": "p3.16xlarge"}}
-    if packed:
-        data["packed_iter_latency_s"] = {k: {"dist": "normal", "mean": 12 * f, "std": 1.2 * f} for k, f in packed.items()}
-    return ModelProfile.from_dict(data)
 
 
 def cloud():
@@ -35,9 +25,9 @@ def sweep(m, packing, deadline_s=3600.0, **kw):
 
 def test_each_packing_is_the_planner_with_packing_up_to_it():
     packed = {2: 1.3, 4: 2.2}
-    by_k = {s.values["packing"]: s for s in sweep(model(packed), [1, 2, 4])}
+    by_k = {s.values["packing"]: s for s in sweep(scaling_model(packed=packed), [1, 2, 4])}
     for k, profile in ((1, None), (2, {2: 1.3}), (4, packed)):
-        alone = compile_plan(SHA256, model(profile), cloud(), 3600.0, samples=SAMPLES, seed=0)
+        alone = compile_plan(SHA256, scaling_model(packed=profile), cloud(), 3600.0, samples=SAMPLES, seed=0)
         assert by_k[k].costs["optimal"] == alone.predicted.mean_cost_usd
         assert by_k[k].trials_per_gpu["optimal"] == (alone.trials_per_gpu or None)
     assert by_k[1].trials_per_gpu["optimal"] is None and 4 in by_k[4].trials_per_gpu["optimal"]
@@ -48,7 +38,7 @@ def test_each_packing_is_the_planner_with_packing_up_to_it():
 
 
 def test_whatif_packs_as_compile_plan_does_without_the_axis():
-    m = model({2: 1.3, 4: 2.2})
+    m = scaling_model(packed={2: 1.3, 4: 2.2})
     scenario = whatif(SHA256, m, cloud(), 3600.0, {"deadline_s": [3600.0]}, ["optimal"], samples=SAMPLES, seed=0)[0]
     plan = compile_plan(SHA256, m, cloud(), 3600.0, samples=SAMPLES, seed=0)
     assert scenario.costs["optimal"] == plan.predicted.mean_cost_usd
@@ -56,7 +46,7 @@ def test_whatif_packs_as_compile_plan_does_without_the_axis():
 
 
 def test_packing_that_gives_no_throughput_is_never_chosen():
-    by_k = {s.values["packing"]: s for s in sweep(model({2: 2.0, 4: 4.0}, startup=0.0), [1, 2, 4])}
+    by_k = {s.values["packing"]: s for s in sweep(scaling_model(packed={2: 2.0, 4: 4.0}, startup_s=0.0), [1, 2, 4])}
     assert by_k[1].costs["optimal"] == pytest.approx(by_k[4].costs["optimal"], rel=1e-12)
     assert by_k[4].trials_per_gpu["optimal"] is None
 
@@ -69,4 +59,4 @@ def test_packing_that_gives_no_throughput_is_never_chosen():
 ])
 def test_bad_packing_values_name_the_axis(packing, memory_gb, pattern):
     with pytest.raises(SpecError, match=pattern):
-        sweep(model({2: 1.3, 4: 2.2}, memory_gb=memory_gb), packing)
+        sweep(scaling_model(packed={2: 1.3, 4: 2.2}, gpu_memory_gb_per_trial=memory_gb), packing)
