@@ -6,7 +6,7 @@ import itertools
 import json
 import random
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +39,9 @@ from rubberband.plan import (
     whatif,
 )
 from rubberband.plan.compile import plan_on_table
-from rubberband.profiles.distributions import Constant
+from rubberband.profiles.distributions import Constant, Normal
 from rubberband.simulator import instances_needed, simulate
+from rubberband.testing.builders import cloud_profile, model_profile
 
 ROOT = Path(__file__).resolve().parents[3]
 SHA512 = ROOT / "experiments" / "resnet50_sha512.yaml"
@@ -55,9 +56,10 @@ def load_experiment(path: Path):
 
 
 # Per-instance billing whose rounding is negligible: the planner's surrogate cost is exact.
-EXACT = {"model": "per_instance", "granularity_s": 1e-6, "minimum_s": 0}
-DEFAULT = {"model": "per_instance", "granularity_s": 1, "minimum_s": 60}
-PER_FUNCTION = {"model": "per_function"}
+# (cloud_profile's billing keywords.)
+EXACT = {"granularity_s": 1e-6, "minimum_s": 0}
+DEFAULT = {"granularity_s": 1, "minimum_s": 60}
+PER_FUNCTION = {"per_function": True}
 
 
 # --- small random jobs -------------------------------------------------------------------------
@@ -68,22 +70,15 @@ def normal_model(rng: random.Random, gpu_counts=(1, 2, 4)) -> ModelProfile:
     lat = {}
     for g in gpu_counts:
         mean = base / g ** rng.uniform(0.5, 0.95)
-        lat[g] = {"dist": "normal", "mean": mean, "std": mean * rng.uniform(0.0, 0.3)}
-    return ModelProfile.from_dict({
-        "name": "random", "iter_latency_s": lat,
-        "trial_startup_s": {"dist": "normal", "mean": 5.0, "std": 1.0},
-        "sync_s": {"dist": "constant", "value": 1.0},
-    })
+        lat[g] = Normal(mean, mean * rng.uniform(0.0, 0.3))
+    return model_profile(lat, startup_s=Normal(5.0, 1.0), sync_s=1.0, name="random")
 
 
 def make_cloud(rng: random.Random, gpus_per_instance: int, billing: dict) -> CloudProfile:
-    return CloudProfile.from_dict({
-        "instance_type": "test.large", "gpus_per_instance": gpus_per_instance,
-        "price_usd_per_hour": 3.0 * gpus_per_instance, "billing": billing,
-        "provision_latency_s": {"dist": "normal", "mean": 20.0, "std": 5.0},
-        "init_latency_s": {"dist": "normal", "mean": rng.uniform(0.0, 90.0), "std": 10.0},
-        "data": {"dataset_gb": 1.0, "price_usd_per_gb": rng.choice([0.0, 0.05])},
-    })
+    """$3 a GPU-hour, a random mean INIT and a random data price (drawn in this order)."""
+    return cloud_profile("test.large", gpus_per_instance, 3.0 * gpus_per_instance, provision_s=Normal(20.0, 5.0),
+                         init_s=Normal(rng.uniform(0.0, 90.0), 10.0), dataset_gb=1.0,
+                         usd_per_gb=rng.choice([0.0, 0.05]), **billing)
 
 
 @dataclass(frozen=True)
@@ -471,26 +466,18 @@ def test_confidence_on_the_paper_job():
 
 # --- plans that hold instances or queue on whole instances --------------------------------------
 
-def _const(v: float) -> dict:
-    return {"dist": "constant", "value": v}
-
-
-ONE_GPU = ModelProfile.from_dict({"name": "one-gpu", "iter_latency_s": {1: _const(100.0)}})
-LINEAR = ModelProfile.from_dict({"name": "linear", "iter_latency_s": {1: _const(100.0), 2: _const(50.0)}})
-
-
-def _const_cloud(init_s: float, gpus_per_instance: int = 2, price_usd_per_hour: float = 6.0,
-                 billing: dict | None = None) -> CloudProfile:
-    return CloudProfile.from_dict({"instance_type": "t", "gpus_per_instance": gpus_per_instance,
-                                   "price_usd_per_hour": price_usd_per_hour, "billing": billing or DEFAULT,
-                                   "provision_latency_s": _const(0.0), "init_latency_s": _const(init_s)})
+ONE_GPU = model_profile({1: 100.0}, name="one-gpu")
+LINEAR = model_profile({1: 100.0, 2: 50.0}, name="linear")
+# Deterministic: no SCALE, a constant INIT (``init_s=``), 2 GPUs at $6 an hour unless told.
+_const_cloud = partial(cloud_profile, instance_type="t", gpus_per_instance=2, price_usd_per_hour=6.0, provision_s=0.0,
+                       **DEFAULT)
 
 
 def test_optimal_not_costlier_than_static_when_static_queues_on_a_non_divisor():
     """Regression: 3 trials of 100 s on G=2, 60 s init. Static: 1 instance, 2 GPUs, JCT 260 s,
     $0.433; with only divisors (1 or 3 GPUs) optimal paid $0.533 for 2 instances."""
     spec = ExperimentSpec.from_stages([(3, 1)])
-    cloud = _const_cloud(60.0)
+    cloud = _const_cloud(init_s=60.0)
     static = compile_plan(spec, ONE_GPU, cloud, 300.0, policy="static", samples=10)
     optimal = compile_plan(spec, ONE_GPU, cloud, 300.0, policy="optimal", samples=10)
     assert static.allocation == (2,) and static.predicted.mean_cost_usd == pytest.approx(260 / 600)
@@ -503,7 +490,7 @@ HB = ExperimentSpec.chain([ExperimentSpec.from_stages([(1, 1)]), ExperimentSpec.
 def test_optimal_not_costlier_than_static_across_hyperband_brackets():
     """Regression: a static cluster keeps its instances across the bracket boundary and skips a
     200 s re-initialisation ($1.67); holding only the fewest, optimal paid $2.50."""
-    cloud = _const_cloud(200.0)
+    cloud = _const_cloud(init_s=200.0)
     static = compile_plan(HB, ONE_GPU, cloud, 650.0, policy="static", samples=10)
     optimal = compile_plan(HB, ONE_GPU, cloud, 650.0, policy="optimal", samples=10)
     assert static.instances == (2, 2) and static.predicted.mean_cost_usd == pytest.approx(1000 / 600)
@@ -512,7 +499,7 @@ def test_optimal_not_costlier_than_static_across_hyperband_brackets():
 
 def test_shortest_achievable_jct_counts_plans_that_hold_instances():
     """Regression: the error said 600 s was the shortest JCT while (1, 8) on 4 held instances takes 400 s."""
-    cloud = _const_cloud(200.0)
+    cloud = _const_cloud(init_s=200.0)
     static = compile_plan(HB, ONE_GPU, cloud, 450.0, policy="static", samples=10)
     assert static.predicted.mean_jct_s == pytest.approx(400.0)
     optimal = compile_plan(HB, ONE_GPU, cloud, 450.0, policy="optimal", samples=10)
@@ -526,9 +513,8 @@ def test_greedy_not_costlier_than_static_with_hourly_billing():
     """Regression: greedy kept the static plan cheapest by *surrogate* cost. 2 trials, 100 s on
     1 GPU or 40 s on 2, G=1, deadline 150 s: the surrogate prefers 4 instances x 40 s over 2 x
     100 s, but billed by the hour 2 instance-hours ($7.20) beat 4 ($14.40)."""
-    model = ModelProfile.from_dict({"name": "m", "iter_latency_s": {1: _const(100.0), 2: _const(40.0)}})
-    hourly = {"model": "per_instance", "granularity_s": 3600, "minimum_s": 3600}
-    cloud = _const_cloud(0.0, gpus_per_instance=1, price_usd_per_hour=3.6, billing=hourly)
+    model = model_profile({1: 100.0, 2: 40.0}, name="m")
+    cloud = _const_cloud(init_s=0.0, gpus_per_instance=1, price_usd_per_hour=3.6, granularity_s=3600, minimum_s=3600)
     spec = ExperimentSpec.from_stages([(2, 1)])
     static = compile_plan(spec, model, cloud, 150.0, policy="static", samples=5)
     greedy = compile_plan(spec, model, cloud, 150.0, policy="greedy", samples=5)
@@ -543,7 +529,7 @@ def test_optimal_not_costlier_than_greedy_when_the_next_stage_needs_the_instance
     # 6 GPUs (3 instances) and 8 GPUs (4) both run 12 trials in two rounds, but after 6 the
     # 4-trial stage must launch a 4th instance and wait 200 s for it.
     spec = ExperimentSpec.from_stages([(12, 1), (4, 1), (1, 10)])
-    cloud = _const_cloud(200.0, price_usd_per_hour=3.6)
+    cloud = _const_cloud(init_s=200.0, price_usd_per_hour=3.6)
     held = simulate(spec, (8, 8, 2), LINEAR, cloud, samples=3)
     assert held.instances == (4, 4, 1) and held.mean_jct_s == pytest.approx(950.0)
     assert held.mean_cost_usd == pytest.approx(2.3)
@@ -557,7 +543,7 @@ def test_optimal_considers_holding_some_instances_across_a_bracket_boundary():
     # Bracket 1: 8 trials then 1; bracket 2: 8 new trials. G=1, 200 s init. Releasing down to
     # 8 (not 1) after the first stage keeps what bracket 2 needs without holding 16 throughout.
     spec = ExperimentSpec.chain([ExperimentSpec.from_stages([(8, 1), (1, 1)]), ExperimentSpec.from_stages([(8, 1)])])
-    cloud = _const_cloud(200.0, gpus_per_instance=1, price_usd_per_hour=3.6)
+    cloud = _const_cloud(init_s=200.0, gpus_per_instance=1, price_usd_per_hour=3.6)
     held = simulate(spec, (16, 2, 8), LINEAR, cloud, samples=3, instances=(16, 8, 8))
     assert held.mean_jct_s == pytest.approx(400.0) and held.mean_cost_usd == pytest.approx(5.2)
     optimal = compile_plan(spec, LINEAR, cloud, 420.0, policy="optimal", samples=3)
