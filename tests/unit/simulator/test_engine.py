@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import networkx as nx
@@ -22,6 +23,7 @@ from rubberband import (
 from rubberband.profiles import Constant, Distribution, Empirical, LogNormal, Normal
 from rubberband.simulator import SimResult, StageDraws, build_dag, layout, simulate
 from rubberband.simulator.trace import sample_timeline
+from rubberband.testing.builders import cloud_profile, model_profile
 from rubberband.testing.reference_sim import reference_simulate, run_once
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,21 +33,10 @@ EXACT = {"rel": 1e-12}
 
 # --- builders -----------------------------------------------------------------------------
 
-def const_model(latency: dict[int, float], startup: float = 0.0, sync: float = 0.0) -> ModelProfile:
-    """A deterministic model profile: every latency is a constant."""
-    return ModelProfile({g: Constant(v) for g, v in latency.items()}, Constant(startup), Constant(sync), name="const")
-
-
-def const_cloud(G: int = 4, price: float = 12.24, provision: float = 10.0, init: float = 5.0,
-                granularity: float = 1.0, minimum: float = 60.0, per_function: bool = False,
-                dataset_gb: float = 0.0, usd_per_gb: float = 0.0) -> CloudProfile:
-    """A deterministic cloud profile."""
-    model = BillingModel.PER_FUNCTION if per_function else BillingModel.PER_INSTANCE
-    return CloudProfile(
-        "test.type", G, price, billing=Billing(model, granularity, minimum),
-        provision_latency_s=Constant(provision), init_latency_s=Constant(init),
-        data=DataCost(dataset_gb, usd_per_gb),
-    )
+# Deterministic profiles: every latency a constant (numbers are constants to the builders);
+# the cloud is test.type, 4 GPUs at $12.24 an hour, SCALE 10 s and INIT 5 s unless told.
+const_model = partial(model_profile, name="const")
+const_cloud = partial(cloud_profile, provision_s=10.0, init_s=5.0)
 
 
 def stages(*pairs: tuple[int, int]) -> ExperimentSpec:
@@ -71,7 +62,7 @@ def usd(seconds: float, price: float = 12.24) -> float:
 
 def test_parallel_trials_one_stage():
     # SCALE 10, INIT 5, TRAIN 1 + 3 * 2, SYNC 0.5.
-    spec, model = stages((4, 3)), const_model({1: 2.0}, startup=1, sync=0.5)
+    spec, model = stages((4, 3)), const_model({1: 2.0}, startup_s=1, sync_s=0.5)
     result = run(spec, [4], model, const_cloud())
     assert result.jct_s[0] == pytest.approx(22.5, **EXACT)
     # One instance billed from the end of SCALE (t=10) to 22.5 = 12.5 s, raised to the 60 s minimum.
@@ -83,17 +74,17 @@ def test_parallel_trials_one_stage():
 
 
 def test_parallel_trials_without_a_minimum():
-    spec, model = stages((4, 3)), const_model({1: 2.0}, startup=1, sync=0.5)
-    exact = run(spec, [4], model, const_cloud(granularity=0.5, minimum=0))
+    spec, model = stages((4, 3)), const_model({1: 2.0}, startup_s=1, sync_s=0.5)
+    exact = run(spec, [4], model, const_cloud(granularity_s=0.5, minimum_s=0))
     assert exact.cost_usd[0] == pytest.approx(usd(12.5), **EXACT)
-    rounded = run(spec, [4], model, const_cloud(granularity=1, minimum=0))
+    rounded = run(spec, [4], model, const_cloud(granularity_s=1, minimum_s=0))
     assert rounded.cost_usd[0] == pytest.approx(usd(13), **EXACT)
 
 
 def test_serial_queue_on_one_gpu():
     # a = 1 < n = 4: m = 1 and one GPU runs the four trials one after another.
-    spec, model = stages((4, 3)), const_model({1: 2.0}, startup=1, sync=0.5)
-    result = run(spec, [1], model, const_cloud(granularity=0.5, minimum=0))
+    spec, model = stages((4, 3)), const_model({1: 2.0}, startup_s=1, sync_s=0.5)
+    result = run(spec, [1], model, const_cloud(granularity_s=0.5, minimum_s=0))
     assert result.jct_s[0] == pytest.approx(10 + 5 + 4 * 7 + 0.5, **EXACT)
     assert result.cost_usd[0] == pytest.approx(usd(5 + 4 * 7 + 0.5), **EXACT)
     assert result.stages[0].gpus_per_trial == 1
@@ -103,7 +94,7 @@ def test_serial_queue_on_one_gpu():
 @pytest.mark.parametrize(("allocation", "rounds"), [(2, 3), (3, 2), (4, 2), (5, 1)])
 def test_queue_makespan_in_rounds(allocation, rounds):
     # n = 5 trials on a GPUs take ceil(5 / a) rounds of 7 s each.
-    spec, model = stages((5, 3)), const_model({1: 2.0}, startup=1, sync=0.5)
+    spec, model = stages((5, 3)), const_model({1: 2.0}, startup_s=1, sync_s=0.5)
     result = run(spec, [allocation], model, const_cloud())
     assert result.jct_s[0] == pytest.approx(15 + rounds * 7 + 0.5, **EXACT)
 
@@ -112,8 +103,8 @@ def test_scale_up_in_a_later_stage():
     # Stage 0: 4 trials x 1 GPU on one instance. Stage 1: 2 trials x 4 GPUs need 2 instances:
     # a second SCALE + INIT while the first instance keeps being billed.
     spec = stages((4, 3), (2, 8))
-    model = const_model({1: 2.0, 4: 0.75}, startup=1, sync=0.5)
-    result = run(spec, [4, 8], model, const_cloud(granularity=0.5, minimum=0))
+    model = const_model({1: 2.0, 4: 0.75}, startup_s=1, sync_s=0.5)
+    result = run(spec, [4, 8], model, const_cloud(granularity_s=0.5, minimum_s=0))
     # Stage 0 ends at 10 + 5 + 7 + 0.5 = 22.5; stage 1 at 22.5 + 10 + 5 + (1 + 8 * 0.75) + 0.5 = 45.
     assert result.jct_s[0] == pytest.approx(45, **EXACT)
     assert result.instances == (1, 2)
@@ -128,8 +119,8 @@ def test_scale_up_in_a_later_stage():
 def test_scale_down_releases_at_the_sync():
     # G = 1: stage 0 holds 3 instances, stage 1 one; two are released at stage 0's SYNC.
     spec = stages((3, 4), (1, 6))
-    model = const_model({1: 2.0}, startup=1, sync=0.5)
-    result = run(spec, [3, 1], model, const_cloud(G=1, granularity=0.5, minimum=0))
+    model = const_model({1: 2.0}, startup_s=1, sync_s=0.5)
+    result = run(spec, [3, 1], model, const_cloud(gpus_per_instance=1, granularity_s=0.5, minimum_s=0))
     # Stage 0: 10 + 5 + 9 + 0.5 = 24.5. Stage 1: 13 + 0.5 -> 38.
     assert result.jct_s[0] == pytest.approx(38, **EXACT)
     assert result.instances == (3, 1)
@@ -150,7 +141,7 @@ def lifo_plan():
 
 def test_scale_down_is_last_in_first_out():
     spec, allocation, model = lifo_plan()
-    cloud = const_cloud(G=1, price=3600, granularity=100, minimum=0)
+    cloud = const_cloud(gpus_per_instance=1, price_usd_per_hour=3600, granularity_s=100, minimum_s=0)
     result = run(spec, allocation, model, cloud)
     assert result.jct_s[0] == pytest.approx(120, **EXACT)
     # LIFO releases one of the two instances launched at 65: lifetimes 110, 55 and 35, billed in
@@ -162,7 +153,8 @@ def test_scale_down_is_last_in_first_out():
 
 def test_lifo_and_fifo_bill_the_same_unrounded_seconds():
     spec, allocation, model = lifo_plan()
-    result = run(spec, allocation, model, const_cloud(G=1, price=3600, granularity=1, minimum=0))
+    cloud = const_cloud(gpus_per_instance=1, price_usd_per_hour=3600, granularity_s=1, minimum_s=0)
+    result = run(spec, allocation, model, cloud)
     assert result.cost_usd[0] == pytest.approx(110 + 55 + 35, **EXACT)
 
 
@@ -179,7 +171,8 @@ def test_lifo_and_fifo_bill_the_same_unrounded_seconds():
 def test_billing_granularity_and_minimum(granularity, minimum, init, billed):
     # One trial of 28 iterations x 2 s: the instance lives init + 56 s.
     result = run(stages((1, 28)), [1], const_model({1: 2.0}),
-                 const_cloud(G=1, price=3600, init=init, granularity=granularity, minimum=minimum))
+                 const_cloud(gpus_per_instance=1, price_usd_per_hour=3600, init_s=init, granularity_s=granularity,
+                             minimum_s=minimum))
     assert result.jct_s[0] == pytest.approx(10 + init + 56, **EXACT)
     assert result.cost_usd[0] == pytest.approx(billed, **EXACT)
 
@@ -189,7 +182,8 @@ def test_data_cost_per_launch_including_a_relaunch():
     # The data cost is what a dataset adds to the same plan without one.
     spec = stages((2, 1), (1, 1), (1, 1))
     model = const_model({1: 2.0, 2: 1.0})
-    cloud, no_data = const_cloud(G=1, dataset_gb=150, usd_per_gb=0.02), const_cloud(G=1)
+    cloud = const_cloud(gpus_per_instance=1, dataset_gb=150, usd_per_gb=0.02)
+    no_data = const_cloud(gpus_per_instance=1)
     result, base = run(spec, [2, 1, 2], model, cloud), run(spec, [2, 1, 2], model, no_data)
     assert result.instances == (2, 1, 2)
     assert [s.new_instances for s in result.stages] == [2, 0, 1]
@@ -207,7 +201,7 @@ def test_per_function_billing_charges_only_train_work():
     # Stage 0: 4 trials queue on 2 GPUs (m = 1), each TRAIN 1 + 3 * 2 = 7 s.
     # Stage 1: 2 trials x 4 GPUs, each TRAIN 1 + 8 * 0.75 = 7 s.
     spec = stages((4, 3), (2, 8))
-    model = const_model({1: 2.0, 4: 0.75}, startup=1, sync=0.5)
+    model = const_model({1: 2.0, 4: 0.75}, startup_s=1, sync_s=0.5)
     gpu_seconds = 4 * 1 * 7 + 2 * 4 * 7
     cost = usd(gpu_seconds) / 4
     slow = const_cloud(per_function=True)
@@ -215,8 +209,8 @@ def test_per_function_billing_charges_only_train_work():
     assert result.cost_usd[0] == pytest.approx(cost, **EXACT)
     assert [s.mean_cost_usd for s in result.stages] == pytest.approx([usd(28) / 4, usd(56) / 4], **EXACT)
     # SCALE, INIT, SYNC and idle GPUs cost nothing: slower provisioning changes JCT, not cost.
-    slower = const_cloud(per_function=True, provision=500, init=300)
-    other = run(spec, [2, 8], const_model({1: 2.0, 4: 0.75}, startup=1, sync=50), slower)
+    slower = const_cloud(per_function=True, provision_s=500, init_s=300)
+    other = run(spec, [2, 8], const_model({1: 2.0, 4: 0.75}, startup_s=1, sync_s=50), slower)
     assert other.jct_s[0] > result.jct_s[0] + 1000
     assert other.cost_usd[0] == pytest.approx(cost, **EXACT)
 
@@ -224,8 +218,8 @@ def test_per_function_billing_charges_only_train_work():
 def test_explicit_instances_static_cluster():
     # Needs (2, 1, 1) instances of G = 4; a static cluster holds 3 in every stage.
     spec = stages((8, 2), (4, 2), (2, 2))
-    model = const_model({1: 2.0}, startup=1, sync=0.5)
-    cloud = const_cloud(granularity=0.5, minimum=0)
+    model = const_model({1: 2.0}, startup_s=1, sync_s=0.5)
+    cloud = const_cloud(granularity_s=0.5, minimum_s=0)
     static = run(spec, [8, 4, 2], model, cloud, instances=[3, 3, 3])
     # One SCALE only: 10 + 5 + 5 + 0.5, then 5.5 twice.
     assert static.jct_s[0] == pytest.approx(31.5, **EXACT)
@@ -256,8 +250,8 @@ def test_explicit_instances_below_need(instances, stage):
     ],
 )
 def test_trial_workers_stay_together(num_trials, allocation, gpus, instances):
-    model = const_model({1: 4.0, 2: 2.5, 3: 2.0, 8: 1.0, 12: 0.75, 16: 0.5}, startup=1, sync=0.5)
-    result = run(stages((num_trials, 4)), [allocation], model, const_cloud(granularity=0.5, minimum=0))
+    model = const_model({1: 4.0, 2: 2.5, 3: 2.0, 8: 1.0, 12: 0.75, 16: 0.5}, startup_s=1, sync_s=0.5)
+    result = run(stages((num_trials, 4)), [allocation], model, const_cloud(granularity_s=0.5, minimum_s=0))
     assert result.stages[0].gpus_per_trial == gpus
     assert result.instances == (instances,)
     train = 1 + 4 * model.latency(gpus).mean
@@ -267,7 +261,7 @@ def test_trial_workers_stay_together(num_trials, allocation, gpus, instances):
 
 def test_stage_breakdown_adds_up():
     spec, allocation, model = lifo_plan()
-    result = run(spec, allocation, model, const_cloud(G=1, granularity=100, minimum=0))
+    result = run(spec, allocation, model, const_cloud(gpus_per_instance=1, granularity_s=100, minimum_s=0))
     assert sum(s.mean_duration_s for s in result.stages) == pytest.approx(result.mean_jct_s, **EXACT)
     assert sum(s.mean_cost_usd for s in result.stages) == pytest.approx(result.mean_cost_usd, **EXACT)
 
@@ -280,13 +274,8 @@ RANDOM_MODEL = ModelProfile(
 )
 
 
-def random_cloud(**changes) -> CloudProfile:
-    cloud = CloudProfile(
-        "test.type", 4, 12.24, spot_price_usd_per_hour=3.0,
-        billing=Billing(BillingModel.PER_INSTANCE, 60.0, 60.0),
-        provision_latency_s=Normal(30.0, 8.0), init_latency_s=Normal(20.0, 6.0), data=DataCost(1.0, 0.09),
-    )
-    return cloud.replace(**changes)
+random_cloud = partial(cloud_profile, spot_price_usd_per_hour=3.0, granularity_s=60.0, minimum_s=60.0,
+                       provision_s=Normal(30.0, 8.0), init_s=Normal(20.0, 6.0), dataset_gb=1.0, usd_per_gb=0.09)
 
 
 SHA16 = ExperimentSpec.sha(16, 2, 40, 2)     # 16x2 8x4 4x8 2x16 1x10
@@ -316,14 +305,13 @@ SCENARIOS = {
     # queues in stages 0-3 (16 on 5 GPUs, ...), then a scale-up for 8 GPUs in stage 4
     "queues-and-scale-up": ((5, 3, 2, 1, 8), None, random_cloud()),
     # instances 1, 4, 1, 2, 1: up, down, up, down, with coarse rounding and a high minimum
-    "up-down-up": ((3, 16, 4, 8, 2), None, random_cloud(billing=Billing(BillingModel.PER_INSTANCE, 300.0, 120.0))),
+    "up-down-up": ((3, 16, 4, 8, 2), None, random_cloud(granularity_s=300.0, minimum_s=120.0)),
     # a static cluster of 4 instances, billed to the second
-    "static": ((8, 8, 8, 8, 8), [4, 4, 4, 4, 4], random_cloud(billing=Billing(BillingModel.PER_INSTANCE, 1.0, 0.0))),
-    "per-function": ((16, 8, 8, 4, 8), None, random_cloud(billing=Billing(BillingModel.PER_FUNCTION))),
+    "static": ((8, 8, 8, 8, 8), [4, 4, 4, 4, 4], random_cloud(granularity_s=1.0, minimum_s=0.0)),
+    "per-function": ((16, 8, 8, 4, 8), None, random_cloud(per_function=True)),
     "spot-empirical-init": (
         (6, 16, 4, 4, 4), None,
-        random_cloud(market=Market.SPOT, init_latency_s=Empirical((5.0, 9.0, 40.0)),
-                     provision_latency_s=LogNormal(30.0, 20.0)),
+        random_cloud(market=Market.SPOT, init_s=Empirical((5.0, 9.0, 40.0)), provision_s=LogNormal(30.0, 20.0)),
     ),
 }
 
@@ -339,7 +327,7 @@ def test_simulate_agrees_with_the_reference_in_distribution(allocation, instance
 
 def test_reference_matches_exact_answers_on_deterministic_profiles():
     spec, allocation, model = lifo_plan()
-    cloud = const_cloud(G=1, price=3600, granularity=100, minimum=0)
+    cloud = const_cloud(gpus_per_instance=1, price_usd_per_hour=3600, granularity_s=100, minimum_s=0)
     ref = run_once(spec, allocation, model, cloud, np.random.default_rng(0))
     assert (ref.jct_s, ref.cost_usd) == (pytest.approx(120), pytest.approx(400))
     sim = run(spec, allocation, model, cloud)
@@ -428,8 +416,8 @@ def test_dag_nodes_and_edges(spec, allocation, instances):
 
 @pytest.mark.parametrize(("spec", "allocation", "instances"), DAG_PLANS.values(), ids=DAG_PLANS.keys())
 def test_dag_longest_path_is_the_jct_on_a_deterministic_profile(spec, allocation, instances):
-    model = const_model({1: 4.0, 2: 2.2, 4: 1.3, 8: 0.8}, startup=3, sync=1)
-    cloud = const_cloud(provision=30, init=20)
+    model = const_model({1: 4.0, 2: 2.2, 4: 1.3, 8: 0.8}, startup_s=3, sync_s=1)
+    cloud = const_cloud(provision_s=30, init_s=20)
     graph = build_dag(spec, allocation, model, cloud, instances=instances)
     result = run(spec, allocation, model, cloud, instances=instances)
     assert longest_path(graph) == pytest.approx(result.jct_s[0], **EXACT)
@@ -481,7 +469,7 @@ def test_reused_draws_follow_the_model():
     # A what-if sweep reuses one set of draws across model profiles built one after another;
     # CPython hands a new profile the id of the one just freed. Retry until that happens.
     spec = stages((4, 10))
-    cloud = const_cloud(provision=1, init=1)
+    cloud = const_cloud(provision_s=1, init_s=1)
     for _ in range(100):
         draws = [StageDraws(0, 0, 200)]
         first = ModelProfile({1: Normal(1.0, 0.01)})
