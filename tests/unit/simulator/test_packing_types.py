@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import networkx as nx
@@ -23,6 +24,7 @@ from rubberband.profiles.cloud import CloudCatalog
 from rubberband.profiles.spot import SpotMarket
 from rubberband.simulator import build_dag, simulate
 from rubberband.simulator.trace import sample_timeline
+from rubberband.testing.builders import cloud_profile
 from rubberband.testing.reference_sim import reference_simulate
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,17 +39,14 @@ RANDOM_MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal
                             packed_iter_latency_s={2: Normal(6.4, 0.6), 4: Normal(8.8, 0.9)})
 
 
-def const_cloud(name: str = "t.4gpu", G: int = 4, price: float = 12.24, provision: float = 10.0, init: float = 5.0,
-                minimum: float = 60.0, memory: float | None = 16.0, data_usd: float = 0.0) -> CloudProfile:
-    return CloudProfile(name, G, price, billing=Billing(BillingModel.PER_INSTANCE, 1.0, minimum),
-                        provision_latency_s=Constant(provision), init_latency_s=Constant(init),
-                        data=DataCost(1.0, data_usd), gpu_memory_gb=memory)
+# Deterministic types (name, G, price): SCALE 10 s and INIT 5 s unless told, 16 GB GPUs, 1 GB of data a launch.
+const_cloud = partial(cloud_profile, provision_s=10.0, init_s=5.0, dataset_gb=1.0, gpu_memory_gb=16.0)
 
 
 def random_cloud(name: str, G: int, price: float, **changes) -> CloudProfile:
-    return CloudProfile(name, G, price, spot_price_usd_per_hour=price / 3,
-                        billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0), provision_latency_s=Normal(30.0, 8.0),
-                        init_latency_s=Normal(20.0, 6.0), data=DataCost(1.0, 0.09), **changes)
+    """A type with drawn SCALE and INIT, spot at a third of ``price``."""
+    return cloud_profile(name, G, price, spot_price_usd_per_hour=price / 3, provision_s=Normal(30.0, 8.0),
+                         init_s=Normal(20.0, 6.0), dataset_gb=1.0, usd_per_gb=0.09, **changes)
 
 
 SHA16 = ExperimentSpec.sha(16, 2, 40, 2)     # 16x2 8x4 4x8 2x16 1x10
@@ -58,7 +57,7 @@ TYPES = {"big": random_cloud("big", 4, 12.24), "small": random_cloud("small", 1,
 
 def test_the_issues_example_runs_all_sixteen_trials_at_once_at_the_packed_latency():
     spec = ExperimentSpec().add_stage(16, 10)
-    result = simulate(spec, [4], CONST_MODEL, const_cloud(), samples=3, trials_per_gpu=[4])
+    result = simulate(spec, [4], CONST_MODEL, const_cloud("t.4gpu"), samples=3, trials_per_gpu=[4])
     # SCALE 10 + INIT 5, then start-up 7 + 10 iterations at 2.2 L1, then SYNC 1.
     assert result.jct_s.tolist() == [10 + 5 + 7 + 10 * 2.2 * L1 + 1] * 3
     # One 4-GPU instance, billed from its SCALE end to the end.
@@ -70,27 +69,27 @@ def test_the_issues_example_runs_all_sixteen_trials_at_once_at_the_packed_latenc
 def test_packed_trials_beyond_the_slots_queue_for_the_next_free_one():
     spec = ExperimentSpec().add_stage(16, 10)
     # 2 GPUs at 4 per GPU: 8 slots, two rounds of packed trials.
-    result = simulate(spec, [2], CONST_MODEL, const_cloud(), samples=2, trials_per_gpu=[4])
+    result = simulate(spec, [2], CONST_MODEL, const_cloud("t.4gpu"), samples=2, trials_per_gpu=[4])
     assert result.jct_s.tolist() == [10 + 5 + 2 * (7 + 10 * 2.2 * L1) + 1] * 2
 
 
 def test_packed_instances_hold_k_times_g_trials():
     spec = ExperimentSpec().add_stage(16, 10)
     # 1-GPU instances at 2 per GPU: 8 GPUs, 16 trials at once on 8 instances.
-    result = simulate(spec, [8], CONST_MODEL, const_cloud("t.1gpu", G=1, price=3.06), samples=2, trials_per_gpu=[2])
+    result = simulate(spec, [8], CONST_MODEL, const_cloud("t.1gpu", 1, 3.06), samples=2, trials_per_gpu=[2])
     assert result.instances == (8,)
     assert result.jct_s.tolist() == [10 + 5 + 7 + 10 * 1.6 * L1 + 1] * 2
 
 
 def test_per_function_billing_charges_a_packed_trial_a_kth_of_its_gpu():
-    cloud = const_cloud().replace(billing=Billing(BillingModel.PER_FUNCTION))
+    cloud = const_cloud("t.4gpu", per_function=True)
     spec = ExperimentSpec().add_stage(16, 10)
     result = simulate(spec, [4], CONST_MODEL, cloud, samples=2, trials_per_gpu=[4])
     train = 7 + 10 * 2.2 * L1
     assert result.cost_usd == pytest.approx([16 * train * 12.24 / 3600 / (4 * 4)] * 2, rel=1e-12)
 
 
-@pytest.mark.parametrize("cloud", [const_cloud(), random_cloud("big", 4, 12.24),
+@pytest.mark.parametrize("cloud", [const_cloud("t.4gpu"), random_cloud("big", 4, 12.24),
                                    random_cloud("big", 4, 12.24, market=Market.SPOT,
                                                 spot=SpotMarket(notice_s=120, rate_per_hour=20.0))])
 def test_one_trial_per_gpu_is_the_unpacked_model_bit_for_bit(cloud):
@@ -125,22 +124,22 @@ def test_packing_agrees_with_the_reference_in_distribution():
 def test_bad_packing_is_one_error_naming_the_field(allocation, packing, pattern):
     spec = ExperimentSpec().add_stage(16, 10)
     with pytest.raises(SpecError, match=pattern):
-        simulate(spec, allocation, CONST_MODEL, const_cloud(), samples=2, trials_per_gpu=packing)
+        simulate(spec, allocation, CONST_MODEL, const_cloud("t.4gpu"), samples=2, trials_per_gpu=packing)
 
 
 def test_packing_above_the_gpus_memory_is_refused():
     spec = ExperimentSpec().add_stage(16, 10)
     with pytest.raises(SpecError, match=r"trials_per_gpu\[0\]: 4 trials of 4 GB do not fit the 12 GB of one t.4gpu "
                                         r"GPU; pack at most 2"):
-        simulate(spec, [4], CONST_MODEL, const_cloud(memory=12.0), samples=2, trials_per_gpu=[4])
+        simulate(spec, [4], CONST_MODEL, const_cloud("t.4gpu", gpu_memory_gb=12.0), samples=2, trials_per_gpu=[4])
 
 
 # --- instance types per stage -------------------------------------------------------------
 
 def test_a_change_of_type_releases_the_old_instances_and_launches_the_new_type():
     spec = ExperimentSpec().add_stage(4, 10).add_stage(1, 20)
-    big = const_cloud("big", G=4, price=12.24, provision=10.0, init=5.0, data_usd=0.5)
-    small = const_cloud("small", G=1, price=3.06, provision=20.0, init=8.0, data_usd=0.25)
+    big = const_cloud("big", 4, 12.24, provision_s=10.0, init_s=5.0, usd_per_gb=0.5)
+    small = const_cloud("small", 1, 3.06, provision_s=20.0, init_s=8.0, usd_per_gb=0.25)
     result = simulate(spec, [4, 1], CONST_MODEL, {"big": big, "small": small}, samples=2,
                       instance_types=["big", "small"])
     stage0 = 10 + 5 + 7 + 10 * L1 + 1                 # on big
@@ -156,7 +155,7 @@ def test_a_change_of_type_releases_the_old_instances_and_launches_the_new_type()
 
 def test_a_return_to_a_type_launches_afresh():
     spec = ExperimentSpec().add_stage(4, 10).add_stage(2, 10).add_stage(1, 10)
-    types = {"big": const_cloud("big"), "small": const_cloud("small", G=1, price=3.06)}
+    types = {"big": const_cloud("big"), "small": const_cloud("small", 1, 3.06)}
     result = simulate(spec, [4, 2, 1], CONST_MODEL, types, samples=2, instance_types=["big", "small", "big"])
     assert [s.new_instances for s in result.stages] == [1, 2, 1]
     assert result.jct_s[0] == 3 * (10 + 5 + 7 + 1) + 30 * L1
@@ -271,7 +270,7 @@ def node_latency(data: dict) -> float:
 
 def test_the_dag_of_a_packed_typed_plan_is_the_jct_on_a_deterministic_profile():
     spec = ExperimentSpec().add_stage(16, 10).add_stage(4, 10).add_stage(1, 20)
-    types = {"big": const_cloud("big"), "small": const_cloud("small", G=1, price=3.06, provision=20.0, init=8.0)}
+    types = {"big": const_cloud("big"), "small": const_cloud("small", 1, 3.06, provision_s=20.0, init_s=8.0)}
     kwargs = dict(trials_per_gpu=[4, 1, 1], instance_types=["small", "big", "small"])
     g = build_dag(spec, [4, 4, 1], CONST_MODEL, types, **kwargs)
     path = nx.dag_longest_path(g, weight=None)
@@ -318,8 +317,8 @@ def test_the_reference_gives_the_exact_answer_of_a_packed_typed_plan_on_determin
     from rubberband.testing.reference_sim import run_once
 
     spec = ExperimentSpec().add_stage(16, 10).add_stage(4, 10).add_stage(2, 20).add_stage(1, 20)
-    types = {"big": const_cloud("big", data_usd=0.5), "small": const_cloud("small", G=1, price=3.06, provision=20.0,
-                                                                           init=8.0, data_usd=0.25)}
+    types = {"big": const_cloud("big", usd_per_gb=0.5), "small": const_cloud("small", 1, 3.06, provision_s=20.0,
+                                                                           init_s=8.0, usd_per_gb=0.25)}
     names, packing, allocation = ["small", "small", "big", "small"], [4, 2, 1, 1], [3, 2, 2, 1]
     sim = simulate(spec, allocation, CONST_MODEL, types, samples=2, trials_per_gpu=packing, instance_types=names)
     ref = run_once(spec, allocation, CONST_MODEL, [types[n] for n in names], np.random.default_rng(0),
@@ -331,8 +330,8 @@ def test_the_reference_gives_the_exact_answer_of_a_packed_typed_plan_on_determin
 
 def test_a_change_from_per_function_to_per_instance_billing_bills_each_stage_by_its_type():
     spec = ExperimentSpec().add_stage(8, 10).add_stage(1, 20)
-    lambdas = const_cloud("fn", G=1, price=2.0, data_usd=0.5).replace(billing=Billing(BillingModel.PER_FUNCTION))
-    big = const_cloud("big", data_usd=0.25)
+    lambdas = const_cloud("fn", 1, 2.0, usd_per_gb=0.5, per_function=True)
+    big = const_cloud("big", usd_per_gb=0.25)
     types, names = {"fn": lambdas, "big": big}, ["fn", "big"]
     result = simulate(spec, [4, 1], CONST_MODEL, types, samples=2, trials_per_gpu=[2, 1], instance_types=names)
     train0 = 7 + 10 * 1.6 * L1                         # 8 trials, 2 to a GPU on 4 GPUs: one round
