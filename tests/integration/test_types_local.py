@@ -71,7 +71,10 @@ def test_a_plan_changes_instance_type_at_the_sync_and_bills_each_type_at_its_pri
     assert (h0["gpus"], h1["gpus"]) == (1, 2) and len(set(h1["instances"])) == 1
     assert winner["ranks_in_sync"] is True
     assert [s["instance_type"] for s in result.stages] == ["local.1gpu", "local.2gpu"]
-    assert result.error("cost_usd") == result.error("cost_usd")      # predicted vs actual: comparable (finite)
+    # Predicted vs actual: the plan's mean cost against what the ledger billed, figured here from both.
+    billed = sum(i["cost_usd"] for i in launched)
+    assert plan.predicted.mean_cost_usd > 0 and result.predicted["cost_usd"] == plan.predicted.mean_cost_usd
+    assert result.error("cost_usd") == pytest.approx((billed - plan.predicted.mean_cost_usd) / plan.predicted.mean_cost_usd)
     assert "local.2gpu: 1 instance(s) launched" in result.table()
     # Nothing left running (the fixture checks the cluster's processes too).
     assert all(i["released_s"] is not None for i in ledger["instances"])
