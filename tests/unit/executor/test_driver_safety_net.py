@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import ExperimentSpec
 from rubberband.executor.driver import Driver
 from rubberband.plan import plan_allocation
+from rubberband.testing.builders import fake_cloud, model_profile
 from rubberband.testing.fakes import make_fakes
 
 ITER_S = {1: 4.0}
@@ -17,9 +18,8 @@ def test_after_the_switch_the_cluster_is_asked_for_on_demand_only_and_retired_sp
     # Both spot instances get a notice (t=1022 and 1030); at t=1039, while t001 waits for a spot
     # replacement, the slack runs out and the rest moves to on-demand. i000's replacement
     # (rb-instance-3) is up and running a trial: retired; t001's (rb-instance-4) is cancelled.
-    model = ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
-    cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 1, "price_usd_per_hour": 3.6,
-                                    "spot_price_usd_per_hour": 1.08, "provision_latency_s": 10, "init_latency_s": 5})
+    model = model_profile(ITER_S, name="fake")
+    cloud = fake_cloud(1, spot_price_usd_per_hour=1.08)
     plan = plan_allocation(ExperimentSpec.from_stages([(2, 10), (1, 10)]), (2, 1), model, cloud, deadline_s=145,
                            samples=2)
     plan = dataclasses.replace(plan, spot_instances=(2, 1))

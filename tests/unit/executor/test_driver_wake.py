@@ -10,20 +10,19 @@ import dataclasses
 
 import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import ExperimentSpec
 from rubberband.errors import ProviderError
 from rubberband.executor.driver import Driver
 from rubberband.plan import plan_allocation
+from rubberband.testing.builders import fake_cloud, model_profile, spot_market
 from rubberband.testing.fakes import make_fakes
 
 ITER_S = {1: 4.0}
 SPACE = {"lr": {"grid": [0.1, 0.5]}}
-MODEL = ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
+MODEL = model_profile(ITER_S, name="fake")
 # Spot that can be reclaimed (a preemption rate), so the safety net is armed by a request that
 # waits for capacity.
-CLOUD = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 1, "price_usd_per_hour": 3.6,
-                                "spot_price_usd_per_hour": 1.08, "provision_latency_s": 10, "init_latency_s": 5,
-                                "spot": {"notice_s": 120, "preemption": {"rate_per_hour": 1.0}}})
+CLOUD = fake_cloud(1, spot_price_usd_per_hour=1.08, spot=spot_market(rate_per_hour=1.0, notice_s=120))
 
 
 def _run(spot: tuple[int, int], deadline_s: float = 1e6, no_capacity: bool = True, **kwargs):

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import ExperimentSpec
 from rubberband.executor.driver import Driver
 from rubberband.plan import plan_allocation
+from rubberband.testing.builders import fake_cloud, model_profile
 from rubberband.testing.fakes import make_fakes
 
 ITER_S = {1: 4.0}
 
 
 def _driver(lose: bool, every_time: bool = False, **kwargs):
-    model = ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
-    cloud = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 1, "price_usd_per_hour": 3.6,
-                                    "provision_latency_s": 10, "init_latency_s": 5})
+    model = model_profile(ITER_S, name="fake")
+    cloud = fake_cloud(1)
     plan = plan_allocation(ExperimentSpec.from_stages([(2, 3), (1, 3)]), (2, 1), model, cloud, deadline_s=1e6, samples=2)
     fakes = make_fakes(1, ITER_S, provision_s=10, init_s=5)
     warm = fakes.runner.warm

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rubberband import CloudProfile
 from rubberband.errors import ProviderError
 from rubberband.executor.session import Session, cluster_session, raise_interrupt, sweep
+from rubberband.testing.builders import fake_cloud
 
-CLOUD = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 1.0,
-                                "provision_latency_s": 1, "init_latency_s": 1})
+CLOUD = fake_cloud(2, price_usd_per_hour=1.0, provision_s=1, init_s=1)
 
 
 class SignalledWhileStarting:
