@@ -10,7 +10,10 @@ is taken as it is. Pure: no Ray, boto3 or torch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rubberband.profiles.cloud import Billing, BillingModel, CloudProfile, DataCost, Market
 from rubberband.profiles.distributions import Constant, Distribution, Normal
@@ -151,3 +154,11 @@ def fake_cloud(gpus_per_instance: int = 1, **changes: Any) -> CloudProfile:
     """
     base: dict[str, Any] = {"instance_type": "fake.gpu", "price_usd_per_hour": 3.6, "provision_s": 10.0, "init_s": 5.0}
     return cloud_profile(gpus_per_instance=gpus_per_instance, **{**base, **changes})
+
+
+def write_profile(path: str | Path, profile: ModelProfile | CloudProfile) -> Path:
+    """Write ``profile`` as the YAML file its ``load`` reads back (for tests of the CLI, which
+    takes profiles by path). Returns ``path``."""
+    path = Path(path)
+    path.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    return path

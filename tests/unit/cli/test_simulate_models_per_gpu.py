@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from rubberband import load_experiment
+from rubberband.profiles import Normal
 from rubberband.simulator import simulate
+from rubberband.testing.builders import model_profile, write_profile
 
 from .helpers import assert_one_line_error, run
 
@@ -18,18 +20,9 @@ TYPES = "p3.8xlarge,p3.8xlarge,g5.12xlarge,g5.12xlarge"
 
 
 def _profile(tmp_path: Path, gpu: str, one_gpu_s: float) -> Path:
-    path = tmp_path / f"{gpu}.yaml"
-    path.write_text(f"""
-name: m-{gpu}
-measured_on: {{gpu_model: {gpu}}}
-iter_latency_s:
-  1: {{dist: normal, mean: {one_gpu_s}, std: 1.0}}
-  2: {{dist: normal, mean: {one_gpu_s / 1.9}, std: 0.5}}
-  4: {{dist: normal, mean: {one_gpu_s / 3.5}, std: 0.3}}
-trial_startup_s: {{dist: constant, value: 5.0}}
-sync_s: {{dist: constant, value: 1.0}}
-""")
-    return path
+    model = model_profile({1: Normal(one_gpu_s, 1.0), 2: Normal(one_gpu_s / 1.9, 0.5), 4: Normal(one_gpu_s / 3.5, 0.3)},
+                          startup_s=5.0, sync_s=1.0, name=f"m-{gpu}", measured_on={"gpu_model": gpu})
+    return write_profile(tmp_path / f"{gpu}.yaml", model)
 
 
 def _experiment(tmp_path: Path, instance_type: str = "p3.8xlarge") -> str:
