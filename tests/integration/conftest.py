@@ -46,6 +46,15 @@ def trainer(name: str) -> str:
     return f"{HERE / 'tiny_trainer.py'}:{name}"
 
 
+def paced_model():
+    """The profile the aws closed-loop tests plan ``tiny_trainer.Paced`` by (one GPU per trial):
+    about 0.6 s an iteration, a 1 s start-up, a 0.5 s SYNC."""
+    from rubberband.profiles.distributions import Normal
+    from rubberband.testing.builders import model_profile
+
+    return model_profile({1: Normal(0.6, 0.05)}, startup_s=Normal(1.0, 0.3), sync_s=0.5, name="paced")
+
+
 @pytest.fixture
 def cloud():
     import rubberband as rb

@@ -15,7 +15,7 @@ from rubberband.profiles.distributions import Normal
 from rubberband.providers.local import LocalCluster
 from tests.conftest import running_rubberband_instances, write_cluster_yaml
 
-from .conftest import ROOT, trainer
+from .conftest import ROOT, paced_model, trainer
 from .tiny_trainer import Paced
 
 pytestmark = [pytest.mark.integration, pytest.mark.aws]
@@ -85,8 +85,7 @@ def test_the_safety_net_moves_a_job_whose_spot_keeps_being_reclaimed_to_on_deman
     # switched at 13 s, done in 43-57 s.
     cloud = rb.CloudProfile.load(AWS, "g5.xlarge", market="spot").replace(
         provision_latency_s=Normal(2.0, 0.5), init_latency_s=Normal(8.0, 2.0))
-    profile = rb.ModelProfile.from_dict({"name": "paced", "trial_startup_s": {"dist": "normal", "mean": 1.0, "std": 0.3},
-                                         "sync_s": 0.5, "iter_latency_s": {1: {"dist": "normal", "mean": 0.6, "std": 0.05}}})
+    profile = paced_model()
     spec = rb.ExperimentSpec.from_stages([(2, 16), (1, 24)])
     plan = plan_allocation(spec, (2, 1), profile, cloud, deadline_s=DEADLINE_S, samples=50)
     assert plan.spot_counts == (2, 1) and plan.predicted.mean_jct_s < DEADLINE_S / 1.5

@@ -17,7 +17,7 @@ from rubberband.providers.local import LocalCluster
 from rubberband.testing.ec2_faults import Ec2FaultProxy
 from tests.conftest import running_rubberband_instances, write_cluster_yaml
 
-from .conftest import ROOT, trainer
+from .conftest import ROOT, paced_model, trainer
 from .tiny_trainer import Paced
 
 pytestmark = [pytest.mark.integration, pytest.mark.aws]
@@ -35,8 +35,7 @@ def test_spot_that_is_never_granted_moves_to_on_demand_in_time(tmp_path, moto_ec
     cloud = rb.CloudProfile.load(AWS, "g5.xlarge", market="spot")
     cloud = cloud.replace(provision_latency_s=Normal(2.0, 0.5), init_latency_s=Normal(8.0, 2.0),
                           spot=dataclasses.replace(cloud.spot, rate_per_hour=1.0, notice_s=120.0))
-    profile = rb.ModelProfile.from_dict({"name": "paced", "trial_startup_s": {"dist": "normal", "mean": 1.0, "std": 0.3},
-                                         "sync_s": 0.5, "iter_latency_s": {1: {"dist": "normal", "mean": 0.6, "std": 0.05}}})
+    profile = paced_model()
     plan = plan_allocation(rb.ExperimentSpec.from_stages([(2, 16), (1, 24)]), (2, 1), profile, cloud,
                            deadline_s=DEADLINE_S, samples=50)
     assert plan.spot_counts == (2, 1)
