@@ -101,7 +101,8 @@ def cloud_profile(instance_type: str = "test.type", gpus_per_instance: int = 4, 
         spot_price_usd_per_hour: the spot price (none: no spot market).
         market: the market it is bought on.
         spot: the spot market's preemption model (default: never reclaimed).
-        per_function: billed per function (its time running trials) rather than per instance.
+        per_function: billed per function (its time running trials) rather than per instance;
+            ``granularity_s`` and ``minimum_s`` are then ignored, as ``billing: {model: per_function}`` loads.
         granularity_s, minimum_s: per-instance billing: rounded up to ``granularity_s``, at least ``minimum_s``.
         provision_s: SCALE, launch to running (default: the profile's own, N(30, 5)).
         init_s: INIT, running to ready (default: the profile's own, 60).
