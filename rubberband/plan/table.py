@@ -342,7 +342,8 @@ class StageTable:
         need = shape.instances_needed
         zeros = np.zeros((need, samples))
         schedule = PositionSchedule(self.cloud, self.cloud.spot, self.seed, i, np.zeros(samples), zeros, zeros,
-                                    np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples))
+                                    np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples),
+                                    held=np.full(need, i > 0))        # stage 0 launches its instances; later ones hold them
         latency, startup = self.draws[i].train_parts(self.model, shape)
         makespan, total = run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup,
                                     rounds=True)

@@ -509,12 +509,12 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: 
     start = np.concatenate([np.full((n_od, samples), -np.inf), old_start, new_sp_start])
     up = np.concatenate([np.full((n_od - new_o, samples), -np.inf), new_od_ready, old_ready, new_sp_ready])
     is_spot = np.arange(len(start)) >= n_od
-    schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, now, start, up, is_spot, offsets)
+    carried = np.arange(len(start)) < n_od + len(old_start)
+    schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, now, start, up, is_spot, offsets, held=carried)
     latency, startup = d.train_parts(model, shape)
     trained, busy = run_stage(schedule, shape, cloud.gpus_per_instance, ready, latency, startup)
     end = trained + d.sync(model)
     rows = np.flatnonzero(is_spot)
-    carried = np.arange(len(start)) < n_od + len(old_start)
     bill = bill_window(schedule, rows, now, end, cloud.billing, carried)
     # Carry each spot position's incarnation alive (or provisioning) at the SYNC.
     current_start, current_ready = schedule.current(rows, end)

@@ -8,11 +8,15 @@ position is refilled at once:
 
 * ``rate_per_hour`` λ: ``down[k] = start[k] + Exp(λ)``; the replacement is requested at
   ``max(down[k] - notice_s, start[k])`` — with a notice, provisioning overlaps the notice —
-  and its SCALE and INIT are drawn like any launch. An instance held from an earlier stage
-  is alive at the stage's start, so (lifetimes being memoryless) its remaining life is drawn
-  afresh there, from ``max(stage start, start[k])``, which keeps stages independent; a notice
-  may then reach back before the stage's start, and the replacement is billed from its SCALE
-  end all the same.
+  and its SCALE and INIT are drawn like any launch. Nothing new starts on a noticed
+  instance: one noticed before it was ready is never used, and its replacement is used as
+  soon as it is ready (else from the reclaim on: the trial there trains until then). An
+  instance held from an earlier stage was not noticed by the stage's start (else its
+  replacement is what is held), so, lifetimes being memoryless, its remaining life is
+  ``notice_s + Exp(λ)`` from the stage's start, which keeps stages independent. A notice
+  that comes before a SYNC for a reclaim after it: the replacement is requested all the
+  same (billed from its SCALE end), the noticed instance is released at the SYNC (nothing
+  runs on it any more) and the replacement is what the position holds from then on.
 * ``trace``: the zone's availability is replayed from a random offset per sample. Every spot
   instance of the zone is reclaimed when it turns unavailable; a replacement (like a first
   request) waits until capacity returns, then provisions. A notice does not help here: the
@@ -198,7 +202,8 @@ class PositionSchedule:
 
     def __init__(self, cloud: CloudProfile, market: SpotMarket, seed: int, stage: int, t0: np.ndarray,
                  start: np.ndarray, up: np.ndarray, spot: np.ndarray, offset: np.ndarray,
-                 sample_ids: np.ndarray | None = None, sample_count: int | None = None):
+                 sample_ids: np.ndarray | None = None, sample_count: int | None = None,
+                 held: np.ndarray | None = None):
         """
         Args:
             t0: the stage's start per sample, ``(samples,)``.
@@ -209,6 +214,8 @@ class PositionSchedule:
             sample_ids: which Monte-Carlo samples the columns are (default ``0..samples-1``):
                 a replay of one sample passes its number and reads that sample's draws.
             sample_count: how many samples the run they are from has (default: the columns).
+            held: per position, whether it was held into the stage from before (not launched
+                by it; default: those whose SCALE ended by the stage's start).
         """
         self.cloud, self.market, self.seed, self.stage = cloud, market, int(seed), int(stage)
         self.spot = np.asarray(spot, dtype=bool)
@@ -222,6 +229,8 @@ class PositionSchedule:
         self._row = np.zeros(positions, dtype=np.int64)
         self._row[self._rows] = np.arange(len(self._rows))
         self._mean_life = 3600.0 / market.rate_per_hour if market.rate_per_hour > 0 else np.inf
+        # How long before its reclaim an instance is noticed: a trace's zone goes all at once, unnoticed.
+        self.notice_s = float(market.notice_s) if market.trace is None else 0.0
         check_trace_cap(market, [len(self._rows)], stages=[self.stage])
         self._need = trace_need(market, self._row)          # per position (trace markets)
         first_down = np.full((positions, self.samples), np.inf)
@@ -244,11 +253,25 @@ class PositionSchedule:
             life = _rng(seed, stage, _LIFE).standard_exponential((len(rows), total))
             if sample_ids is not None:
                 life = life[:, self.ids]
-            first_down[rows] = np.maximum(start[rows], t0) + life * self._mean_life
+            # Held from before the stage (not noticed by its start): notice_s + Exp from then.
+            before = (start <= t0) if held is None else np.asarray(held, dtype=bool)[:, None]
+            first_down[rows] = np.where(before[rows], t0 + self.notice_s, start[rows]) + life * self._mean_life
         self.start0 = np.asarray(start, dtype=float)
-        self.up0 = np.minimum(up, first_down)          # reclaimed before it was ever ready: never up
+        self.ready0 = np.broadcast_to(np.asarray(up, dtype=float), first_down.shape)
+        self.up0 = self._usable(self.ready0, first_down)
         self.down0 = first_down
-        self._later: list[tuple[np.ndarray, ...]] = []     # per k >= 1, flat: (drawn, start, up, down)
+        # Per k >= 1, flat: (drawn, start, up, down, ready): ``up`` when work may run on it, ``ready`` its INIT's end.
+        self._later: list[tuple[np.ndarray, ...]] = []
+
+    def noticed(self, start: np.ndarray, down: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Whether an incarnation launched at ``start`` and reclaimed at ``down`` was noticed (or,
+        with no notice, reclaimed) before ``t``: its replacement was requested by then."""
+        return np.maximum(down - self.notice_s, start) < t
+
+    def _usable(self, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+        """When work may start on an incarnation ready at ``up`` and reclaimed at ``down``:
+        ``down`` (never) if it was reclaimed, or noticed, before it was ready."""
+        return np.where(down - self.notice_s <= up, down, np.minimum(up, down))
 
     def _draw(self, components: tuple[int, ...], k: int, count: np.ndarray) -> list[_Counter]:
         """Incarnation ``k``'s numbers of each of ``components`` for pairs of ``counter``s."""
@@ -272,8 +295,9 @@ class PositionSchedule:
                                 "lower the rate, choose another zone, or plan on-demand")
             # Only the pairs drawn are ever written or read: untouched pages cost nothing.
             size = self.start0.size
-            self._later.append((np.zeros(size, dtype=bool), np.empty(size), np.empty(size), np.empty(size)))
-        drawn, starts, ups, downs = self._later[k - 1]
+            self._later.append((np.zeros(size, dtype=bool), np.empty(size), np.empty(size), np.empty(size),
+                                np.empty(size)))
+        drawn, starts, ups, downs, _ = self._later[k - 1]
         missing = flat[~drawn[flat]]
         if missing.size > 4096:
             # Trials packed on one instance ask for its pairs several times over: draw each once.
@@ -283,6 +307,10 @@ class PositionSchedule:
         if missing.size:
             self._fill(k, missing, *self.incarnation(k - 1, missing))
         return starts[flat], ups[flat], downs[flat]
+
+    def ready(self, k: int, flat: np.ndarray) -> np.ndarray:
+        """When incarnation ``k`` of the pairs ``flat`` (drawn already) is ready: its INIT's end."""
+        return self.ready0.ravel()[flat] if k == 0 else self._later[k - 1][4][flat]
 
     def _fill(self, k: int, flat: np.ndarray, prev_start: np.ndarray, prev_up: np.ndarray, prev_down: np.ndarray) -> None:
         """Draw incarnation ``k`` of pairs ``flat``, which replaces the one reclaimed at ``prev_down``."""
@@ -294,38 +322,41 @@ class PositionSchedule:
         scale = self.cloud.provision_latency_s.sample(draws[0], size)
         init = self.cloud.init_latency_s.sample(draws[1], size)
         if rate:                           # requested at the notice, not before the instance started
-            start = np.maximum(prev_down - self.market.notice_s, prev_start) + scale
+            start = np.maximum(prev_down - self.notice_s, prev_start) + scale
             down = start + draws[2].standard_exponential(size) * self._mean_life
         else:                              # the zone is gone: wait for capacity, then provision
             offset, need = self.offset[column], self._need[position]
             start = zone_next(self.market, prev_down, offset, up=True, need=need) + scale
             down = zone_next(self.market, start, offset, up=False, need=need)
-        drawn, starts, ups, downs = self._later[k - 1]
-        drawn[flat], starts[flat], downs[flat] = True, start, down
-        ups[flat] = np.minimum(np.maximum(start + init, prev_down), down)
+        drawn, starts, ups, downs, readies = self._later[k - 1]
+        drawn[flat], starts[flat], downs[flat], readies[flat] = True, start, down, start + init
+        # A trial on the one before trains there until its reclaim; one never used leaves nothing to wait for.
+        used = prev_up < prev_down
+        ups[flat] = self._usable(np.where(used, np.maximum(start + init, prev_down), start + init), down)
 
-    def chain(self, position: int, sample: int, until: float) -> list[tuple[float, float, float]]:
-        """``(start, up, down)`` of a position's incarnations in one sample, up to the one alive
-        (or provisioning) at ``until``: what a timeline draws."""
+    def chain(self, position: int, sample: int, until: float) -> list[tuple[float, float, float, float]]:
+        """``(start, up, down, ready)`` of a position's incarnations in one sample, up to the one
+        alive (or provisioning) and not noticed at ``until``: what a timeline draws."""
         flat, out = np.array([position * self.samples + sample]), []
         for k in range(MAX_INCARNATIONS + 1):
             start, up, down = (float(x[0]) for x in self.incarnation(k, flat))
-            out.append((start, up, down))
-            if not down < until:
+            out.append((start, up, down, float(self.ready(k, flat)[0])))
+            if not self.noticed(np.array(start), np.array(down), np.array(until)):
                 return out
         return out
 
     def current(self, rows: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per position of ``rows``: SCALE end and ready time of the incarnation alive (or still
-        provisioning) at ``t`` — the first one not reclaimed by then. ``(len(rows), samples)``."""
-        start, up = self.start0[rows].copy(), self.up0[rows].copy()
-        out = np.flatnonzero(~((self.down0[rows] >= t) | ~np.isfinite(t)))    # into the (rows, samples) output
+        provisioning) at ``t`` — the first one not reclaimed, nor noticed, by then (a noticed
+        one is released at the SYNC ``t``: its replacement goes on). ``(len(rows), samples)``."""
+        start, up = self.start0[rows].copy(), self.ready0[rows].copy()
+        out = np.flatnonzero(self.noticed(start, self.down0[rows], t) & np.isfinite(t))    # into the (rows, samples) output
         flat = rows[out // self.samples] * self.samples + out % self.samples
         k = 1
         while out.size:
-            s, u, d = self.incarnation(k, flat)
-            start.ravel()[out], up.ravel()[out] = s, u
-            later = ~(d >= t[out % self.samples])
+            s, _, d = self.incarnation(k, flat)
+            start.ravel()[out], up.ravel()[out] = s, self.ready(k, flat)
+            later = self.noticed(s, d, t[out % self.samples])
             out, flat, k = out[later], flat[later], k + 1
         return start, up
 
@@ -473,35 +504,38 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     their whole life (granularity, minimum); and the launches whose SCALE ended inside it —
     replacements, and a carried position's pending replacement (``carried``: positions held
     from an earlier stage; a position launched at this stage's start is counted by the caller).
-    A replacement exists only if the one before it is reclaimed within the window: a position
-    released (or carried on) before its reclaim asks for none here. The first incarnation was
-    billed up to ``t0`` by the stages before; a replacement whose notice reached back before
-    ``t0`` is billed here from its SCALE end.
+    A replacement exists only if the one before it is noticed (or reclaimed) within the
+    window: a position released (or carried on) before its notice asks for none here. One
+    noticed before ``t_end`` and reclaimed after it is released at the SYNC (its replacement
+    is requested already: the position goes on with it). The first incarnation was billed
+    up to ``t0`` by the stages before.
     """
     S = schedule.samples
     start, down = schedule.start0[rows], schedule.down0[rows]
     alive = np.clip(np.minimum(down, t_end) - np.maximum(start, t0), 0.0, None).sum(axis=0)
-    gone = down < t_end                                # reclaimed within the window
-    reclaimed = gone & (start < down)                  # ... after it had started (billed)
-    _, column = np.nonzero(reclaimed)                  # a few of every position and sample
-    life = down[reclaimed] - start[reclaimed]
+    gone = schedule.noticed(start, down, t_end)        # noticed (or reclaimed) within the window
+    off = np.minimum(down, t_end)                      # reclaimed, or released at the SYNC
+    ended = gone & (start < off)                       # ... after it had started (billed)
+    _, column = np.nonzero(ended)                      # a few of every position and sample
+    life = off[ended] - start[ended]
     rounding = np.bincount(column, billed_seconds(life, billing) - life, minlength=S)
-    reclaims = np.bincount(column, minlength=S).astype(float)
+    reclaims = np.bincount(column, (down < t_end)[ended], minlength=S).astype(float)
     first = (start >= t0) & (start < t_end) & np.asarray(carried, dtype=bool)[rows][:, None]
     launches = first.sum(axis=0).astype(float)
-    # Replacements exist only behind a reclaim inside the window: a few pairs, walked sparsely.
+    # Replacements exist only behind a notice inside the window: a few pairs, walked sparsely.
     pair = np.flatnonzero(gone)
     flat, column = rows[pair // S] * S + pair % S, pair % S
     k = 1
     while flat.size:
         start, _, down = schedule.incarnation(k, flat)
         end = t_end[column]
-        alive += np.bincount(column, np.clip(np.minimum(down, end) - start, 0.0, None), minlength=S)
-        gone = down < end
-        reclaimed = gone & (start < down)
-        life = down[reclaimed] - start[reclaimed]
-        rounding += np.bincount(column[reclaimed], billed_seconds(life, billing) - life, minlength=S)
-        reclaims += np.bincount(column[reclaimed], minlength=S)
+        off = np.minimum(down, end)
+        alive += np.bincount(column, np.clip(off - start, 0.0, None), minlength=S)
+        gone = schedule.noticed(start, down, end)
+        ended = gone & (start < off)
+        life = off[ended] - start[ended]
+        rounding += np.bincount(column[ended], billed_seconds(life, billing) - life, minlength=S)
+        reclaims += np.bincount(column[ended], (down < end)[ended], minlength=S)
         launches += np.bincount(column[start < end], minlength=S)
         flat, column, k = flat[gone], column[gone], k + 1
     return SpotBill(alive, rounding, launches, reclaims)

@@ -120,7 +120,7 @@ class _Held:
             # Taken back by the time its SCALE ended (a trace zone gone during the SCALE): it never ran.
             released = reclaimed = max(reclaimed, self.launched)
         # Released or reclaimed while still initialising: it never became ready.
-        ready = min(max(self.ready, self.launched), released) if released > self.launched else self.ready
+        ready = min(max(self.ready, self.launched), released) if released >= self.launched else self.ready
         return InstanceSpan(self.iid, self.requested, self.launched, ready, released, self.market, reclaimed,
                             self.replaces, self.instance_type)
 
@@ -274,27 +274,30 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, 
     up = np.array([[-np.inf]] * (n_od - new_o) + [[r] for r in od_ready] + [[h.ready] for h in spot_hosts])
     is_spot = np.arange(len(start)) >= n_od
     schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, np.array([now]), start, up, is_spot,
-                                offsets[k:k + 1], sample_ids=[k], sample_count=len(offsets))
+                                offsets[k:k + 1], sample_ids=[k], sample_count=len(offsets),
+                                held=np.arange(len(start)) < n_od + len(old))
     latency, startup = d.train_parts(model, shape)
     boot = startup if np.ndim(startup) == 0 else startup[:, k:k + 1]
     log: list = []
     trained, busy = run_stage(schedule, shape, cloud.gpus_per_instance, np.array([ready]), latency[:, k:k + 1], boot,
                               log=log)
     end = float(trained[0]) + float(d.sync(model)[k])
-    # Each spot position's incarnations up to the one alive (or provisioning) at the SYNC.
+    # Each spot position's incarnations up to the one alive (or provisioning), and not noticed, at the SYNC.
     lives: list[list[tuple[_Held, float, float]]] = [[(h, -np.inf, np.inf)] for h in pools[ON_DEMAND]]
     carried = []
-    notice = cloud.spot.notice_s
+    notice = schedule.notice_s
     for position, host in zip(range(n_od, len(start)), spot_hosts):
         chain = schedule.chain(position, 0, end)
         h = host
-        h.ready = chain[0][1]                  # reclaimed before it was ever ready: ready at the reclaim
         life = [(h, chain[0][1], chain[0][2])]
-        for (prev_start, _, prev_down), (s_i, up_i, down_i) in zip(chain, chain[1:]):
+        for (prev_start, _, prev_down, _), (s_i, up_i, down_i, ready_i) in zip(chain, chain[1:]):
             # The replacement is asked for at the notice (rate) or when the zone is gone (trace).
-            asked = prev_down if cloud.spot.trace is not None else max(prev_down - notice, prev_start)
-            h.released = h.reclaimed = prev_down
-            h = launch(SPOT, asked, s_i, up_i, replaces=h.iid)
+            asked = max(prev_down - notice, prev_start)
+            if prev_down < end:
+                h.released = h.reclaimed = prev_down
+            else:                              # noticed before the SYNC, reclaimed after: released at it
+                h.released = end
+            h = launch(SPOT, asked, s_i, ready_i, replaces=h.iid)
             life.append((h, up_i, down_i))
         lives.append(life)
         carried.append(h)

@@ -72,8 +72,8 @@ def test_auto_keeps_its_promise_out_of_sample_and_beats_on_demand():
 
 def test_when_spot_cannot_carry_the_job_auto_falls_back_to_on_demand_stages_and_says_so():
     exp = experiment()
-    c = cloud(6.0)                    # a reclaim every 10 minutes per instance
-    deadline = 600.0
+    c = cloud(7.0)                    # a reclaim every 8.6 minutes per instance (a 2-minute notice)
+    deadline = 640.0
     auto = compile_plan(exp.spec, exp.model, c, deadline, samples=100, confidence=0.9, market="auto")
     assert auto.predicted.p_meet(deadline) >= 0.9
     assert market_label(auto) == "spot 0-2, on-demand 3"

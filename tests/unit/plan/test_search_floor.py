@@ -127,7 +127,10 @@ def test_choose_passes_over_what_cannot_meet_and_chooses_the_same_plan(monkeypat
     (cand_all, result_all), sims_all = run(skip=False)
     assert (cand.allocation, cand.instances) == (cand_all.allocation, cand_all.instances)
     assert result.mean_cost_usd == result_all.mean_cost_usd
-    assert sims < 0.6 * sims_all
+    # Since spot instances held into a stage are no longer noticed at its start (DESIGN §4.1, issue
+    # 21), the stage means of this market no longer lead the search to candidates its floors
+    # refuse (17 simulations either way, where it was ~40% fewer): only "never more" holds here.
+    assert sims <= sims_all
 
 
 def test_a_type_per_stage_with_market_auto_plans_as_without_the_floor(monkeypatch):
