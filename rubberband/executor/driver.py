@@ -22,6 +22,12 @@ the cluster into the scheduler's events and applies the decisions it answers:
   ``release_to`` (at a SYNC: keep the rest) or ``release`` (noticed or retired instances).
 * ``RunSync`` is the barrier: the trials already reported their metrics, so ``SyncDone`` follows
   at once. ``Wake`` asks for a ``Tick`` at a time; ``Replan``, ``SafetySwitch`` are reported.
+* ``StageStarted`` / ``StageEnded`` open and close a stage's record (its shape as followed, the
+  trials it ran and promoted); ``RetireInstances`` stops asking for spot the safety net left.
+
+The scheduler's decisions and its final ``report()`` are all the driver knows of it; the
+driver keeps only runtime handles (gangs, futures, node names, checkpoints). Time is the
+injected ``Clock``'s (``ports.WallClock`` by default): this module reads no wall clock.
 
 Events in: a finished chunk of iterations (``TrainFinished`` after the TRAIN's last one; a
 ``TrialCheckpoint`` after any other when the trial is on a noticed instance), a failed chunk
@@ -34,19 +40,19 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.executor.ports import ClusterPort, Node, TrialRunnerPort
+from rubberband.executor.ports import Clock, ClusterPort, Node, TrialRunnerPort, WallClock
 from rubberband.executor.search_space import sample_configs
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
 from rubberband.providers.node_types import NodeType
 from rubberband.scheduler import (
+    MAX_TRIAL_RESTARTS,  # noqa: F401 - re-exported for callers
     Event,
     InstanceLost,
     InstanceReady,
@@ -57,10 +63,14 @@ from rubberband.scheduler import (
     Replanner,
     RequestInstances,
     ResizeTrial,
+    RetireInstances,
     RunSync,
     SafetyNet,
     SafetySwitch,
     Scheduler,
+    SchedulerReport,
+    StageEnded,
+    StageStarted,
     StartTrial,
     StopTrial,
     SyncDone,
@@ -70,7 +80,6 @@ from rubberband.scheduler import (
     TrialFailed,
     Wake,
 )
-from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS  # noqa: F401 - re-exported for callers
 
 log = logging.getLogger("rubberband.executor")
 
@@ -123,6 +132,7 @@ class DriverOutcome:
     switches: list[SafetySwitch] = field(default_factory=list)
     budget_usd: float | None = None
     budget_left_usd: float | None = None
+    report: SchedulerReport | None = None       # the scheduler's own, at the end
 
 
 class Driver:
@@ -136,7 +146,7 @@ class Driver:
     """
 
     def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
-                 metric: str, mode: str = "min", seed: int = 0, clock: Callable[[], float] = time.time,
+                 metric: str, mode: str = "min", seed: int = 0, clock: Clock | None = None,
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
@@ -148,7 +158,8 @@ class Driver:
         self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)
         self.plan, self.cluster, self.runner = plan, cluster, runner
         self.search_space, self.metric, self.mode, self.seed = search_space, metric, mode, seed
-        self.clock = clock
+        self.clock = clock or WallClock()
+        self.max_instances = max_instances
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.node_timeout_s, self.wait_timeout_s = node_timeout_s, wait_timeout_s
         self.on_event = on_event or (lambda kind, data: None)
@@ -177,6 +188,11 @@ class Driver:
         self.stage = -1
         self.stage_start = 0.0
         self.stage_trials: list[str] = []
+        self.share = 1                                   # trials per GPU of the stage running (packed: > 1)
+        self.scaling = False                             # the stage waits for its scale-up (no trial started yet)
+        self.claims: dict[str, tuple] = {}               # trial -> the slots the scheduler last gave it
+        self.budget_left: float | None = None            # the scheduler's, at the last stage boundary
+        self._sync_stage = -1
         self.wake_at: float | None = None
         self.done: JobDone | None = None
         self.started = 0.0
@@ -188,7 +204,7 @@ class Driver:
         self.on_event(kind, data)
 
     def _now(self) -> float:
-        return self.clock() - self.started
+        return self.clock.now() - self.started
 
     def _node_type(self, market: Market, instance_type: str) -> NodeType:
         return NodeType(instance_type, market.value)
@@ -203,29 +219,27 @@ class Driver:
             want[t] = want.get(t, 0) + 1
         return want
 
-    def _retire(self) -> None:
+    def _retire(self, names: Sequence[str]) -> None:
         """Spot the safety net retired is no longer asked for, nor waited for: its trial finishes
         its TRAIN there, but if it is reclaimed first no spot instance replaces it (the port
         keeps it in the request only while it is up, as a noticed one)."""
-        retired = [inst for inst, name in self.name.items() if inst not in self.gone | self.doomed | self.retired
-                   and name in self.sched.instances and self.sched.instances[name].retired]
+        retired = [self.real[n] for n in names if n in self.real]
+        retired = [inst for inst in retired if inst not in self.gone | self.doomed | self.retired]
         self.retired.update(retired)
         if retired:
             self.cluster.scale_to(self._want(), stage=self.stage)
         for inst in retired:
             self.cluster.replace(inst)
 
-    def _share(self) -> int:
-        """Trials per GPU of the stage running now (the scheduler's, re-plans included)."""
-        return self.sched.packing[max(self.stage, 0)]
-
     def _trial(self, tid: str) -> TrialState:
+        """The driver's record of a trial; its bracket and index are in its name (the scheduler
+        names them ``b{k}-t{j:03d}``, or ``t{j:03d}`` for a single bracket)."""
         if tid not in self.trials:
-            info = self.sched.trials[tid]
-            if info.bracket not in self._configs:
-                n = self.plan.spec.stages[self.plan.spec.bracket_starts[info.bracket]].num_trials
-                self._configs[info.bracket] = sample_configs(self.search_space, n, seed=self.seed + 1000 * info.bracket)
-            self.trials[tid] = TrialState(tid, self._configs[info.bracket][int(tid.rsplit("t", 1)[1])], info.bracket)
+            bracket = int(tid[1:tid.index("-")]) if tid.startswith("b") else 0
+            if bracket not in self._configs:
+                n = self.plan.spec.stages[self.plan.spec.bracket_starts[bracket]].num_trials
+                self._configs[bracket] = sample_configs(self.search_space, n, seed=self.seed + 1000 * bracket)
+            self.trials[tid] = TrialState(tid, self._configs[bracket][int(tid.rsplit("t", 1)[1])], bracket)
         return self.trials[tid]
 
     def _save_checkpoint(self, trial: TrialState, blob: bytes | None) -> None:
@@ -250,9 +264,9 @@ class Driver:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> DriverOutcome:
-        self.started = self.clock()
+        self.started = self.clock.now()
         self._apply(self.sched.start(0.0))
-        last_report = self.clock()
+        last_report = self.clock.now()
         while self.done is None:
             if self._must_wait():
                 self._wait_for_nodes()
@@ -268,10 +282,10 @@ class Driver:
                 self.wake_at = None
                 self._feed(Tick())
             if not done:
-                if self.clock() - last_report > self.wait_timeout_s:
+                if self.clock.now() - last_report > self.wait_timeout_s:
                     raise ProviderError(f"stage {self.stage}: no trial reported for {self.wait_timeout_s:.0f}s")
                 continue
-            last_report = self.clock()
+            last_report = self.clock.now()
             for future in done:
                 if future in self.pending and self.done is None:
                     self._result(future)
@@ -279,19 +293,18 @@ class Driver:
             self._stop_gang(trial)
         if not self.keep_warm:
             self.runner.shutdown()
-        return DriverOutcome(self.trials, self.stages, self.train_runs, self.started, self.clock(),
-                             best=self.done.best, stopped=self.done.stopped, replans=list(self.sched.replans),
-                             switches=list(self.sched.switches),
-                             budget_usd=self.sched.budget.usd if self.sched.budget is not None else None,
-                             budget_left_usd=self.sched.budget_left())
+        report = self.sched.report()
+        return DriverOutcome(self.trials, self.stages, self.train_runs, self.started, self.clock.now(),
+                             best=self.done.best, stopped=self.done.stopped, replans=list(report.replans),
+                             switches=list(report.switches), budget_usd=report.budget_usd,
+                             budget_left_usd=report.budget_left_usd, report=report)
 
     def _feed(self, event: Event) -> None:
         self._apply(self.sched.on(event, self._now()))
 
     def _must_wait(self) -> bool:
         """Whether nothing can go on until the instances requested are up."""
-        return bool(self.unready) and (not self.pending or self.sched.phase == "scaling"
-                                       or any(t in self.resuming for t in self.sched.queue))
+        return bool(self.unready) and (not self.pending or self.scaling or bool(self.resuming))
 
     def _result(self, future: Any) -> None:
         tid = self.pending.pop(future)
@@ -361,6 +374,7 @@ class Driver:
         progress = {inst: {t.id: t.iters_done for t in victims if inst in (instances if t is trial else t.instances)}
                     for inst in lost}
         for t in victims:
+            self.claims.pop(t.id, None)          # the scheduler takes their slots back (lost or failed)
             self.resuming[t.id] = instances if t is trial else t.instances
             t.restarts += 1
             log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", t.id, reason[:300], t.step)
@@ -376,6 +390,9 @@ class Driver:
     def _instance_lost(self, inst: str, progress: dict[str, int]) -> None:
         self.gone.add(inst)
         self.doomed.discard(inst)
+        lost = self.name[inst]
+        for tid in [t for t, slots in self.claims.items() if any(n == lost for n, _ in slots)]:
+            del self.claims[tid]
         self._feed(InstanceLost(self.name[inst], progress))
 
     def _watch(self) -> None:
@@ -385,8 +402,8 @@ class Driver:
             if inst in self.doomed or inst in self.gone or inst not in self.name:
                 continue
             self.doomed.add(inst)
-            log.info("instance %s will be reclaimed in %.0fs", inst, notice.reclaim_at - self.clock())
-            self._emit("notice", instance=inst, reclaim_at=notice.reclaim_at, at=self.clock())
+            log.info("instance %s will be reclaimed in %.0fs", inst, notice.reclaim_at - self.clock.now())
+            self._emit("notice", instance=inst, reclaim_at=notice.reclaim_at, at=self.clock.now())
             self._feed(ReclaimNotice(self.name[inst]))
         if self.done is not None:
             return
@@ -401,13 +418,13 @@ class Driver:
     def _vanished(self, instances: Sequence[str]) -> tuple[list[str], set[str]]:
         """Which of ``instances`` the cluster no longer has, waiting up to ``settle_s`` for it to
         notice a dead node; and the instances alive."""
-        settle = time.time() + self.settle_s
+        settle = self.clock.now() + self.settle_s
         while True:
             alive = {n.name for n in self.cluster.nodes()} | set(self.cluster.doomed())
             lost = [i for i in dict.fromkeys(instances) if i not in alive]
-            if lost or time.time() >= settle:
+            if lost or self.clock.now() >= settle:
                 return lost, alive
-            time.sleep(min(self.poll_s, 1.0))
+            self.clock.sleep(min(self.poll_s, 1.0))
 
     def _wait_for_nodes(self) -> None:
         """Wait for the instances requested, waking the scheduler at its ``Wake`` times meanwhile:
@@ -415,11 +432,11 @@ class Driver:
         comes) or stop the run (the budget), and the wait goes on for what is wanted then. The
         wait fails after ``node_timeout_s`` without the request met, counted from when the
         request last changed (losses while warming up included)."""
-        deadline = time.time() + self.node_timeout_s
+        deadline = self.clock.now() + self.node_timeout_s
         while True:
             want = self._want()
             until = self.started + self.wake_at if self.wake_at is not None else None
-            nodes = self.cluster.wait_nodes(want, max(deadline - time.time(), 0.0), until=until)
+            nodes = self.cluster.wait_nodes(want, max(deadline - self.clock.now(), 0.0), until=until)
             self.doomed.intersection_update(self.cluster.doomed())
             if nodes is None:           # the wake came first
                 self.wake_at = None
@@ -427,21 +444,21 @@ class Driver:
                 if self.done is not None or not self.unready:
                     return
                 if self._want() != want:
-                    deadline = time.time() + self.node_timeout_s
+                    deadline = self.clock.now() + self.node_timeout_s
                 continue
             try:
                 # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
-                warm_s = self.runner.warm(nodes, self._share())
+                warm_s = self.runner.warm(nodes, self.share)
                 break
             except Exception:
                 # A node lost while its workers warmed up (a reclaim with no notice): not yet
                 # anyone's, so wait again (the standing request replaces it). Else it is real.
                 lost, alive = self._vanished([n.name for n in nodes])
-                if not lost or time.time() >= deadline:
+                if not lost or self.clock.now() >= deadline:
                     raise
                 log.warning("instance(s) %s lost while warming up; waiting for replacements", ", ".join(lost))
                 self.runner.forget_dead(sorted(alive))
-        self._emit("nodes", stage=self.stage, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock())
+        self._emit("nodes", stage=self.stage, instances=[n.name for n in nodes], warm_s=warm_s, at=self.clock.now())
         self._map_ready(nodes)
 
     def _map_ready(self, nodes: Sequence[Node]) -> None:
@@ -458,24 +475,31 @@ class Driver:
             if events is None:
                 events = self.cluster.events()
             launched = next((e["t"] for e in events if e.get("instance") == node.name and e.get("event") == "running"),
-                            self.clock())
+                            self.clock.now())
             self._feed(InstanceReady(name, node.gpus, launched - self.started))
 
     # --- applying decisions --------------------------------------------------------------------
     def _apply(self, decisions: list) -> None:
         for d in decisions:
-            if isinstance(d, RequestInstances):
+            if isinstance(d, StageStarted):
+                self._enter_stage(d)
+            elif isinstance(d, StageEnded):
+                self._record_stage(d)
+            elif isinstance(d, RequestInstances):
                 self._request(d)
             elif isinstance(d, StartTrial):
-                self._enter_stage(d.stage)
+                self.scaling = False
+                self._claim(d.trial, d.slots)
                 self._flush_stage_wait()
                 self._start(d)
             elif isinstance(d, ResizeTrial):
                 trial = self._trial(d.trial)
                 self._stop_gang(trial)
-                self._gang(trial, d.slots, self.sched.packing[self.sched.stage])
+                self._claim(d.trial, d.slots)
+                self._gang(trial, d.slots, d.trials_per_gpu)
             elif isinstance(d, StopTrial):
                 trial = self._trial(d.trial)
+                self.claims.pop(d.trial, None)
                 self._stop_gang(trial)
                 if d.eliminated:
                     trial.eliminated_after = self.stage
@@ -491,38 +515,38 @@ class Driver:
             elif isinstance(d, SafetySwitch):
                 log.info("%s", d.line())
                 self._emit("switch", line=d.line())
-                self._retire()
+            elif isinstance(d, RetireInstances):
+                self._retire(d.names)
             elif isinstance(d, JobDone):
                 self.done = d
-                if d.stopped and (not self.stages or self.stages[-1].index < self.stage):
-                    self._record_stage(self.stage, [])       # the stage it stopped in
                 if d.stopped:
                     log.warning("%s", d.stopped)
                     self._emit("stopped", reason=d.stopped, best=d.best)
             else:
                 raise SpecError(f"driver: unknown decision {d!r}")
-        if self.sched.stage > self.stage and not self.sched.done:
-            self._enter_stage(self.sched.stage)
         self._flush_stage_wait()
 
-    def _enter_stage(self, i: int) -> None:
-        if i <= self.stage:
-            return
-        self.stage, self.stage_start = i, self._now()
-        self.stage_trials = list(self.sched.active)
-        stage = self.plan.spec.stages[i]
-        self._emit("stage", index=i, trials=stage.num_trials, iters=stage.iters, gpus_per_trial=self.sched.gpus_per_trial[i],
-                   trials_per_gpu=self.sched.packing[i], instances=self.sched.held[i], spot=self.sched.spot[i],
-                   **self._budget())
+    def _claim(self, tid: str, slots: tuple) -> None:
+        """The scheduler gave ``slots`` to ``tid``: whoever held them before no longer does."""
+        taken = set(slots)
+        for other in [t for t, s in self.claims.items() if t != tid and taken.intersection(s)]:
+            del self.claims[other]
+        self.claims[tid] = tuple(slots)
+
+    def _enter_stage(self, d: StageStarted) -> None:
+        self.stage, self.stage_start = d.stage, self._now()
+        self.stage_trials, self.share, self.scaling = list(d.trials), d.trials_per_gpu, True
+        self.budget_left = d.budget_left_usd
+        self._emit("stage", index=d.stage, trials=len(d.trials), iters=d.iters, gpus_per_trial=d.gpus_per_trial,
+                   trials_per_gpu=d.trials_per_gpu, instances=d.instances, spot=d.spot_instances, **self._budget())
         self._wait_stage = True
 
     def _budget(self) -> dict[str, float]:
-        left = self.sched.budget_left()
-        return {} if left is None else {"budget_left_usd": left}
+        return {} if self.budget_left is None else {"budget_left_usd": self.budget_left}
 
     def _flush_stage_wait(self) -> None:
         """A stage asks for its instances and waits for them before its first TRAIN."""
-        if self._wait_stage and not self.sched.done:
+        if self._wait_stage and self.done is None:
             self._wait_stage = False
             self.cluster.scale_to(self._want(), stage=self.stage)
             self._wait_for_nodes()
@@ -535,7 +559,6 @@ class Driver:
             self.cluster.replace(old)        # one more of its type now, while it still runs
             self._emit("replace", instance=old)
         elif d.replaces is None:
-            self._enter_stage(d.stage)
             if not self._wait_stage:         # else the stage's scale-up asks for it before it waits
                 self.cluster.scale_to(self._want(), stage=self.stage)
         # A replacement for a lost instance: the standing request already asks for it.
@@ -570,7 +593,7 @@ class Driver:
         for other in self.trials.values():
             if other is trial or other.gang is None or other.id in self.running:
                 continue
-            mine = set(self.sched.placement.get(other.id, ()))
+            mine = set(self.claims.get(other.id, ()))
             if fits(other) and not mine:
                 donor = donor or other
             elif not mine or mine & taken:
@@ -609,13 +632,13 @@ class Driver:
 
     def _sync(self, i: int) -> None:
         """The SYNC barrier: the stage's trials have reported, so rank (the scheduler) and go on."""
-        before = list(self.stage_trials)
-        out = self.sched.on(SyncDone(i), self._now())
-        promoted = [] if self.sched.done else [t for t in self.sched.active if t in before]
-        self._record_stage(i, promoted)
-        self._emit("sync", index=i, promoted=promoted, **self._budget())
-        self._apply(out)
+        self._sync_stage = i
+        self._feed(SyncDone(i))
 
-    def _record_stage(self, i: int, promoted: list[str]) -> None:
-        self.stages.append(StageRecord(i, self.stage_start, self._now(), self.sched.held[i], list(self.stage_trials),
-                                       promoted, spot_instances=self.sched.spot[i]))
+    def _record_stage(self, d: StageEnded) -> None:
+        """A stage is over: its record (and, at its SYNC, the ``sync`` event)."""
+        self.budget_left = d.budget_left_usd
+        self.stages.append(StageRecord(d.stage, self.stage_start, self._now(), d.instances, list(d.trials),
+                                       list(d.promoted), spot_instances=d.spot_instances))
+        if d.stage == self._sync_stage:
+            self._emit("sync", index=d.stage, promoted=list(d.promoted), **self._budget())

@@ -7,6 +7,7 @@ and EC2.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,7 +49,21 @@ class TrainResult:
 
 
 class Clock(Protocol):
+    """The driver's time: ``now`` in seconds (any origin), and ``sleep`` to let time pass while
+    it waits for a cluster to notice something (a virtual clock just moves on)."""
+
     def now(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    """The real clock, for runs on real clusters."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
 
 
 class ClusterPort(Protocol):

@@ -63,10 +63,14 @@ from rubberband.scheduler import (
     Replanner,
     RequestInstances,
     ResizeTrial,
+    RetireInstances,
     RunSync,
     SafetyNet,
     SafetySwitch,
     Scheduler,
+    SchedulerReport,
+    StageEnded,
+    StageStarted,
     StartTrial,
     StopTrial,
     SyncDone,
@@ -129,7 +133,7 @@ class SimRun:
     instances: list[SimInstance]
     train_runs: list[dict[str, Any]]
     stage_windows: list[tuple[float, float]]
-    scheduler: Scheduler
+    report: SchedulerReport          # the scheduler's, at the end
     seed: int
     reclaims: int = 0
     stopped: str | None = None       # the one-line reason the job stopped early (the budget)
@@ -205,6 +209,8 @@ class SimCluster:
         self.reclaims = 0
         self.done = False
         self.stopped: str | None = None
+        self._types: dict[int, str] = {}          # stage -> its instance type (StageStarted: re-plans included)
+        self._steps: dict[str, int] = {}          # trial -> the step it trained to (checkpointed)
 
     # --- the loop --------------------------------------------------------------------------------
     def run(self, max_events: int = 10_000_000) -> SimRun:
@@ -224,7 +230,7 @@ class SimCluster:
             self._apply(self.scheduler.on(event, t))
         else:
             raise SpecError(f"sim: more than {max_events} events; the rehearsal does not end")
-        return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler,
+        return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler.report(),
                       self.seed, self.reclaims, self.stopped)
 
     def _push(self, t: float, kind: str, data: Any) -> None:
@@ -246,7 +252,7 @@ class SimCluster:
             for trial, run in list(self._trains.items()):
                 if data in run.nodes:
                     done = math.floor(max(t - run.start_s - run.startup, 0.0) / run.latency) if run.latency > 0 else run.iters
-                    progress[trial] = run.step0 + min(done, run.iters)
+                    progress[trial] = self._steps[trial] = run.step0 + min(done, run.iters)
                     self._record(trial, run, t, min(done, run.iters))
                     del self._trains[trial]
             return InstanceLost(data, progress)
@@ -257,7 +263,7 @@ class SimCluster:
                 return None
             del self._trains[trial]
             self._record(trial, run, t, run.iters)
-            step = run.step0 + run.iters
+            step = self._steps[trial] = run.step0 + run.iters
             return TrainFinished(trial, step, self.curves.metric(trial, step))
         if kind == "sync":
             self.windows.append((self._stage_start, t))
@@ -290,8 +296,12 @@ class SimCluster:
                 self._train(d)
             elif isinstance(d, StopTrial):
                 self._trains.pop(d.trial, None)
-            elif isinstance(d, (ResizeTrial, Replan, SafetySwitch)):
-                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); a re-plan, a switch the scheduler's
+            elif isinstance(d, StageStarted):
+                self._types[d.stage] = d.instance_type
+                self.priced.setdefault(d.instance_type, d.cloud)      # a type a re-plan brought in
+                self.truth.setdefault(d.instance_type, d.cloud)
+            elif isinstance(d, (ResizeTrial, Replan, SafetySwitch, StageEnded, RetireInstances)):
+                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); the rest is the scheduler's
             elif isinstance(d, Wake):
                 self._wake += 1
                 self._push(max(d.at_s, self.now), "tick", self._wake)
@@ -307,11 +317,11 @@ class SimCluster:
 
     def _model(self, stage: int) -> ModelProfile:
         """The truth profile stage ``stage`` runs by: its type's GPU model's, when there are several."""
-        return model_of(self.model, self._cloud(self.scheduler.types[stage]), f"instance_types[{stage}]")
+        return model_of(self.model, self._cloud(self._types[stage]), f"instance_types[{stage}]")
 
     def _cloud(self, itype: str) -> CloudProfile:
-        """The truth profile of an instance type (one a re-plan brought in: the scheduler's)."""
-        return self.truth.get(itype) or self.scheduler.clouds[itype]
+        """The truth profile of an instance type (one a re-plan brought in: its planning profile)."""
+        return self.truth[itype]
 
     def _offset(self, itype: str) -> float:
         trace = self._cloud(itype).spot.trace
@@ -367,7 +377,7 @@ class SimCluster:
             self._draws[key] = (float(dist.sample(self._rng[_TRAIN], 1)[0]),
                                 float(model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
         latency, startup = self._draws[key]
-        step0 = self.scheduler.trials[d.trial].step
+        step0 = self._steps.get(d.trial, 0)
         run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m, m / k)
         self._trains[d.trial] = run
         self._push(self.now + startup + d.iters * latency, "train", (d.trial, run.token))

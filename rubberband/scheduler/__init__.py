@@ -10,8 +10,13 @@ from rubberband.scheduler.events import (
     ReleaseInstances,
     RequestInstances,
     ResizeTrial,
+    RetireInstances,
     RunSync,
     SafetySwitch,
+    SchedulerReport,
+    StageEnded,
+    StageFollowed,
+    StageStarted,
     StartTrial,
     StopTrial,
     SyncDone,
@@ -19,13 +24,15 @@ from rubberband.scheduler.events import (
     TrainFinished,
     TrialCheckpoint,
     TrialFailed,
+    TrialRecord,
     Wake,
 )
 from rubberband.scheduler.replan import Replan, Replanner
 from rubberband.scheduler.safety import Budget, SafetyNet
-from rubberband.scheduler.scheduler import Scheduler, TrialInfo
+from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS, Scheduler
 
-__all__ = ["Budget", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone", "ReclaimNotice",
-           "ReleaseInstances", "Replan", "Replanner", "RequestInstances", "ResizeTrial", "RunSync", "SafetyNet",
-           "SafetySwitch", "Scheduler", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished", "TrialCheckpoint", "TrialFailed",
-           "TrialInfo", "Wake"]
+__all__ = ["MAX_TRIAL_RESTARTS", "Budget", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone",
+           "ReclaimNotice", "ReleaseInstances", "Replan", "Replanner", "RequestInstances", "ResizeTrial",
+           "RetireInstances", "RunSync", "SafetyNet", "SafetySwitch", "Scheduler", "SchedulerReport", "StageEnded",
+           "StageFollowed", "StageStarted", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished",
+           "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake"]

@@ -6,15 +6,24 @@ and applies the decisions returned, in order. Instances and trials are named by 
 scheduler; a backend maps its own node ids to those names. The clock is an event too: a
 ``Wake`` decision asks for a ``Tick`` at a time, for the checks that time alone can trigger
 (the spot safety net's slack running out, the budget running out).
+
+The decisions are the scheduler's whole API: a backend learns when a stage starts and ends
+(``StageStarted``, ``StageEnded``: its shape as followed, re-plans included), which spot
+instances the safety net retires (``RetireInstances``), and at the end reads one frozen
+``SchedulerReport`` (``Scheduler.report()``): the trials, the stages as followed, the
+re-plans, the switches and the budget. Nothing outside ``rubberband.scheduler`` reads the
+scheduler's state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from rubberband.placement import Slot
-from rubberband.profiles.cloud import Market
+from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.scheduler.replan import Replan
 from rubberband.units import format_duration
 
@@ -129,10 +138,51 @@ class StartTrial:
 
 @dataclass(frozen=True)
 class ResizeTrial:
-    """Move an idle trial's gang to ``slots`` (checkpoint, restart there): packing at a SYNC."""
+    """Move an idle trial's gang to ``slots`` (checkpoint, restart there): packing at a SYNC;
+    ``trials_per_gpu`` as in ``StartTrial``."""
 
     trial: str
     slots: tuple[Slot, ...]
+    trials_per_gpu: int = 1
+
+
+@dataclass(frozen=True)
+class StageStarted:
+    """Stage ``stage`` begins (before its requests, if it scales up): its shape as the scheduler
+    follows it now (a re-plan may have changed it), the trials it runs and, with a budget,
+    what is left of it."""
+
+    stage: int
+    trials: tuple[str, ...]
+    iters: int
+    gpus_per_trial: int
+    trials_per_gpu: int
+    instances: int
+    spot_instances: int
+    instance_type: str
+    cloud: CloudProfile               # the profile of its instance type (prices, latencies, market)
+    budget_left_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class StageEnded:
+    """Stage ``stage`` is over (its SYNC, or the budget stopped the job in it): the trials it
+    ran, those promoted to the next stage, the instances it held, and the budget left."""
+
+    stage: int
+    trials: tuple[str, ...]
+    promoted: tuple[str, ...]
+    instances: int
+    spot_instances: int
+    budget_left_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class RetireInstances:
+    """The safety net moved off these spot instances: ask for them no more and do not wait for
+    them (their trials finish their TRAIN there; a ``ReleaseInstances`` follows)."""
+
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -193,4 +243,58 @@ class SafetySwitch:
 
 
 Decision = (RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone | Replan
-            | Wake | SafetySwitch)
+            | Wake | SafetySwitch | StageStarted | StageEnded | RetireInstances)
+
+
+# --- the report ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial at the end: its bracket, last checkpointed step and metric, the stage it was
+    eliminated after (``None``: it was not), and one entry per TRAIN it finished
+    (``stage``, ``step``, ``metric``, ``end_s``)."""
+
+    id: str
+    bracket: int
+    step: int
+    metric: float | None
+    eliminated_after: int | None
+    history: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class StageFollowed:
+    """One stage as the scheduler followed it (re-plans and the safety net included)."""
+
+    allocation: int
+    instances: int
+    spot_instances: int
+    gpus_per_trial: int
+    trials_per_gpu: int
+    instance_type: str
+
+
+@dataclass(frozen=True)
+class SchedulerReport:
+    """What the scheduler decided, frozen at the time ``Scheduler.report()`` is called
+    (normally after ``JobDone``): the best trial, why it stopped early (``None``: it did
+    not), every trial, every stage as followed, the profile of each instance type it used,
+    the re-plans, the safety net's switches and the budget (``None``: none)."""
+
+    best: str | None
+    stopped: str | None
+    trials: Mapping[str, TrialRecord]
+    stages: tuple[StageFollowed, ...]
+    clouds: Mapping[str, CloudProfile]
+    replans: tuple[Replan, ...]
+    switches: tuple[SafetySwitch, ...]
+    budget_usd: float | None
+    budget_left_usd: float | None
+    done: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "trials", MappingProxyType(dict(self.trials)))
+        object.__setattr__(self, "clouds", MappingProxyType(dict(self.clouds)))
+
+    @property
+    def best_trial(self) -> TrialRecord | None:
+        return self.trials[self.best] if self.best is not None else None

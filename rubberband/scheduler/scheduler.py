@@ -102,8 +102,13 @@ from rubberband.scheduler.events import (
     ReleaseInstances,
     RequestInstances,
     ResizeTrial,
+    RetireInstances,
     RunSync,
     SafetySwitch,
+    SchedulerReport,
+    StageEnded,
+    StageFollowed,
+    StageStarted,
     StartTrial,
     StopTrial,
     SyncDone,
@@ -111,6 +116,7 @@ from rubberband.scheduler.events import (
     TrainFinished,
     TrialCheckpoint,
     TrialFailed,
+    TrialRecord,
     Wake,
 )
 from rubberband.scheduler.replan import Replan, Replanner
@@ -176,44 +182,46 @@ class Scheduler:
                  safety_net: SafetyNet | None = None, budget_usd: float | None = None):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
-        self.plan, self.spec, self.mode, self.replanner = plan, plan.spec, mode, replanner
-        self.keep_warm, self.net = keep_warm, safety_net
+        self._plan, self._spec, self._mode, self._replanner = plan, plan.spec, mode, replanner
+        self._keep_warm, self._net = keep_warm, safety_net
         # Each stage's instance type (node type = type x market) and trials per GPU (packing).
-        self.types, self.packing = [c.instance_type for c in plan.stage_clouds], list(plan.packing)
-        self.clouds = {c.instance_type: c for c in (plan.cloud, *plan.stage_clouds)}
-        self.budget = Budget(plan.cloud, budget_usd, self.clouds) if budget_usd is not None else None
+        self._types, self._packing = [c.instance_type for c in plan.stage_clouds], list(plan.packing)
+        self._clouds = {c.instance_type: c for c in (plan.cloud, *plan.stage_clouds)}
+        self._budget = Budget(plan.cloud, budget_usd, self._clouds) if budget_usd is not None else None
         # How long the current stage has left, for a re-plan at a reclaim: the net's estimate.
         self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s)
                                         if replanner is not None and math.isfinite(plan.deadline_s) else None)
-        self.switches: list[SafetySwitch] = []
+        self._switches: list[SafetySwitch] = []
         self._spot_cost = False          # a spot instance was reclaimed (safety.py: arms the net)
-        self.stopped: str | None = None
+        self._stopped: str | None = None
         self._wake_at: float | None = None
         self._scale_began = 0.0
         self._reclaim_replanned: set[int] = set()
         # The plan being followed, stage by stage (a re-plan rewrites the stages still to come).
-        self.allocation, self.held = list(plan.allocation), list(plan.instances)
-        self.gpus_per_trial, self.spot = list(plan.gpus_per_trial), list(plan.spot_counts)
-        self.replans: list[Replan] = []
+        self._allocation, self._held = list(plan.allocation), list(plan.instances)
+        self._gpus_per_trial, self._spot = list(plan.gpus_per_trial), list(plan.spot_counts)
+        self._replans: list[Replan] = []
         self._began: dict[str, tuple[float, int, int]] = {}    # trial -> (start, iters, GPUs) of its TRAIN now
-        self.trials: dict[str, TrialInfo] = {}
-        self.instances: dict[str, _Instance] = {}
-        self.positions: dict[int, _Position] = {}
-        self.placement: dict[str, tuple[Slot, ...]] = {}
-        self.stage = -1
-        self.phase = "idle"          # scaling -> training -> sync -> (next stage) ... -> done
-        self.active: list[str] = []
-        self.queue: list[str] = []
-        self.finished: set[str] = set()
-        self.waiting: set[str] = set()       # new instances the stage waits for
-        self.replacements = 0
+        self._trials: dict[str, TrialInfo] = {}
+        self._instances: dict[str, _Instance] = {}
+        self._positions: dict[int, _Position] = {}
+        self._placement: dict[str, tuple[Slot, ...]] = {}
+        self._stage = -1
+        self._phase = "idle"          # scaling -> training -> sync -> (next stage) ... -> done
+        self._active: list[str] = []
+        self._queue: list[str] = []
+        self._trained: set[str] = set()
+        self._waiting: set[str] = set()       # new instances the stage waits for
+        self._replacements = 0
         self._seq = itertools.count()
         self._now = 0.0
+        self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
+        self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
     # --- entry points ------------------------------------------------------------------------
     def start(self, now: float = 0.0) -> list[Decision]:
         """The job's first decisions: stage 0's instances (and trials, if none are needed)."""
-        if self.phase != "idle":
+        if self._phase != "idle":
             raise SpecError("scheduler: start() was already called")
         self._now = now
         return self._guard(self._begin_stage(0))
@@ -226,32 +234,38 @@ class Scheduler:
                    TrialCheckpoint: self._checkpoint, Tick: lambda ev: []}.get(type(event))
         if handler is None:
             raise SpecError(f"scheduler: unknown event {event!r}")
-        if self.phase == "done":
+        if self._phase == "done":
             return []
-        if isinstance(event, (ReclaimNotice, InstanceLost)) and event.name in self.instances \
-                and self.instances[event.name].market is Market.SPOT:
+        if isinstance(event, (ReclaimNotice, InstanceLost)) and event.name in self._instances \
+                and self._instances[event.name].market is Market.SPOT:
             self._spot_cost = True          # arms the safety net's slack rule (safety.py)
         return self._guard(handler(event))
 
-    @property
-    def done(self) -> bool:
-        return self.phase == "done"
+    def report(self) -> SchedulerReport:
+        """What was decided so far, frozen (``events.SchedulerReport``): call it after ``JobDone``."""
+        stages = tuple(StageFollowed(self._allocation[i], self._held[i], self._spot[i], self._gpus_per_trial[i],
+                                     self._packing[i], self._types[i]) for i in range(self._spec.num_stages()))
+        trials = {t.id: TrialRecord(t.id, t.bracket, t.step, t.metric, t.eliminated_after,
+                                    tuple(dict(h) for h in t.history)) for t in self._trials.values()}
+        return SchedulerReport(self._best(), self._stopped, trials, stages, dict(self._clouds), tuple(self._replans),
+                               tuple(self._switches), self._budget.usd if self._budget is not None else None,
+                               self._budget_left(), self._phase == "done")
 
-    def best(self) -> str | None:
+    def _best(self) -> str | None:
         """The trial with the best final metric among those that trained longest."""
-        finished = [t for t in self.trials.values() if t.metric is not None and math.isfinite(t.metric)]
+        finished = [t for t in self._trials.values() if t.metric is not None and math.isfinite(t.metric)]
         if not finished:
             return None
         most = max(t.step for t in finished)
         top = [t for t in finished if t.step == most]
-        return min(top, key=lambda t: t.metric if self.mode == "min" else -t.metric).id
+        return min(top, key=lambda t: t.metric if self._mode == "min" else -t.metric).id
 
-    def budget_left(self) -> float | None:
+    def _budget_left(self) -> float | None:
         """Dollars left of the budget at the last event (``None``: no budget), for the status line."""
-        if self.budget is None:
+        if self._budget is None:
             return None
-        spent = self.budget.closed_usd + sum(self._open_usd(self.budget, x) for x in self.instances.values())
-        return self.budget.usd - spent
+        spent = self._budget.closed_usd + sum(self._open_usd(self._budget, x) for x in self._instances.values())
+        return self._budget.usd - spent
 
     def _open_usd(self, budget: Budget, x: _Instance) -> float:
         return budget.instance_usd(x.market, x.launched_s if x.ready else x.requested_s, self._now, x.itype)
@@ -260,28 +274,28 @@ class Scheduler:
     def _guard(self, out: list[Decision]) -> list[Decision]:
         """After every event: the budget's and the safety net's checks (``safety.py``), the
         retired spot instances that can go, and when to be woken next."""
-        if self.phase in ("done", "idle"):
+        if self._phase in ("done", "idle"):
             return out
         wakes: list[float] = []
-        if self.budget is not None:
-            left = self.budget_left()
-            held = [(x.market, x.itype) for x in self.instances.values()]
-            granule = self.budget.granularity_usd(held)
+        if self._budget is not None:
+            left = self._budget_left()
+            held = [(x.market, x.itype) for x in self._instances.values()]
+            granule = self._budget.granularity_usd(held)
             if left < 2 * granule:
-                return out + self._stop(f"budget: {format_usd(self.budget.usd - left)} of {format_usd(self.budget.usd)} "
+                return out + self._stop(f"budget: {format_usd(self._budget.usd - left)} of {format_usd(self._budget.usd)} "
                                         "spent; one more billing second would break it")
             if held:
-                rate = self.budget.usd_per_s(held)
+                rate = self._budget.usd_per_s(held)
                 wakes.append(self._now + max((left - 2 * granule) / rate, WAKE_RESOLUTION_S))
-        if self.net is not None and not self.switches and self._on_spot():
-            slack = self.net.deadline_s - self._now - self._finish_on_demand_s()
+        if self._net is not None and not self._switches and self._on_spot():
+            slack = self._net.deadline_s - self._now - self._finish_on_demand_s()
             overdue = self._spot_overdue_at()
-            if slack < self.net.needed_s + WAKE_RESOLUTION_S and (self._spot_cost or overdue <= self._now):
+            if slack < self._net.needed_s + WAKE_RESOLUTION_S and (self._spot_cost or overdue <= self._now):
                 out += self._switch(slack)
-                if self.phase == "done":
+                if self._phase == "done":
                     return out
-            elif slack >= self.net.needed_s + WAKE_RESOLUTION_S:
-                wakes.append(self._now + slack - self.net.needed_s)
+            elif slack >= self._net.needed_s + WAKE_RESOLUTION_S:
+                wakes.append(self._now + slack - self._net.needed_s)
             elif math.isfinite(overdue):       # short of slack, but spot has cost nothing yet
                 wakes.append(overdue)
         out += self._release_retired()
@@ -291,48 +305,48 @@ class Scheduler:
         return out
 
     def _at_risk(self, itype: str) -> bool:
-        return self.clouds[itype].spot.at_risk
+        return self._clouds[itype].spot.at_risk
 
     def _on_spot(self) -> bool:
         """Whether the job holds, or will hold, spot that can be reclaimed: by its profile, or
         any spot once one was (a reclaim the profile did not model); or waits for a spot
         instance, which may never come whatever the profile models; else the net stays off."""
         risky = (lambda t: True) if self._spot_cost else self._at_risk
-        return (any(p.market is Market.SPOT and risky(p.itype) for p in self.positions.values())
-                or any(s > 0 and risky(t) for s, t in zip(self.spot[self.stage:], self.types[self.stage:]))
+        return (any(p.market is Market.SPOT and risky(p.itype) for p in self._positions.values())
+                or any(s > 0 and risky(t) for s, t in zip(self._spot[self._stage:], self._types[self._stage:]))
                 or bool(self._spot_waiting()))
 
     def _spot_waiting(self) -> list:
         """Spot instances requested and not yet ready (any spot: capacity may never come)."""
-        return [x for x in self.instances.values() if x.market is Market.SPOT and not x.ready]
+        return [x for x in self._instances.values() if x.market is Market.SPOT and not x.ready]
 
     def _spot_overdue_at(self) -> float:
         """When the oldest spot request still not granted counts as waiting for capacity: two
         replacement delays (the net's margin) after it was made (``inf``: none waits). Any spot
         request counts, reclaimable or not: capacity that never comes costs time all the same."""
-        return min((x.requested_s + self.net.needed_s for x in self._spot_waiting()), default=math.inf)
+        return min((x.requested_s + self._net.needed_s for x in self._spot_waiting()), default=math.inf)
 
     def _factor(self) -> float:
-        return self.replanner.factor if self.replanner is not None else 1.0
+        return self._replanner.factor if self._replanner is not None else 1.0
 
     def _stage_left(self, net: SafetyNet) -> tuple[float, float]:
         """The current stage's expected remaining time on the instances it has, and its variance
         (``safety.py``)."""
-        if self.phase == "sync":
+        if self._phase == "sync":
             return net.sync_s, 0.0
-        f, m, n = self._factor(), self.gpus_per_trial[self.stage], self.spec.stages[self.stage].num_trials
-        packed = self.packing[self.stage]
+        f, m, n = self._factor(), self._gpus_per_trial[self._stage], self._spec.stages[self._stage].num_trials
+        packed = self._packing[self._stage]
         busy, most = [], 0.0
         for tid, (start, iters, gpus) in self._began.items():
-            if self.trials[tid].running:
+            if self._trials[tid].running:
                 busy.append(max(start + net.train_s(gpus, iters, n, f, packed) - self._now, 0.0))
-                model = self.replanner.model if self.replanner else net.model
+                model = self._replanner.model if self._replanner else net.model
                 pace = (model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
                 most = max(most, iters - max(self._now - start, 0.0) / (pace * f))
-        queued = [self.trials[t].target - self.trials[t].step for t in self.queue]
+        queued = [self._trials[t].target - self._trials[t].step for t in self._queue]
         left = net.stage_s(busy, [net.train_s(m, k, n, f, packed) for k in queued], self._concurrency())
-        if self.phase == "scaling":        # what is left of the scale-up, on on-demand
-            left += max(self._scale_s(self.types[self.stage]) - (self._now - self._scale_began), 0.0)
+        if self._phase == "scaling":        # what is left of the scale-up, on on-demand
+            left += max(self._scale_s(self._types[self._stage]) - (self._now - self._scale_began), 0.0)
         waves = math.ceil(len(queued) / max(self._concurrency(), 1))
         var = net.train_var(m, max(most, 0.0), f, packed) + waves * net.train_var(m, max(queued, default=0), f, packed)
         return left, var
@@ -343,57 +357,60 @@ class Scheduler:
 
     def _finish_on_demand_s(self) -> float:
         """``T_od`` of ``safety.py``: the remaining work's time on on-demand instances."""
-        net, spec, f = self.net, self.spec, self._factor()
+        net, spec, f = self._net, self._spec, self._factor()
         total, var = self._stage_left(net)
-        for j in range(self.stage + 1, spec.num_stages()):
-            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self.gpus_per_trial[j], self.packing[j]
-            slots = min(self.allocation[j] * packed, n)
+        for j in range(self._stage + 1, spec.num_stages()):
+            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._packing[j]
+            slots = min(self._allocation[j] * packed, n)
             total += net.stage_s([], [net.train_s(m, k, n, f, packed)] * n, slots)
             var += math.ceil(n / slots) * net.train_var(m, k, f, packed)
-            if self.held[j] > self.held[j - 1] or self.types[j] != self.types[j - 1]:
-                total += self._scale_s(self.types[j])
+            if self._held[j] > self._held[j - 1] or self._types[j] != self._types[j - 1]:
+                total += self._scale_s(self._types[j])
         return net.late(total, var)
 
     def _scale_s(self, itype: str) -> float:
         """A scale-up's expected SCALE + INIT on instance type ``itype``."""
-        cloud = self.clouds[itype]
+        cloud = self._clouds[itype]
         return cloud.provision_latency_s.mean + cloud.init_latency_s.mean
 
     def _switch(self, slack: float) -> list[Decision]:
         """The safety net's switch: the rest of the job on on-demand (module docstring)."""
-        i, last = self.stage, self.spec.num_stages() - 1
-        spot = sorted((p for p in self.positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
-        refused = self._afford({Market.ON_DEMAND: len(spot)}, self.types[i])
+        i, last = self._stage, self._spec.num_stages() - 1
+        spot = sorted((p for p in self._positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
+        refused = self._afford({Market.ON_DEMAND: len(spot)}, self._types[i])
         if refused:
             return self._stop(refused)
-        record = SafetySwitch(self._now, i, last, slack, self.net.needed_s)
-        self.switches.append(record)
-        self.spot[i:] = [0] * (last + 1 - i)
+        record = SafetySwitch(self._now, i, last, slack, self._net.needed_s)
+        self._switches.append(record)
+        self._spot[i:] = [0] * (last + 1 - i)
         out: list[Decision] = [record]
-        cancel, fresh = [], []
+        cancel, fresh, retired = [], [], []
         for pos in spot:
             pos.market = Market.ON_DEMAND
-            cur = self.instances[pos.current]
+            cur = self._instances[pos.current]
             if cur.ready:
                 cur.doomed = cur.retired = True
                 pos.old.append(cur.name)
+                retired.append(cur.name)
             else:
                 cancel.append(cur.name)
             name = self._replacement(pos)
-            if cur.name in self.waiting:
-                self.waiting.add(name)
+            if cur.name in self._waiting:
+                self._waiting.add(name)
             fresh.append(name)
+        if retired:
+            out.append(RetireInstances(tuple(retired)))
         if cancel:
             out.append(self._release(cancel))
         if fresh:
-            out.append(RequestInstances(tuple(fresh), self.types[i], Market.ON_DEMAND, i))
+            out.append(RequestInstances(tuple(fresh), self._types[i], Market.ON_DEMAND, i))
         return out
 
     def _replacement(self, pos: _Position) -> str:
         """A new instance for ``pos`` on its market, now its current one."""
-        self.replacements += 1
-        name = f"i{pos.seq:03d}.{self.replacements}"
-        self.instances[name] = _Instance(name, pos.market, pos.seq, pos.itype, requested_s=self._now)
+        self._replacements += 1
+        name = f"i{pos.seq:03d}.{self._replacements}"
+        self._instances[name] = _Instance(name, pos.market, pos.seq, pos.itype, requested_s=self._now)
         pos.current = name
         return name
 
@@ -401,14 +418,14 @@ class Scheduler:
         """Release retired spot instances no trial runs on any more."""
         out: list[Decision] = []
         gone = []
-        for x in [x for x in self.instances.values() if x.retired]:
-            on = [t for t, s in self.placement.items() if any(n == x.name for n, _ in s)]
-            if any(self.trials[t].running for t in on):
+        for x in [x for x in self._instances.values() if x.retired]:
+            on = [t for t, s in self._placement.items() if any(n == x.name for n, _ in s)]
+            if any(self._trials[t].running for t in on):
                 continue
             for tid in on:
-                del self.placement[tid]
+                del self._placement[tid]
                 out.append(StopTrial(tid, eliminated=False))
-            self.positions[x.position].old.remove(x.name)
+            self._positions[x.position].old.remove(x.name)
             gone.append(x.name)
         if gone:
             out.append(self._release(gone))
@@ -417,132 +434,141 @@ class Scheduler:
     def _release(self, names: list[str]) -> ReleaseInstances:
         """Release (or cancel) these instances, closing what each cost."""
         for name in names:
-            x = self.instances.pop(name, None)
-            if x is not None and self.budget is not None:
-                self.budget.closed_usd += self._open_usd(self.budget, x)
-            self.waiting.discard(name)
-        return ReleaseInstances(tuple(names), self.stage)
+            x = self._instances.pop(name, None)
+            if x is not None and self._budget is not None:
+                self._budget.closed_usd += self._open_usd(self._budget, x)
+            self._waiting.discard(name)
+        return ReleaseInstances(tuple(names), self._stage)
 
     def _afford(self, want: Mapping[Market, int], itype: str) -> str | None:
         """Why ``want`` (more ``itype`` instances by market) would break the budget (``None``: it
         would not). Checked once for all markets: each alone may fit what is left while all do not."""
         want = {m: c for m, c in want.items() if c > 0}
-        if self.budget is None or not want:
+        if self._budget is None or not want:
             return None
-        need = sum(c * self.budget.minimum_usd(m, itype) for m, c in want.items())
-        left = self.budget_left()
+        need = sum(c * self._budget.minimum_usd(m, itype) for m, c in want.items())
+        left = self._budget_left()
         # The instances held keep billing while the new ones come up: keep a granule for them.
-        if need <= left - self.budget.granularity_usd([(x.market, x.itype) for x in self.instances.values()]):
+        if need <= left - self._budget.granularity_usd([(x.market, x.itype) for x in self._instances.values()]):
             return None
         more = " and ".join(f"{c} more {itype} ({m.value})" for m, c in want.items())
-        return (f"budget: {format_usd(left)} left of {format_usd(self.budget.usd)} cannot pay the minimum charge of "
+        return (f"budget: {format_usd(left)} left of {format_usd(self._budget.usd)} cannot pay the minimum charge of "
                 f"{more}: {format_usd(need)}")
 
     def _stop(self, reason: str) -> list[Decision]:
         """Stop the job now: every trial stopped, every instance released, the best so far reported."""
         out: list[Decision] = []
-        for tid in [*self.placement, *(t for t, x in self.trials.items() if x.running and t not in self.placement)]:
-            self.trials[tid].running = False
+        for tid in [*self._placement, *(t for t, x in self._trials.items() if x.running and t not in self._placement)]:
+            self._trials[tid].running = False
             out.append(StopTrial(tid, eliminated=False))
-        self.placement.clear()
-        self.queue.clear()
+        self._placement.clear()
+        self._queue.clear()
         self._began.clear()
-        names = [n for p in sorted(self.positions.values(), key=lambda p: -p.seq) for n in (p.current, *p.old)]
+        names = [n for p in sorted(self._positions.values(), key=lambda p: -p.seq) for n in (p.current, *p.old)]
         if names:
             out.append(self._release(names))
-        self.positions.clear()
-        self.phase, self.stopped = "done", reason
-        return out + [JobDone(self.best(), reason)]
+        self._positions.clear()
+        self._phase, self._stopped = "done", reason
+        if self._announced > self._ended:          # the stage it stopped in
+            out.append(self._stage_ended(self._announced, ()))
+        return out + [JobDone(self._best(), reason)]
+
+    def _stage_ended(self, i: int, promoted: tuple[str, ...]) -> StageEnded:
+        self._ended = i
+        return StageEnded(i, tuple(self._stage_trials), promoted, self._held[i], self._spot[i], self._budget_left())
 
     # --- stages --------------------------------------------------------------------------------
     def _want(self, i: int) -> dict[Market, int]:
-        return {Market.ON_DEMAND: self.held[i] - self.spot[i], Market.SPOT: self.spot[i]}
+        return {Market.ON_DEMAND: self._held[i] - self._spot[i], Market.SPOT: self._spot[i]}
 
     def _begin_stage(self, i: int) -> list[Decision]:
-        spec = self.spec
-        self.stage, self.phase, self._scale_began = i, "scaling", self._now
+        spec = self._spec
+        self._stage, self._phase, self._scale_began = i, "scaling", self._now
         if i in spec.bracket_starts:
             bracket = spec.bracket_starts.index(i)
             multi = len(spec.bracket_starts) > 1
-            self.active = [f"b{bracket}-t{j:03d}" if multi else f"t{j:03d}" for j in range(spec.stages[i].num_trials)]
-            for tid in self.active:
-                self.trials[tid] = TrialInfo(tid, bracket)
-        for tid in self.active:
-            trial = self.trials[tid]
+            self._active = [f"b{bracket}-t{j:03d}" if multi else f"t{j:03d}" for j in range(spec.stages[i].num_trials)]
+            for tid in self._active:
+                self._trials[tid] = TrialInfo(tid, bracket)
+        for tid in self._active:
+            trial = self._trials[tid]
             trial.target = trial.step + spec.stages[i].iters
-        self.finished, self.queue = set(), list(self.active)
-        out: list[Decision] = []
-        itype = self.types[i]
-        fresh = {market: count - sum(1 for p in self.positions.values() if p.market is market and p.itype == itype)
+        self._trained, self._queue = set(), list(self._active)
+        itype = self._types[i]
+        fresh = {market: count - sum(1 for p in self._positions.values() if p.market is market and p.itype == itype)
                  for market, count in self._want(i).items()}
         refused = self._afford(fresh, itype)
         if refused:
             return self._stop(refused)
+        self._announced, self._stage_trials = i, list(self._active)
+        out: list[Decision] = [StageStarted(i, tuple(self._active), spec.stages[i].iters, self._gpus_per_trial[i],
+                                            self._packing[i], self._held[i], self._spot[i], itype, self._clouds[itype],
+                                            self._budget_left())]
         for market, count in fresh.items():
             if count > 0:
                 names = tuple(self._new_position(market) for _ in range(count))
-                self.waiting.update(names)
+                self._waiting.update(names)
                 out.append(RequestInstances(names, itype, market, i))
-        if not self.waiting:
+        if not self._waiting:
             out += self._start_training()
         return out
 
     def _new_position(self, market: Market) -> str:
-        seq, itype = next(self._seq), self.types[self.stage]
+        seq, itype = next(self._seq), self._types[self._stage]
         name = f"i{seq:03d}"
-        self.positions[seq] = _Position(seq, market, itype, name)
-        self.instances[name] = _Instance(name, market, seq, itype, requested_s=self._now)
+        self._positions[seq] = _Position(seq, market, itype, name)
+        self._instances[name] = _Instance(name, market, seq, itype, requested_s=self._now)
         return name
 
     def _start_training(self) -> list[Decision]:
-        i = self.stage
-        self.phase = "training"
-        m, first = self.gpus_per_trial[i], set(self.queue[: self._concurrency()])
+        i = self._stage
+        self._phase = "training"
+        m, first = self._gpus_per_trial[i], set(self._queue[: self._concurrency()])
         out: list[Decision] = []
         # Trials that do not run first, or run at another size, give their slots up.
-        for tid in list(self.placement):
-            if tid not in first or len(self.placement[tid]) != m:
-                del self.placement[tid]
+        for tid in list(self._placement):
+            if tid not in first or len(self._placement[tid]) != m:
+                del self._placement[tid]
                 if tid not in first:
                     out.append(StopTrial(tid, eliminated=False))
         return out + self._fill()
 
     def _concurrency(self) -> int:
-        return self._concurrency_of(self.stage)
+        return self._concurrency_of(self._stage)
 
     def _concurrency_of(self, i: int) -> int:
         """How many of stage ``i``'s trials run at once: ``a_i`` (times ``k`` packed) at most."""
-        return min(self.allocation[i] * self.packing[i], self.spec.stages[i].num_trials)
+        return min(self._allocation[i] * self._packing[i], self._spec.stages[i].num_trials)
 
     def _fill(self) -> list[Decision]:
         """Start queued trials while the stage has room for them."""
-        room = self._concurrency() - sum(1 for t in self.active if self.trials[t].running)
-        if room <= 0 or not self.queue:
+        room = self._concurrency() - sum(1 for t in self._active if self._trials[t].running)
+        if room <= 0 or not self._queue:
             return []
-        batch = self.queue[:room]
+        batch = self._queue[:room]
         assigned = self._place(batch)
         out: list[Decision] = []
         for tid in batch:
             if tid in assigned:
-                self.queue.remove(tid)
+                self._queue.remove(tid)
                 out.append(self._start(tid, assigned[tid]))
         return out
 
     def _good_nodes(self) -> list[tuple[str, int]]:
         """Ready instances that are not about to be reclaimed, oldest first."""
-        ready = [x for x in self.instances.values() if x.ready and not x.doomed]
+        ready = [x for x in self._instances.values() if x.ready and not x.doomed]
         ready.sort(key=lambda x: (x.launched_s, x.position))
         return [(x.name, x.gpus) for x in ready]
 
     def _place(self, trials: list[str]) -> dict[str, tuple[Slot, ...]]:
-        m = self.gpus_per_trial[self.stage]
+        m = self._gpus_per_trial[self._stage]
         nodes = self._good_nodes()
         good = {n for n, _ in nodes}
-        previous = {t: s for t, s in self.placement.items() if all(n in good for n, _ in s)}
+        previous = {t: s for t, s in self._placement.items() if all(n in good for n, _ in s)}
         others = [t for t in previous if t not in trials]
-        k = self.packing[self.stage]
+        k = self._packing[self._stage]
         if k > 1:     # 1-GPU trials, k to a GPU (place_packed's worst fit); the others keep their GPUs
-            demand, left, paid = PackedDemand(k), self.allocation[self.stage], []
+            demand, left, paid = PackedDemand(k), self._allocation[self._stage], []
             for name, gpus in nodes:       # only the stage's a GPUs, oldest instances first: k to each
                 if left > 0:
                     paid.append((name, min(gpus, left)))
@@ -555,29 +581,29 @@ class Scheduler:
         return {t: placed.assignments[t] for t in trials if t in placed.assignments}
 
     def _start(self, tid: str, slots: tuple[Slot, ...]) -> StartTrial:
-        trial = self.trials[tid]
+        trial = self._trials[tid]
         trial.running = True
-        self.placement[tid] = slots
+        self._placement[tid] = slots
         self._began[tid] = (self._now, trial.target - trial.step, len(slots))
-        return StartTrial(tid, self.stage, slots, trial.target - trial.step, self.packing[self.stage])
+        return StartTrial(tid, self._stage, slots, trial.target - trial.step, self._packing[self._stage])
 
     # --- events --------------------------------------------------------------------------------
     def _ready(self, ev: InstanceReady) -> list[Decision]:
-        inst = self.instances.get(ev.name)
+        inst = self._instances.get(ev.name)
         if inst is None:          # released or cancelled meanwhile
             return []
         inst.ready, inst.gpus, inst.launched_s = True, ev.gpus, ev.launched_s
-        self.waiting.discard(ev.name)
-        if self.phase == "scaling" and not self.waiting:
+        self._waiting.discard(ev.name)
+        if self._phase == "scaling" and not self._waiting:
             return self._start_training()
-        return self._fill() if self.phase == "training" else []
+        return self._fill() if self._phase == "training" else []
 
     def _notice(self, ev: ReclaimNotice) -> list[Decision]:
-        inst = self.instances.get(ev.name)
+        inst = self._instances.get(ev.name)
         if inst is None or inst.doomed:
             return []
         inst.doomed = True
-        pos = self.positions[inst.position]
+        pos = self._positions[inst.position]
         if pos.current != ev.name:
             return []
         refused = self._afford({pos.market: 1}, pos.itype)
@@ -585,42 +611,44 @@ class Scheduler:
             return self._stop(refused)
         pos.old.append(ev.name)
         fresh = self._replacement(pos)
-        if ev.name in self.waiting:
-            self.waiting.discard(ev.name)
-            self.waiting.add(fresh)
-        return [RequestInstances((fresh,), pos.itype, pos.market, self.stage, replaces=ev.name)]
+        # A scale-up noticed before it is ready still ends when it is ready (or lost): the
+        # stage starts then, and its trials that find no room yet take the replacement when
+        # it comes (DESIGN §4: the stage waits for the instances of its SCALE).
+        return [RequestInstances((fresh,), pos.itype, pos.market, self._stage, replaces=ev.name)]
 
     def _lost(self, ev: InstanceLost) -> list[Decision]:
-        inst = self.instances.get(ev.name)
+        inst = self._instances.get(ev.name)
         if inst is None:
             return []
         out = self._notice(ReclaimNotice(ev.name)) if not inst.doomed else []
-        if self.phase == "done":           # the budget could not pay the replacement
+        if self._phase == "done":           # the budget could not pay the replacement
             return out
         self._release([ev.name])           # gone (nothing to tell the backend): what it cost is closed
-        self.positions[inst.position].old.remove(ev.name)
-        interrupted = [t for t, s in self.placement.items() if any(n == ev.name for n, _ in s)]
+        if self._phase == "scaling" and not self._waiting:     # the last of a scale-up, lost before it was ready
+            out += self._start_training()
+        self._positions[inst.position].old.remove(ev.name)
+        interrupted = [t for t, s in self._placement.items() if any(n == ev.name for n, _ in s)]
         resume = []
         for tid in interrupted:
-            del self.placement[tid]
-            trial = self.trials[tid]
+            del self._placement[tid]
+            trial = self._trials[tid]
             if trial.running:
                 trial.running = False
                 self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
-        self.queue[:0] = [t for t in resume if t not in self.queue]
-        if inst.market is Market.SPOT and self.stage not in self._reclaim_replanned and self.phase != "sync":
-            self._reclaim_replanned.add(self.stage)
-            out += self._replan(self.stage, reclaim=True)
-        return out + (self._fill() if self.phase == "training" else [])
+        self._queue[:0] = [t for t in resume if t not in self._queue]
+        if inst.market is Market.SPOT and self._stage not in self._reclaim_replanned and self._phase != "sync":
+            self._reclaim_replanned.add(self._stage)
+            out += self._replan(self._stage, reclaim=True)
+        return out + (self._fill() if self._phase == "training" else [])
 
     def _checkpoint(self, ev: TrialCheckpoint) -> list[Decision]:
         """A trial on a noticed instance checkpointed: it moves to good GPUs if there is room
         now (else it trains on there until its next checkpoint or the reclaim), and a noticed
         instance that nothing runs on any more is released before the provider reclaims it."""
-        trial, slots = self.trials.get(ev.trial), self.placement.get(ev.trial, ())
-        if trial is None or not trial.running or not any(self.instances[n].doomed for n, _ in slots):
+        trial, slots = self._trials.get(ev.trial), self._placement.get(ev.trial, ())
+        if trial is None or not trial.running or not any(self._instances[n].doomed for n, _ in slots):
             return []
         assigned = self._place([ev.trial])
         if ev.trial not in assigned:
@@ -628,10 +656,10 @@ class Scheduler:
         trial.step = ev.step
         self._began.pop(ev.trial, None)          # a TRAIN split by a move says nothing of the pace
         out: list[Decision] = [self._start(ev.trial, assigned[ev.trial])]
-        busy = {n for s in self.placement.values() for n, _ in s}
-        vacated = [x for x in self.instances.values() if x.doomed and x.ready and not x.retired and x.name not in busy]
+        busy = {n for s in self._placement.values() for n, _ in s}
+        vacated = [x for x in self._instances.values() if x.doomed and x.ready and not x.retired and x.name not in busy]
         for x in vacated:
-            pos = self.positions.get(x.position)
+            pos = self._positions.get(x.position)
             if pos is not None and x.name in pos.old:
                 pos.old.remove(x.name)
         if vacated:
@@ -639,90 +667,100 @@ class Scheduler:
         return out
 
     def _failed(self, ev: TrialFailed) -> list[Decision]:
-        trial = self.trials[ev.trial]
+        trial = self._trials[ev.trial]
         trial.restarts += 1
         if trial.restarts > MAX_TRIAL_RESTARTS:
             raise ProviderError(f"trial {ev.trial}: its gang failed {trial.restarts} times on live instances; "
                                 "the trainer or the workers are broken, not the cluster")
         trial.running, trial.step = False, ev.step
         self._began.pop(ev.trial, None)
-        self.placement.pop(ev.trial, None)
-        if ev.trial not in self.queue:
-            self.queue.insert(0, ev.trial)
-        return self._fill() if self.phase == "training" else []
+        self._placement.pop(ev.trial, None)
+        if ev.trial not in self._queue:
+            self._queue.insert(0, ev.trial)
+        return self._fill() if self._phase == "training" else []
 
     def _finished(self, ev: TrainFinished) -> list[Decision]:
-        trial = self.trials[ev.trial]
+        trial = self._trials[ev.trial]
         trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
         began = self._began.pop(ev.trial, None)
-        if began is not None and self.replanner is not None:
+        if began is not None and self._replanner is not None:
             start, iters, gpus = began
-            self.replanner.observe(gpus, iters, self._now - start, self.packing[self.stage])
-        trial.history.append({"stage": self.stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
-        self.finished.add(ev.trial)
+            self._replanner.observe(gpus, iters, self._now - start, self._packing[self._stage])
+        trial.history.append({"stage": self._stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
+        self._trained.add(ev.trial)
         out: list[Decision] = []
-        if self.queue:
-            slots = self.placement.pop(ev.trial, ())
-            if slots and not any(self.instances[n].doomed for n, _ in slots):
-                out.append(self._start(self.queue.pop(0), slots))     # this GPU takes the next queued trial
+        if self._queue:
+            slots = self._placement.pop(ev.trial, ())
+            if slots and not any(self._instances[n].doomed for n, _ in slots):
+                out.append(self._start(self._queue.pop(0), slots))     # this GPU takes the next queued trial
             else:
                 out += self._fill()
-        if len(self.finished) == self.spec.stages[self.stage].num_trials:
-            self.phase = "sync"
-            out.append(RunSync(self.stage))
+        if len(self._trained) == self._spec.stages[self._stage].num_trials:
+            self._phase = "sync"
+            out.append(RunSync(self._stage))
         return out
 
     def _rank_key(self, tid: str) -> float:
-        metric = self.trials[tid].metric
+        metric = self._trials[tid].metric
         if metric is None or math.isnan(metric):
             return math.inf
-        return metric if self.mode == "min" else -metric
+        return metric if self._mode == "min" else -metric
 
     def _sync(self, ev: SyncDone) -> list[Decision]:
-        i, spec = ev.stage, self.spec
-        if i != self.stage or self.phase != "sync":
-            raise SpecError(f"scheduler: SyncDone for stage {i}, but stage {self.stage} is {self.phase}")
+        i, spec = ev.stage, self._spec
+        if i != self._stage or self._phase != "sync":
+            raise SpecError(f"scheduler: SyncDone for stage {i}, but stage {self._stage} is {self._phase}")
         last = i + 1 == spec.num_stages()
         next_same = not last and (i + 1) not in spec.bracket_starts
-        ranked = sorted(self.active, key=self._rank_key)
+        ranked = sorted(self._active, key=self._rank_key)
         keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
         out: list[Decision] = self._replan(i)
-        for tid in self.active:
+        for tid in self._active:
             if tid not in keep:
-                self.trials[tid].eliminated_after = i
-                self.placement.pop(tid, None)
+                self._trials[tid].eliminated_after = i
+                self._placement.pop(tid, None)
                 out.append(StopTrial(tid, eliminated=True))
-        target = self._want(i + 1) if not last else self._want(i) if self.keep_warm else \
+        target = self._want(i + 1) if not last else self._want(i) if self._keep_warm else \
             {Market.ON_DEMAND: 0, Market.SPOT: 0}
-        out += self._shrink(keep, target, self.types[i] if last else self.types[i + 1])
-        self.active = keep
+        self._stage_trials = list(self._active)
+        out += self._shrink(keep, target, self._types[i] if last else self._types[i + 1])
+        # Noticed instances kept: no trial runs on them now, and none will (DESIGN §4.1: their
+        # replacements are requested already), so they go now rather than at their reclaim.
+        noticed = [n for p in sorted(self._positions.values(), key=lambda p: -p.seq) for n in p.old]
+        for p in self._positions.values():
+            p.old.clear()
+        if noticed:
+            out.append(self._release(noticed))
+        self._active = keep
+        # The stage's record comes first; the budget left is after this SYNC's releases.
+        ended = [self._stage_ended(i, tuple(keep))]
         if last:
-            self.phase = "done"
-            return out + [JobDone(self.best())]
-        return out + self._begin_stage(i + 1)
+            self._phase = "done"
+            return ended + out + [JobDone(self._best())]
+        return ended + out + self._begin_stage(i + 1)
 
     def _replan(self, i: int, reclaim: bool = False) -> list[Decision]:
         """At the SYNC ending stage ``i`` (or at a reclaim during it: its SYNC is then when the
         estimate of its remaining work says): switch the stages still to come to a new plan if
         the replanner says so (``replan.py``), and report it."""
-        if self.replanner is None or (reclaim and self._estimate is None):
+        if self._replanner is None or (reclaim and self._estimate is None):
             return []
         at = self._now + (self._stage_left_s(self._estimate) if reclaim else 0.0)
-        found = self.replanner.replan(i, at, self.allocation, self.held, self.spot,
-                                      market=Market.ON_DEMAND if self.switches else None,
+        found = self._replanner.replan(i, at, self._allocation, self._held, self._spot,
+                                      market=Market.ON_DEMAND if self._switches else None,
                                       trigger="reclaim in stage" if reclaim else "sync",
-                                      types=self.types, packing=self.packing)
+                                      types=self._types, packing=self._packing)
         if found is None:
             return []
         new, record = found
         first = i + 1
-        self.allocation[first:], self.held[first:] = list(new.allocation), list(new.instances)
-        self.gpus_per_trial[first:], self.spot[first:] = list(new.gpus_per_trial), list(new.spot_counts)
-        self.types[first:], self.packing[first:] = [c.instance_type for c in new.stage_clouds], list(new.packing)
-        self.clouds.update({c.instance_type: c for c in new.stage_clouds})
-        if self.budget is not None:
-            self.budget.types.update(self.clouds)
-        self.replans.append(record)
+        self._allocation[first:], self._held[first:] = list(new.allocation), list(new.instances)
+        self._gpus_per_trial[first:], self._spot[first:] = list(new.gpus_per_trial), list(new.spot_counts)
+        self._types[first:], self._packing[first:] = [c.instance_type for c in new.stage_clouds], list(new.packing)
+        self._clouds.update({c.instance_type: c for c in new.stage_clouds})
+        if self._budget is not None:
+            self._budget.types.update(self._clouds)
+        self._replans.append(record)
         return [record]
 
     def _shrink(self, survivors: list[str], target: dict[Market, int], itype: str) -> list[Decision]:
@@ -732,39 +770,39 @@ class Scheduler:
         are paused (checkpointed) and placed anew by the next stage."""
         out: list[Decision] = []
         carried: set[str] = set()
-        i = self.stage
-        if survivors and self.types[i + 1] == self.types[i] and self.packing[i] == self.packing[i + 1] == 1:
-            m, slots = self.gpus_per_trial[i + 1], self._concurrency_of(i + 1)
-            carried = {t for t in survivors[:slots] if len(self.placement.get(t, ())) == m}
-        for tid in list(self.placement):
-            on_doomed = any(n not in self.instances or self.instances[n].doomed for n, _ in self.placement[tid])
+        i = self._stage
+        if survivors and self._types[i + 1] == self._types[i] and self._packing[i] == self._packing[i + 1] == 1:
+            m, slots = self._gpus_per_trial[i + 1], self._concurrency_of(i + 1)
+            carried = {t for t in survivors[:slots] if len(self._placement.get(t, ())) == m}
+        for tid in list(self._placement):
+            on_doomed = any(n not in self._instances or self._instances[n].doomed for n, _ in self._placement[tid])
             if tid not in carried or on_doomed:
-                del self.placement[tid]
+                del self._placement[tid]
                 out.append(StopTrial(tid, eliminated=False))
-        gone = [p for p in self.positions.values() if p.itype != itype]
+        gone = [p for p in self._positions.values() if p.itype != itype]
         for market, count in target.items():
-            mine = sorted((p for p in self.positions.values() if p.market is market and p.itype == itype),
+            mine = sorted((p for p in self._positions.values() if p.market is market and p.itype == itype),
                           key=lambda p: p.seq)
             gone += mine[count:]
         if not gone:
             return out
         gone_seqs = {p.seq for p in gone}
         nodes = self._good_nodes()
-        kept = [nd for nd in nodes if self.instances[nd[0]].position not in gone_seqs]
-        leaving = [nd for nd in nodes if self.instances[nd[0]].position in gone_seqs]
-        if any(self.placement.get(t) for t in self.placement):
+        kept = [nd for nd in nodes if self._instances[nd[0]].position not in gone_seqs]
+        leaving = [nd for nd in nodes if self._instances[nd[0]].position in gone_seqs]
+        if any(self._placement.get(t) for t in self._placement):
             try:
-                packed = scale_down_plan(Placement(self.placement), kept + leaving, len(kept))
-                self.placement = dict(packed.placement.assignments)
-                out += [ResizeTrial(t, self.placement[t]) for t in packed.moved]
+                packed = scale_down_plan(Placement(self._placement), kept + leaving, len(kept))
+                self._placement = dict(packed.placement.assignments)
+                out += [ResizeTrial(t, self._placement[t], self._packing[i]) for t in packed.moved]
             except InfeasiblePlacementError:     # the kept instances are not all up: pause who cannot stay
                 leaving_names = {n for n, _ in leaving}
-                for tid in [t for t, s in self.placement.items() if any(n in leaving_names for n, _ in s)]:
-                    del self.placement[tid]
+                for tid in [t for t, s in self._placement.items() if any(n in leaving_names for n, _ in s)]:
+                    del self._placement[tid]
                     out.append(StopTrial(tid, eliminated=False))
         names: list[str] = []
         for pos in sorted(gone, key=lambda p: -p.seq):       # newest first
             names += [pos.current, *pos.old]
-            del self.positions[pos.seq]
+            del self._positions[pos.seq]
         out.append(self._release(names))
         return out

@@ -28,6 +28,9 @@ class FakeClock:
     def now(self) -> float:
         return self.t
 
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
+
     def advance(self, seconds: float) -> float:
         if seconds < 0:
             raise ValueError(f"a clock cannot go back ({seconds} s)")

@@ -164,7 +164,7 @@ def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_pa
 
     class Driver(run.Driver):
         def run(self):
-            raise Seen(self.sched.replanner.max_instances)
+            raise Seen(self.max_instances)
 
     rooms = []
 

@@ -29,7 +29,7 @@ def started() -> tuple[Scheduler, StartTrial]:
 def test_a_checkpoint_before_the_replacement_is_up_keeps_the_trial_where_it_is():
     sched, victim = started()
     assert sched.on(TrialCheckpoint(victim.trial, 4), 51.0) == []
-    assert sched.placement[victim.trial] == victim.slots
+    assert sched._placement[victim.trial] == victim.slots
 
 
 def test_a_checkpoint_once_the_replacement_is_up_moves_the_trial_and_releases_the_noticed_instance():

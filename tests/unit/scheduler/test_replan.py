@@ -70,7 +70,7 @@ def drive(sched: Scheduler, slowdown: float) -> list:
         if not pending:
             trial, now = min(running.items(), key=lambda kv: kv[1])
             del running[trial]
-            pending += sched.on(TrainFinished(trial, sched.trials[trial].target, 1.0), now)
+            pending += sched.on(TrainFinished(trial, sched._trials[trial].target, 1.0), now)
             continue
         d = pending.pop(0)
         log.append(d)
@@ -94,10 +94,10 @@ def test_a_slow_job_is_replanned_onto_more_gpus_and_the_scheduler_follows():
     assert replans[0].factor > 1.3
     assert sum(replans[0].new_allocation) > sum(replans[0].old_allocation)
     # Stage 1 runs as the first re-plan said (a later one may change stage 2 only).
-    assert sched.allocation[1] == replans[0].new_allocation[0] != plan.allocation[1]
-    assert {len(d.slots) for d in log if isinstance(d, StartTrial) and d.stage == 1} == {sched.gpus_per_trial[1]}
+    assert sched.report().stages[1].allocation == replans[0].new_allocation[0] != plan.allocation[1]
+    assert {len(d.slots) for d in log if isinstance(d, StartTrial) and d.stage == 1} == {sched.report().stages[1].gpus_per_trial}
     requested = sum(len(d.names) for d in log if isinstance(d, RequestInstances) and d.stage == 1)
-    assert requested == max(0, sched.held[1] - plan.instances[0])
+    assert requested == max(0, sched.report().stages[1].instances - plan.instances[0])
 
 
 def test_a_job_on_the_profiled_pace_is_never_replanned():
@@ -127,7 +127,7 @@ def test_noise_alone_does_not_make_a_mean_constrained_plan_flap():
     exp = load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
     plan = compile_plan(exp.spec, exp.model, exp.cloud, 20 * 60, samples=1000)
     runs = [rehearse_once(plan, exp.model, seed=s, mode=exp.mode, replan_with=exp.model) for s in range(20)]
-    assert [r.scheduler.replans for r in runs] == [[]] * 20
+    assert [list(r.report.replans) for r in runs] == [[]] * 20
 
 
 def test_a_market_auto_plan_on_spot_and_two_types_is_replanned_on_spot_over_both_types():
@@ -209,10 +209,10 @@ def test_a_slow_job_is_replanned_within_the_room_its_cluster_has():
     plan = plan_for(plan_for(10_000).predicted.mean_jct_s * 1.1)
     free = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4))
     drive(free, slowdown=1.7)
-    assert max(free.held) == 4
+    assert max(s.instances for s in free.report().stages) == 4
     sched = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4, max_instances={CLOUD.instance_type: 2}))
     log = drive(sched, slowdown=1.7)
     replans = [d for d in log if isinstance(d, Replan)]
     assert replans and replans[0].reason == "to meet the deadline"
-    assert max(sched.held) == 2
+    assert max(s.instances for s in sched.report().stages) == 2
     assert sum(len(d.names) for d in log if isinstance(d, RequestInstances)) <= 2

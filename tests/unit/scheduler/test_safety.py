@@ -62,7 +62,7 @@ def test_the_net_switches_to_on_demand_when_the_slack_runs_out_while_spot_waits_
     # The stage starts on the on-demand instance; nothing asks for spot again.
     out = sched.on(InstanceReady(od.names[0], 4, 61.0), 66.0)
     assert {s.trial for s in of(out, StartTrial)} == {"t000", "t001", "t002", "t003"}
-    assert sched.spot == [0, 0] and not of(sched.on(Tick(), 70.0), SafetySwitch)
+    assert [s.spot_instances for s in sched.report().stages] == [0, 0] and not of(sched.on(Tick(), 70.0), SafetySwitch)
 
 
 def test_without_the_net_the_same_wait_only_waits():
@@ -83,7 +83,7 @@ def test_a_reclaim_that_eats_the_slack_retires_the_spot_instance_still_training(
     # a is reclaimed 9 s into the TRAINs: its two trials start over, 11 s more each, and the
     # slack (62 - 19 - 11 - 1 - 11 - 1 = 19 s) no longer covers 20 s: the net switches.
     out = sched.on(InstanceLost(a, {}), 19.0)
-    assert of(out, SafetySwitch) and sched.spot == [0, 0]
+    assert of(out, SafetySwitch) and [s.spot_instances for s in sched.report().stages] == [0, 0]
     # a's spot replacement, asked for before the switch, is cancelled; both positions go on-demand.
     (spot_again,) = [r for r in of(out, RequestInstances) if r.market is Market.SPOT]
     assert spot_again.replaces == a
@@ -112,7 +112,7 @@ def test_a_budget_running_out_mid_stage_stops_cleanly_with_everything_released()
     (req,) = of(first, RequestInstances)
     out = sched.on(InstanceReady(req.names[0], 4, 5.0), 10.0)
     assert len(of(out, StartTrial)) == 4
-    assert sched.budget_left() == pytest.approx(0.30 - 0.20)      # the minimum charge so far
+    assert sched.report().budget_left_usd == pytest.approx(0.30 - 0.20)      # the minimum charge so far
     # $0.30 at $12/h is 90 s from the launch at 5 s: woken (early, as if billing grew from
     # now) until two billing seconds are left, at 93 s.
     while not of(out, JobDone):
@@ -123,7 +123,7 @@ def test_a_budget_running_out_mid_stage_stops_cleanly_with_everything_released()
     assert {s.trial for s in of(out, StopTrial)} == {"t000", "t001", "t002", "t003"}
     assert of(out, ReleaseInstances) == [ReleaseInstances(req.names, 0)]
     (done,) = of(out, JobDone)
-    assert "budget: $0.29" in done.stopped and sched.done and sched.budget_left() >= 0
+    assert "budget: $0.29" in done.stopped and sched.report().done and sched.report().budget_left_usd >= 0
 
 
 def test_bad_budgets_are_one_line_naming_the_flag():
@@ -178,7 +178,7 @@ def test_spot_that_cannot_be_reclaimed_and_comes_in_time_never_switches_however_
     assert of(first, Wake) == [Wake(20.0)]
     out = sched.on(InstanceReady(spot.names[0], 4, 5.0), 10.0)
     assert len(of(out, StartTrial)) == 4 and not of(out, SafetySwitch)
-    assert not of(sched.on(Tick(), 20.0), SafetySwitch) and not sched.switches
+    assert not of(sched.on(Tick(), 20.0), SafetySwitch) and not sched.report().switches
 
 
 def test_unmodelled_spot_that_waits_for_capacity_moves_to_on_demand():
@@ -191,7 +191,7 @@ def test_unmodelled_spot_that_waits_for_capacity_moves_to_on_demand():
     out = sched.on(Tick(), 20.0)
     assert of(out, SafetySwitch) and of(out, ReleaseInstances) == [ReleaseInstances(spot.names, 0)]
     (od,) = of(out, RequestInstances)
-    assert od.market is Market.ON_DEMAND and sched.spot == [0, 0]
+    assert od.market is Market.ON_DEMAND and [s.spot_instances for s in sched.report().stages] == [0, 0]
 
 
 def test_the_net_on_reclaimable_spot_waits_for_spot_to_cost_time_before_switching():
@@ -205,4 +205,4 @@ def test_the_net_on_reclaimable_spot_waits_for_spot_to_cost_time_before_switchin
     assert not of(out, SafetySwitch) and len(of(out, StartTrial)) == 4
     # The first reclaim arms it: the slack is short, so the rest goes to on-demand.
     out = sched.on(InstanceLost(spot.names[0], {}), 15.0)
-    assert of(out, SafetySwitch) and sched.spot == [0, 0]
+    assert of(out, SafetySwitch) and [s.spot_instances for s in sched.report().stages] == [0, 0]

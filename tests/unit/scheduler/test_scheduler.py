@@ -50,6 +50,7 @@ class Script:
     def __init__(self, scheduler: Scheduler, metric=lambda trial, step: float(trial[-3:])):
         self.s, self.metric, self.log = scheduler, metric, []
         self.gpus = 4
+        self.steps: dict[str, int] = {}          # what a backend knows: the steps it trained each trial to
 
     def run(self) -> list:
         pending = list(self.s.start(0.0))
@@ -62,7 +63,7 @@ class Script:
                 for name in d.names:
                     pending += self.s.on(InstanceReady(name, self.gpus, t), t)
             elif isinstance(d, StartTrial):
-                step = self.s.trials[d.trial].step + d.iters
+                step = self.steps[d.trial] = self.steps.get(d.trial, 0) + d.iters
                 pending += self.s.on(TrainFinished(d.trial, step, self.metric(d.trial, step)), t)
             elif isinstance(d, RunSync):
                 pending += self.s.on(SyncDone(d.stage), t)
@@ -86,8 +87,8 @@ def test_a_sha_job_runs_end_to_end_promoting_the_best_half():
     eliminated = [d.trial for d in of(log, StopTrial) if d.eliminated]
     assert sorted(eliminated) == [f"t{j:03d}" for j in range(8)]        # everyone stops at the end
     assert of(log, JobDone) == [JobDone("t000")]
-    assert sched.trials["t000"].step == 4                             # trained to max_iters
-    assert sched.trials["t007"].eliminated_after == 0
+    assert sched.report().trials["t000"].step == 4                             # trained to max_iters
+    assert sched.report().trials["t007"].eliminated_after == 0
     # Instances: the plan's counts requested, everything released by the end.
     requested = [n for d in of(log, RequestInstances) for n in d.names]
     released = [n for d in of(log, ReleaseInstances) for n in d.names]
@@ -101,7 +102,7 @@ def test_promotion_is_a_stable_sort_and_a_nan_metric_ranks_last():
     log = Script(sched, lambda trial, step: values[trial]).run()
     second = [d.trial for d in of(log, StartTrial) if d.stage == 1]
     assert second == ["t003", "t001"]           # 0.9, then the first of the two 0.5s; NaN last
-    assert sched.best() == "t003"
+    assert sched.report().best == "t003"
 
 
 def test_a_hyperband_job_runs_each_bracket_with_its_own_trials():
@@ -118,9 +119,9 @@ def test_a_hyperband_job_runs_each_bracket_with_its_own_trials():
         stops = [i for i, d in enumerate(log) if isinstance(d, StopTrial) and d.trial.startswith(f"b{b - 1}-")]
         assert max(stops) < first_start
     # The winner trained longest (bracket 0 goes furthest) and is best among those.
-    most = max(t.step for t in sched.trials.values())
-    assert sched.trials[sched.best()].step == most
-    assert of(log, JobDone)[0].best == sched.best()
+    most = max(t.step for t in sched.report().trials.values())
+    assert sched.report().best_trial.step == most
+    assert of(log, JobDone)[0].best == sched.report().best
 
 
 def test_queued_trials_take_the_gpus_of_finished_ones():
@@ -128,19 +129,19 @@ def test_queued_trials_take_the_gpus_of_finished_ones():
     plan = make_plan(spec, [2, 1])                   # 6 trials on 2 GPUs: one at a time per GPU
     sched = Scheduler(plan)
     events = sched.start(0.0)
-    (request,) = events
+    (request,) = of(events, RequestInstances)
     out = sched.on(InstanceReady(request.names[0], 4, 5.0), 10.0)
     assert [d.trial for d in out] == ["t000", "t001"]
     out = sched.on(TrainFinished("t001", 1, 0.3), 20.0)
-    assert out == [StartTrial("t002", 0, sched.placement["t002"], 1)]
-    assert "t001" not in sched.placement and len(sched.placement["t002"]) == 1
+    assert out == [StartTrial("t002", 0, sched._placement["t002"], 1)]
+    assert "t001" not in sched._placement and len(sched._placement["t002"]) == 1
 
 
 def test_a_sync_packs_survivors_onto_the_oldest_instances_then_releases_the_newest():
     spec = ExperimentSpec.from_stages([(4, 1), (2, 1)])
     plan = make_plan(spec, [16, 8])                  # 4 GPUs/trial on 4 instances, then 2 instances
     sched = Scheduler(plan, mode="min")
-    (request,) = sched.start(0.0)
+    (request,) = of(sched.start(0.0), RequestInstances)
     assert request.names == ("i000", "i001", "i002", "i003") and request.market is Market.ON_DEMAND
     starts = []
     for k, name in enumerate(request.names):
@@ -166,7 +167,7 @@ def test_a_reclaim_notice_requests_a_replacement_and_the_trial_resumes_on_it():
     spec = ExperimentSpec.from_stages([(2, 10)])
     plan = make_plan(spec, [8], market="spot")       # 4 GPUs/trial: one spot instance each
     sched = Scheduler(plan)
-    (request,) = sched.start(0.0)
+    (request,) = of(sched.start(0.0), RequestInstances)
     assert request.market is Market.SPOT
     starts = sched.on(InstanceReady("i000", 4, 1.0), 3.0) + sched.on(InstanceReady("i001", 4, 1.0), 3.0)
     victim = next(d.trial for d in starts if d.slots[0][0] == "i001")
@@ -199,10 +200,10 @@ def test_new_trials_are_not_placed_on_a_noticed_instance():
     sched.start(0.0)
     sched.on(InstanceReady("i000", 4, 1.0), 2.0)
     sched.on(ReclaimNotice("i001"), 2.5)                 # noticed before it was ever ready
-    out = sched.on(InstanceReady("i001", 4, 1.0), 3.0)
-    assert out == []                                     # the stage waits for the replacement
+    out = sched.on(InstanceReady("i001", 4, 1.0), 3.0)   # the scale-up is over: the stage starts
+    assert [(type(d), d.slots[0][0]) for d in out] == [(StartTrial, "i000")]    # none on i001
     out = sched.on(InstanceReady("i001.1", 4, 3.0), 20.0)
-    assert {d.slots[0][0] for d in out} == {"i000", "i001.1"}
+    assert [(type(d), d.slots[0][0]) for d in out] == [(StartTrial, "i001.1")]
 
 
 def test_events_out_of_turn_are_refused():
@@ -213,7 +214,7 @@ def test_events_out_of_turn_are_refused():
     with pytest.raises(SpecError, match=r"start\(\) was already called"):
         sched.start(0.0)
     with pytest.raises(SpecError, match=r"mode: expected min or max, got 'best'"):
-        Scheduler(sched.plan, mode="best")
+        Scheduler(sched._plan, mode="best")
 
 
 def test_a_gang_that_keeps_failing_on_live_instances_fails_the_job():

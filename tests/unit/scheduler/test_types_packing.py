@@ -52,6 +52,7 @@ def run(s: Scheduler) -> list:
     """Apply decisions the simplest way (instances up at once with their type's GPUs, a SYNC at
     once, trials finishing in the order started, scoring by their number); return them all."""
     pending, log, types, t = list(s.start(0.0)), [], {}, 0.0
+    steps: dict[str, int] = {}           # what a backend knows: the step it trained each trial to
     while pending:
         d = pending.pop(0)
         log.append(d)
@@ -61,7 +62,7 @@ def run(s: Scheduler) -> list:
                 types[name] = d.instance_type
                 pending += s.on(InstanceReady(name, CLOUDS[d.instance_type].gpus_per_instance, t), t)
         elif isinstance(d, StartTrial):
-            step = s.trials[d.trial].step + d.iters
+            step = steps[d.trial] = steps.get(d.trial, 0) + d.iters
             pending += s.on(TrainFinished(d.trial, step, float(d.trial[-3:])), t)
         elif isinstance(d, RunSync):
             pending += s.on(SyncDone(d.stage), t)
@@ -101,13 +102,13 @@ def test_a_packed_stage_runs_k_trials_per_gpu_queues_the_rest_and_a_wider_stage_
     plan = make_plan(spec, [2, 8], packing=[4, 1])
     s = Scheduler(plan, mode="max")      # the last queued win: they still hold their shared GPU at the SYNC
     first = s.start(0.0)
-    [request] = first
+    [request] = [d for d in first if isinstance(d, RequestInstances)]
     out = [d for n in request.names for d in s.on(InstanceReady(n, 4, 1.0), 1.0)]
     starts = [d for d in out if isinstance(d, StartTrial)]
     assert len(starts) == 8 and all(d.trials_per_gpu == 4 and len(d.slots) == 1 for d in starts)
     per_gpu = Counter(d.slots[0] for d in starts)
     assert len(per_gpu) == 2 and set(per_gpu.values()) == {4}          # 2 GPUs, 4 trials each
-    assert s.queue == [f"t{j:03d}" for j in range(8, 12)]
+    assert s._queue == [f"t{j:03d}" for j in range(8, 12)]
     # A finished trial hands its share of the GPU to the next queued one.
     [nxt] = s.on(TrainFinished(starts[0].trial, 2, 5.0), 2.0)
     assert nxt.trial == "t008" and nxt.slots == starts[0].slots and nxt.trials_per_gpu == 4
@@ -123,7 +124,7 @@ def run_rest(s: Scheduler, running: list[StartTrial]) -> list:
     pending, log, t = [], [], 3.0
     for d in running:
         t += 1.0
-        pending += s.on(TrainFinished(d.trial, s.trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
+        pending += s.on(TrainFinished(d.trial, s._trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
     while pending:
         d = pending.pop(0)
         log.append(d)
@@ -132,7 +133,7 @@ def run_rest(s: Scheduler, running: list[StartTrial]) -> list:
             for name in d.names:
                 pending += s.on(InstanceReady(name, 4, t), t)
         elif isinstance(d, StartTrial):
-            pending += s.on(TrainFinished(d.trial, s.trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
+            pending += s.on(TrainFinished(d.trial, s._trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
         elif isinstance(d, RunSync):
             pending += s.on(SyncDone(d.stage), t)
     return log
@@ -153,5 +154,5 @@ def test_the_budget_prices_each_stages_requests_at_its_own_type():
     s = Scheduler(plan, budget_usd=0.55)
     log = run(s)
     assert [(d.instance_type, len(d.names)) for d in log if isinstance(d, RequestInstances)] == [("small", 8)]
-    assert s.stopped.startswith("budget: ") and "cannot pay the minimum charge of 2 more big (on-demand): $0.40" \
-        in s.stopped
+    assert s.report().stopped.startswith("budget: ") and "cannot pay the minimum charge of 2 more big (on-demand): $0.40" \
+        in s.report().stopped
