@@ -1,14 +1,11 @@
 """Benchmark: rehearsals (``run --provider sim``) against the simulator, re-planning, and wall time.
 
-1. Conformance: the ResNet-101 job (``experiments/resnet101_cifar10.yaml``, its optimal plan)
-   rehearsed over N seeds with re-planning off, mean JCT and cost against ``rb.simulate``'s
-   prediction; then the same allocation on spot (2 reclaims per instance-hour, with no notice
-   and with a 120 s notice) and replaying the shipped traces of two zones (p50/p90 too: the
-   trace's JCT is heavy-tailed — a job that meets a capacity gap waits hours — so its mean
-   and p90 converge slowly: on us-west-2b, 400 seeds can be 15% off, 1500 agree to 0.1%).
-   Last, an instance type per stage (p3.2xlarge, p3.8xlarge, p3.8xlarge, p3.2xlarge: each
-   change releases every instance and launches the new type) and a packed first stage (two
-   1-GPU trials to a GPU at 1.4x the solo latency, 16 GPUs), on-demand and on spot (2/h, no notice).
+1. Conformance (issue 21): the ResNet-101 job rehearsed on the ``sim`` backend over N seeds
+   (re-planning and the safety net off) against ``rb.simulate`` over 4000 samples, for each
+   case of ``rubberband.testing.conformance`` — on-demand, packed, spot at 2 and 5 reclaims per
+   instance-hour with notices of 0, 120 and 600 s, a zone's trace, mixed markets, a type per
+   stage: one row per case with Δ mean JCT %, Δ mean cost %, Δ P(meet 20m) in points and the
+   rehearsals' mean JCT standard error (a trace's JCT is heavy-tailed).
 2. Re-planning: a truth 25% slower than the profile, a 25-minute deadline, confidence 0.9:
    the share of 30 rehearsals that meet the deadline re-planning and with the plan fixed.
 3. Wall time of one rehearsal of SHA(512, 4, 4096, 2) (``experiments/resnet50_sha512.yaml``),
@@ -23,45 +20,31 @@
    to). Last, the spot planner's own plan for 25 minutes (it spends the slack on cheaper
    stages, so the net has less room and switches more often).
 
-Run: ``.venv/bin/python benchmarks/bench_rehearse.py [--seeds 40] [--spot-seeds 400] [--net-windows 300] [--only 4]``
+Run: ``.venv/bin/python benchmarks/bench_rehearse.py [--seeds 800] [--net-windows 300] [--only 1]``
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from rubberband import load_experiment
-from rubberband.cli.rehearse import rehearse
-from rubberband.plan import compile_plan, plan_allocation, simulate_plan
+from rubberband.executor.rehearse import rehearse
+from rubberband.plan import compile_plan, plan_allocation
 from rubberband.profiles import Normal
 from rubberband.profiles.cloud import Market
+from rubberband.testing.conformance import HEADER, agreement, cases
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
 
 
-def _compare(label: str, plan, model, seeds: int, quantiles: bool = False) -> None:
-    runs = [rehearse(plan, model, seed=s) for s in range(seeds)]
-    jct = np.array([r.actual["jct_s"] for r in runs])
-    cost = np.array([r.actual["cost_usd"] for r in runs])
-    pred = plan.predicted
-    line = (f"{label:<34} JCT {jct.mean():8.0f} s vs {pred.mean_jct_s:8.0f} s ({jct.mean() / pred.mean_jct_s - 1:+.1%})  "
-            f"cost ${cost.mean():7.3f} vs ${pred.mean_cost_usd:7.3f} ({cost.mean() / pred.mean_cost_usd - 1:+.1%})")
-    if quantiles:
-        line += (f"  p50 {np.percentile(jct, 50):.0f} vs {pred.p50_jct_s:.0f}"
-                 f"  p90 {np.percentile(jct, 90):.0f} vs {pred.p90_jct_s:.0f}")
-    print(line)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=40)
-    parser.add_argument("--spot-seeds", type=int, default=400)
+    parser.add_argument("--seeds", type=int, default=800, help="rehearsals per conformance case")
     parser.add_argument("--net-windows", type=int, default=300)
     parser.add_argument("--only", type=int, choices=[1, 2, 3, 4], help="run only this part")
     args = parser.parse_args()
@@ -77,38 +60,11 @@ def main() -> None:
 
 
 def conformance(args) -> None:
-    exp = load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
-    print(f"1. conformance (re-planning off), {args.seeds} seeds on-demand, {args.spot_seeds} on spot")
-    plan = compile_plan(exp.spec, exp.model, exp.cloud, exp.deadline_s, samples=1000, seed=0)
-    _compare(f"on-demand {plan.allocation}", plan, exp.model, args.seeds)
-    for notice in (0, 120):
-        cloud = exp.catalog.get("p3.8xlarge", Market.SPOT, {**exp.cloud_overrides,
-                                "spot": {"notice_s": notice, "preemption": {"rate_per_hour": 2.0}}})
-        spot = plan_allocation(exp.spec, plan.allocation, exp.model, cloud, exp.deadline_s, samples=2000)
-        _compare(f"spot 2/h, notice {notice} s", spot, exp.model, args.spot_seeds)
-    for zone in ("us-east-1a", "us-west-2b"):
-        cloud = exp.catalog.get("p3.8xlarge", Market.SPOT, exp.cloud_overrides).in_zone(zone, str(TRACES))
-        spot = plan_allocation(exp.spec, plan.allocation, exp.model, cloud, exp.deadline_s, samples=2000)
-        _compare(f"spot trace {zone}", spot, exp.model, args.spot_seeds, quantiles=True)
-    solo = exp.model.latency(1)
-    model = exp.model.replace(packed_iter_latency_s={2: solo.with_moments(solo.mean * 1.4, solo.std * 1.4)})
-    for market, seeds in ((Market.ON_DEMAND, args.seeds), (Market.SPOT, args.spot_seeds)):
-        overrides = {**exp.cloud_overrides, "spot": {"notice_s": 0, "preemption": {"rate_per_hour": 2.0}}}
-        clouds = {t: exp.catalog.get(t, market, overrides) for t in ("p3.2xlarge", "p3.8xlarge")}
-        types = ("p3.2xlarge", "p3.8xlarge", "p3.8xlarge", "p3.2xlarge")
-        typed = _exact(replace(plan_allocation(exp.spec, (32, 20, 12, 8), model, clouds["p3.2xlarge"], exp.deadline_s),
-                               instance_types=types, type_clouds=clouds), model)
-        _compare(f"types 2x,8x,8x,2x {market.value}", typed, model, seeds)
-        packed = _exact(replace(plan_allocation(exp.spec, (32, 20, 12, 8), model, clouds["p3.8xlarge"], exp.deadline_s),
-                                allocation=(16, 20, 12, 8), trials_per_gpu=(2, 1, 1, 1)), model)
-        _compare(f"packed 2/GPU 16,20,12,8 {market.value}", packed, model, seeds)
-
-
-def _exact(plan, model):
-    """``plan`` with its instances and prediction re-simulated as it now says (types, packing)."""
-    result = simulate_plan(replace(plan, instances=None), model, samples=2000, seed=0)
-    return replace(plan, instances=result.instances, predicted=result,
-                   gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages))
+    print(f"1. conformance: rehearsals ({args.seeds} seeds) vs simulate (4000 samples), re-planning and net off")
+    print(HEADER)
+    for case in cases():
+        t = time.perf_counter()
+        print(agreement(case, seeds=args.seeds).row(), f"[{time.perf_counter() - t:.0f} s]", flush=True)
 
 
 def replanning() -> None:

@@ -1,8 +1,8 @@
 """`rubberband run EXP --provider sim`: rehearse a plan in virtual time with the real scheduler.
 
-The ``sim`` provider (``rubberband.providers.sim``) plays the cluster; this module turns a
-rehearsal into the same ``RunResult`` a real run reports (the ledger priced by the executor's
-own ``Ledger``), repeats it over seeds, and prints or emits it.
+The rehearsal itself and its report are the library's (``rubberband.executor.rehearse``:
+``rehearse``, ``rehearse_runs``, ``summary``, re-exported here); this module takes the
+options, reads the truth profiles, shows progress on stderr and prints or emits the result.
 
 Exit codes: 0 the job ran to its end, ``EXIT_BUDGET`` (3) a rehearsal stopped because the
 ``--budget`` ran out (with the best trial so far); errors exit 1 or 2 as every command does.
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
-
-import numpy as np
+import sys
+import time
 
 from rubberband.errors import SpecError
+from rubberband.executor.rehearse import rehearse, rehearse_runs, result_of, run_dict, summary
+
+__all__ = ["EXIT_BUDGET", "SIM_ONLY", "plan_model", "rehearse", "rehearse_args", "rehearse_cmd", "rehearse_runs",
+           "result_of", "run_dict", "summary", "truth_of", "wants_rehearsal"]
 
 
 def rehearse_args(p: argparse.ArgumentParser) -> None:
@@ -92,118 +95,57 @@ def truth_of(args: argparse.Namespace, exp, plan):
     return model, cloud
 
 
-def rehearse(plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
-             replan_with=None, safety_net=None, budget_usd: float | None = None):
-    """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
-    re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given,
-    with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget.
-
-    Returns:
-        A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
-    """
-    from rubberband.providers.sim import rehearse_once
-
-    run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                        budget_usd=budget_usd)
-    return result_of(plan, run, seed, metric)
+PROGRESS_AFTER_S = 2.0      # rehearsals quicker than this show no progress
+PROGRESS_EVERY_S = 0.5
 
 
-def result_of(plan, run, seed: int, metric: str):
-    """The ``RunResult`` of one rehearsal: ledger, stages predicted vs actual, trials, best."""
-    from rubberband.executor.ledger import InstanceRecord, Ledger, TrialRun
-    from rubberband.executor.report import stage_entry
-    from rubberband.executor.report import RunResult
+class RepeatProgress:
+    """``rehearsing: 37 of 200`` on one stderr line that overwrites itself, once rehearsing has
+    taken ``PROGRESS_AFTER_S`` (as the planner's progress line); silent with ``--json`` or
+    when stderr is not a terminal, wiped when the rehearsals end."""
 
-    windows = run.stage_windows
+    def __init__(self, args: argparse.Namespace, stream=None, clock=time.monotonic, tty: bool | None = None):
+        self.stream = stream or sys.stderr
+        self.on = not getattr(args, "json", False) and (self.stream.isatty() if tty is None else tty)
+        self.clock = clock
+        self.start = self.last = clock()
+        self.width = 0
 
-    def stage_at(t: float) -> int:
-        return next((i for i, (_, b) in enumerate(windows) if t <= b), len(windows) - 1)
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if not self.on or done >= total or now - self.start < PROGRESS_AFTER_S or \
+                (self.width and now - self.last < PROGRESS_EVERY_S):
+            return
+        self.last = now
+        text = f"rehearsing: {done:,} of {total:,} (sim, {now - self.start:.0f}s)"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = max(self.width, len(text))
 
-    sched = run.scheduler
-    # Each instance billed by its own type's profile (the ledger splits by type; the plan's first).
-    clouds = {plan.instance_type: plan.cloud, **sched.clouds}
-    ledger = Ledger(clouds[plan.instance_type], stage_windows=list(windows), clouds=clouds)
-    for inst in run.instances:
-        launched = inst.launched_s if inst.billed else None
-        ready = inst.ready_s if inst.billed and inst.ready_s <= min(inst.down_s, inst.released_s) else None
-        ledger.instances[inst.name] = InstanceRecord(
-            inst.name, inst.instance_type, inst.price_usd_per_hour, inst.requested_s, inst.stage_requested,
-            launched_s=launched, ready_s=ready, released_s=inst.released_s, stage_released=stage_at(inst.released_s),
-            market=inst.market.value, release_reason=inst.release_reason)
-    ledger.trials = [TrialRun(**r, instance_type=sched.types[r["stage"]]) for r in run.train_runs]
-    costs = ledger.stage_costs(now=run.jct_s)
-    ran = {i: [t.id for t in sched.trials.values() if any(h["stage"] == i for h in t.history)]
-           for i in range(len(windows) + 1)}
-    stages = []
-    for i, (a, b) in enumerate(windows):
-        nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
-        stages.append(stage_entry(plan, i, ledger, trials=len(ran[i]), promoted=[t for t in ran[i] if t in nxt],
-                                  duration_s=b - a, instances=sched.held[i], cost_usd=costs[i],
-                                  spot_instances=sched.spot[i], gpus_per_trial=sched.gpus_per_trial[i]))
-    attempts: dict[str, int] = {}      # TRAIN attempts: each finished stage, and each one a reclaim cut short
-    for r in run.train_runs:
-        attempts[r["trial"]] = attempts.get(r["trial"], 0) + 1
-    best = sched.best()
-    best_info = sched.trials[best] if best else None
-    return RunResult(
-        run_id=f"sim-seed{seed}", run_dir="",
-        best={"trial": best, "config": {}, "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
-        if best_info else {},
-        predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
-        actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
-        stages=stages,
-        trials={t.id: {"config": {}, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": t.history, "restarts": attempts.get(t.id, 0) - len(t.history),
-                       "ranks_in_sync": True} for t in sched.trials.values()},
-        ledger=ledger.to_dict(now=run.jct_s),
-        plan=plan.summary(),
-    )
+    def __enter__(self) -> RepeatProgress:
+        return self
 
-
-def run_dict(result, plan, run) -> dict[str, Any]:
-    """A rehearsal's ``RunResult`` fields plus what the closed loop reports of a run."""
-    out = result.to_dict()
-    sched = run.scheduler
-    out.update(deadline_s=plan.deadline_s,
-               met_deadline=run.stopped is None and result.actual["jct_s"] <= plan.deadline_s + 1e-9,
-               replans=[r.to_dict() for r in sched.replans], safety_net=[s.to_dict() for s in sched.switches],
-               stopped=run.stopped, budget_usd=sched.budget.usd if sched.budget else None,
-               budget_left_usd=sched.budget_left(), seed=run.seed, reclaims=run.reclaims, provider="sim")
-    return out
-
-
-def summary(runs: list[dict[str, Any]], deadline_s: float) -> dict[str, float]:
-    """P(meet), JCT and cost (mean, p90) over repeated rehearsals. A run met its deadline by
-    ``met_deadline``: one stopped early (by the budget) has a short JCT but met nothing."""
-    jct = np.array([r["actual"]["jct_s"] for r in runs])
-    cost = np.array([r["actual"]["cost_usd"] for r in runs])
-    return {"runs": len(runs), "deadline_s": deadline_s, "p_meet": float(np.mean([r["met_deadline"] for r in runs])),
-            "jct_s_mean": float(jct.mean()), "jct_s_p90": float(np.percentile(jct, 90)),
-            "cost_usd_mean": float(cost.mean()), "cost_usd_p90": float(np.percentile(cost, 90)),
-            "replans_mean": float(np.mean([len(r["replans"]) for r in runs])),
-            "safety_net_share": float(np.mean([bool(r["safety_net"]) for r in runs])),
-            "stopped_on_budget": int(sum(r["stopped"] is not None for r in runs))}
+    def __exit__(self, *exc) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
 
 
 def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None = None) -> int:
     """``run --provider sim``: one rehearsal (or ``--repeat N``), printed like a run or as JSON;
     ``EXIT_BUDGET`` when a rehearsal stopped on the budget."""
     from rubberband.cli.common import emit
-    from rubberband.providers.sim import rehearse_once
     from rubberband.units import format_duration, format_usd
 
     repeat = 1 if args.repeat is None else args.repeat
     model, cloud = truth_of(args, exp, plan)
     seed = args.seed if args.seed is not None else exp.seed
-    runs, results = [], []
     replan_with = None if args.no_replan else plan_model(exp, plan)
     net = None if args.no_safety_net else plan_model(exp, plan)
-    for k in range(repeat):
-        run = rehearse_once(plan, model, cloud, seed=seed + k, mode=exp.mode, replan_with=replan_with,
-                            safety_net=net, budget_usd=budget_usd)
-        result = result_of(plan, run, seed + k, exp.metric)
-        results.append(result)
-        runs.append(run_dict(result, plan, run))
+    with RepeatProgress(args) as progress:
+        results, runs = rehearse_runs(plan, model, cloud, seeds=range(seed, seed + repeat), mode=exp.mode,
+                                      metric=exp.metric, replan_with=replan_with, safety_net=net,
+                                      budget_usd=budget_usd, progress=progress)
     code = EXIT_BUDGET if any(r["stopped"] for r in runs) else 0
     if budget_usd is not None and plan.predicted.mean_cost_usd > budget_usd and not args.json:
         print(f"note: the plan is predicted to cost {format_usd(plan.predicted.mean_cost_usd)}, more than the budget "

@@ -17,7 +17,8 @@ profiles; rehearse a wrong profile by passing another):
   (``StartTrial.trials_per_gpu`` k > 1) draws ``L`` from ``packed_latency(k)`` and bills a
   TRAIN per function for ``1/k`` GPU (``docs/model.md``);
 * a spot instance lives an exponential lifetime with the market's ``rate_per_hour`` from its
-  SCALE's end, the notice ``notice_s`` before (not before its launch); with a ``trace`` the
+  SCALE's end, the notice ``notice_s`` before (not before its launch; the scheduler places
+  nothing new on a noticed instance and releases it at a SYNC); with a ``trace`` the
   zone's availability is replayed from a random offset: a request waits for capacity, and
   every spot instance goes when the zone does (no notice helps). A trial interrupted at ``r``
   keeps its completed iterations and loses the one in progress. Multi-node trace counts
@@ -32,7 +33,8 @@ minimises.
 
 The provider is registered beside ``local`` and ``aws`` so that ``--provider sim`` is
 known everywhere; it starts no Ray cluster (``start`` says so): ``rubberband run EXP
---provider sim`` rehearses through ``rubberband.cli.rehearse``.
+--provider sim`` rehearses through ``rubberband.executor.rehearse``. Like the driver, it knows
+the scheduler only by its decisions and its final ``report()``.
 """
 
 from __future__ import annotations

@@ -54,8 +54,10 @@ It follows one ``Plan`` stage by stage (DESIGN §4, §4.1, §6):
   trial stopped, every instance released, ``JobDone`` with the best trial so far and a
   one-line reason in ``stopped``. ``budget_left`` is what remains, for the status line.
 
-How the driver uses it (``executor/driver.py`` moves onto it in a later change): it calls
-``start(now)`` and applies each returned decision through its ports — ``RequestInstances``
+How the driver uses it (``executor/driver.py``; the ``sim`` backend likewise): it calls
+``start(now)`` and applies each returned decision through its ports — ``StageStarted`` /
+``StageEnded`` open and close the stage's record, ``RetireInstances`` stops asking for spot the
+safety net left, ``RequestInstances``
 → ``ClusterPort.scale_to`` (mapping the nodes that come up to the requested names, in
 order), ``StartTrial`` → ``TrialRunnerPort.start``/``reassign`` + ``train`` (kept when the
 gang already runs on those slots), ``ResizeTrial`` → stop and start from the checkpoint,
@@ -69,7 +71,8 @@ checkpointed step), a dead gang (``TrialFailed``; more than ``MAX_TRIAL_RESTARTS
 trial raise ``ProviderError``, as the driver does), a finished chunk of iterations
 (``TrainFinished``) and the end of the barrier (``SyncDone``). The ``sim`` backend
 (``rubberband.providers.sim``) drives the same object in virtual time. Every decision
-follows an event, so no clock tick is needed: ``now`` is passed with each event.
+follows an event, so no clock tick is needed: ``now`` is passed with each event. At the end
+``report()`` gives the frozen ``SchedulerReport``; the scheduler's state is private.
 """
 
 from __future__ import annotations

@@ -180,3 +180,56 @@ def test_a_rehearsal_prints_the_safety_nets_switch_unless_told_not_to(capsys, tm
     code, out, err = run(capsys, *argv, "--no-safety-net", "--json")
     assert code == 0, err
     assert json.loads(out)["safety_net"] == []
+
+
+def test_a_rehearsal_too_large_to_hold_is_refused_up_front_in_one_line():
+    """A million-trial SHA grew past 3.6 GB before (issue 21): refused before any rehearsal."""
+    from types import SimpleNamespace
+
+    from rubberband.errors import SpecError
+    from rubberband.executor.rehearse import check_rehearsal, rehearse_runs
+    from rubberband.spec import ExperimentSpec
+
+    huge = SimpleNamespace(spec=ExperimentSpec.sha(num_trials=1_000_000, min_iters=1, max_iters=81, eta=3))
+    with pytest.raises(SpecError) as err:
+        rehearse_runs(huge, model=None, seeds=[0])       # refused before it touches the model
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("job too large: rehearsing") and "1,493,826 trials" in message and "5.8 GB" in message
+    small = SimpleNamespace(spec=ExperimentSpec.sha(num_trials=512, min_iters=4, max_iters=4096, eta=2))
+    check_rehearsal(small, repeat=200)                   # the shipped SHA(512), 200 times over, fits
+    with pytest.raises(SpecError, match=r"use --repeat \d+ or fewer"):
+        check_rehearsal(small, repeat=10_000)
+
+
+def test_repeated_rehearsals_show_progress_on_stderr_after_two_seconds():
+    """``run --provider sim --repeat 200`` was silent for ~45 s (issue 21)."""
+    import argparse
+    import io
+
+    from rubberband.cli.rehearse import RepeatProgress
+
+    times = iter([0.0, 1.0, 2.5, 2.6, 3.2, 9.0])
+    stream = io.StringIO()
+    with RepeatProgress(argparse.Namespace(json=False), stream=stream, clock=lambda: next(times), tty=True) as show:
+        for done in range(1, 6):
+            show(done, 200)
+    lines = stream.getvalue().split("\r")
+    assert [line.strip() for line in lines if line.strip()] == ["rehearsing: 2 of 200 (sim, 2s)",
+                                                               "rehearsing: 4 of 200 (sim, 3s)",
+                                                               "rehearsing: 5 of 200 (sim, 9s)"]
+    quiet = io.StringIO()
+    with RepeatProgress(argparse.Namespace(json=True), stream=quiet, clock=lambda: 100.0, tty=True) as show:
+        show(1, 200)
+    assert quiet.getvalue() == ""
+
+
+def test_rehearse_runs_reports_each_rehearsal_done():
+    from rubberband import load_experiment
+    from rubberband.executor.rehearse import rehearse_runs
+    from rubberband.plan import compile_plan
+
+    exp = load_experiment(EXP)
+    plan = compile_plan(exp.spec, exp.model, exp.cloud, exp.deadline_s, samples=50)
+    seen = []
+    results, runs = rehearse_runs(plan, exp.model, seeds=range(3), progress=lambda k, n: seen.append((k, n)))
+    assert seen == [(1, 3), (2, 3), (3, 3)] and [r["seed"] for r in runs] == [0, 1, 2] and len(results) == 3
