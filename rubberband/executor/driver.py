@@ -24,6 +24,9 @@ the cluster into the scheduler's events and applies the decisions it answers:
   at once. ``Wake`` asks for a ``Tick`` at a time; ``Replan``, ``SafetySwitch`` are reported.
 * ``StageStarted`` / ``StageEnded`` open and close a stage's record (its shape as followed, the
   trials it ran and promoted); ``RetireInstances`` stops asking for spot the safety net left.
+* ``ComputeReplan``: the re-plan runs off the loop (``Clock.submit``: a worker thread on the
+  wall clock, at once on a virtual one); the loop keeps watching instances and trials and
+  reports ``ReplanReady`` when it is done.
 
 The scheduler's decisions and its final ``report()`` are all the driver knows of it; the
 driver keeps only runtime handles (gangs, futures, node names, checkpoints). Time is the
@@ -41,6 +44,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,7 @@ from rubberband.profiles.cloud import Market
 from rubberband.providers.node_types import NodeType
 from rubberband.scheduler import (
     MAX_TRIAL_RESTARTS,  # noqa: F401 - re-exported for callers
+    ComputeReplan,
     Event,
     InstanceLost,
     InstanceReady,
@@ -61,6 +67,7 @@ from rubberband.scheduler import (
     ReleaseInstances,
     Replan,
     Replanner,
+    ReplanReady,
     RequestInstances,
     ResizeTrial,
     RetireInstances,
@@ -193,6 +200,7 @@ class Driver:
         self.claims: dict[str, tuple] = {}               # trial -> the slots the scheduler last gave it
         self.budget_left: float | None = None            # the scheduler's, at the last stage boundary
         self._sync_stage = -1
+        self.replanning: dict[Any, int] = {}             # re-plan future -> its token (off the loop)
         self.wake_at: float | None = None
         self.done: JobDone | None = None
         self.started = 0.0
@@ -268,8 +276,14 @@ class Driver:
         self._apply(self.sched.start(0.0))
         last_report = self.clock.now()
         while self.done is None:
+            if self._replans_done():
+                continue
             if self._must_wait():
                 self._wait_for_nodes()
+                continue
+            if not self.pending and self.replanning:     # a SYNC waits for its re-plan: keep watching
+                wait_futures(list(self.replanning), timeout=self.poll_s, return_when=FIRST_COMPLETED)
+                self._watch()
                 continue
             if not self.pending:
                 raise ProviderError(f"stage {self.stage}: the scheduler waits for an event that never comes")
@@ -301,6 +315,15 @@ class Driver:
 
     def _feed(self, event: Event) -> None:
         self._apply(self.sched.on(event, self._now()))
+
+    def _replans_done(self) -> bool:
+        """Report each re-plan done off the loop (``ReplanReady``); whether there was one."""
+        done = [f for f in self.replanning if f.done()]
+        for future in done:
+            token = self.replanning.pop(future)
+            if self.done is None:
+                self._feed(ReplanReady(token, future.result()))
+        return bool(done)
 
     def _must_wait(self) -> bool:
         """Whether nothing can go on until the instances requested are up."""
@@ -517,6 +540,8 @@ class Driver:
                 self._emit("switch", line=d.line())
             elif isinstance(d, RetireInstances):
                 self._retire(d.names)
+            elif isinstance(d, ComputeReplan):
+                self.replanning[self.clock.submit(d.compute)] = d.token
             elif isinstance(d, JobDone):
                 self.done = d
                 if d.stopped:
@@ -638,7 +663,8 @@ class Driver:
     def _record_stage(self, d: StageEnded) -> None:
         """A stage is over: its record (and, at its SYNC, the ``sync`` event)."""
         self.budget_left = d.budget_left_usd
-        self.stages.append(StageRecord(d.stage, self.stage_start, self._now(), d.instances, list(d.trials),
+        end = self._now() if d.at_s is None else d.at_s
+        self.stages.append(StageRecord(d.stage, self.stage_start, end, d.instances, list(d.trials),
                                        list(d.promoted), spot_instances=d.spot_instances))
         if d.stage == self._sync_stage:
             self._emit("sync", index=d.stage, promoted=list(d.promoted), **self._budget())

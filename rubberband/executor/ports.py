@@ -8,7 +8,8 @@ and EC2.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,21 +50,42 @@ class TrainResult:
 
 
 class Clock(Protocol):
-    """The driver's time: ``now`` in seconds (any origin), and ``sleep`` to let time pass while
-    it waits for a cluster to notice something (a virtual clock just moves on)."""
+    """The driver's time: ``now`` in seconds (any origin); ``sleep`` to let time pass while it
+    waits for a cluster to notice something (a virtual clock just moves on); ``submit`` to run
+    slow work (a re-plan) off the driver's loop — on the wall clock in a worker thread, on a
+    virtual clock at once, at the same instant (deterministic)."""
 
     def now(self) -> float: ...
     def sleep(self, seconds: float) -> None: ...
+    def submit(self, work: Callable[[], Any]) -> Future: ...
+
+
+def done_now(work: Callable[[], Any]) -> Future:
+    """``work()`` run at once, as a finished ``Future`` (what a virtual clock's ``submit`` returns)."""
+    future: Future = Future()
+    try:
+        future.set_result(work())
+    except BaseException as exc:       # handed to whoever reads the result, as a worker thread would
+        future.set_exception(exc)
+    return future
 
 
 class WallClock:
-    """The real clock, for runs on real clusters."""
+    """The real clock, for runs on real clusters; ``submit`` runs work on one worker thread."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
 
     def now(self) -> float:
         return time.time()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(seconds, 0.0))
+
+    def submit(self, work: Callable[[], Any]) -> Future:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rubberband-replan")
+        return self._pool.submit(work)
 
 
 class ClusterPort(Protocol):

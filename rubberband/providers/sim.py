@@ -56,6 +56,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.scheduler import (
+    ComputeReplan,
     InstanceLost,
     InstanceReady,
     JobDone,
@@ -63,6 +64,7 @@ from rubberband.scheduler import (
     ReleaseInstances,
     Replan,
     Replanner,
+    ReplanReady,
     RequestInstances,
     ResizeTrial,
     RetireInstances,
@@ -273,6 +275,9 @@ class SimCluster:
             return SyncDone(data)
         if kind == "tick":
             return Tick() if data == self._wake else None
+        if kind == "replan":               # done at the instant it was asked for: virtual time stays deterministic
+            token, compute = data
+            return ReplanReady(token, compute())
         raise SpecError(f"sim: unknown happening {kind!r}")
 
     def _record(self, trial: str, run: _Train, end: float, iters: int) -> None:
@@ -304,6 +309,8 @@ class SimCluster:
                 self.truth.setdefault(d.instance_type, d.cloud)
             elif isinstance(d, (ResizeTrial, Replan, SafetySwitch, StageEnded, RetireInstances)):
                 pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); the rest is the scheduler's
+            elif isinstance(d, ComputeReplan):
+                self._push(self.now, "replan", (d.token, d.compute))
             elif isinstance(d, Wake):
                 self._wake += 1
                 self._push(max(d.at_s, self.now), "tick", self._wake)

@@ -1,6 +1,7 @@
 """The scheduler: one pure decision-maker for SHA and HyperBand jobs over real or simulated clusters."""
 
 from rubberband.scheduler.events import (
+    ComputeReplan,
     Decision,
     Event,
     InstanceLost,
@@ -8,6 +9,7 @@ from rubberband.scheduler.events import (
     JobDone,
     ReclaimNotice,
     ReleaseInstances,
+    ReplanReady,
     RequestInstances,
     ResizeTrial,
     RetireInstances,
@@ -31,8 +33,8 @@ from rubberband.scheduler.replan import Replan, Replanner
 from rubberband.scheduler.safety import Budget, SafetyNet
 from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS, Scheduler
 
-__all__ = ["MAX_TRIAL_RESTARTS", "Budget", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone",
-           "ReclaimNotice", "ReleaseInstances", "Replan", "Replanner", "RequestInstances", "ResizeTrial",
+__all__ = ["MAX_TRIAL_RESTARTS", "Budget", "ComputeReplan", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone",
+           "ReclaimNotice", "ReleaseInstances", "Replan", "ReplanReady", "Replanner", "RequestInstances", "ResizeTrial",
            "RetireInstances", "RunSync", "SafetyNet", "SafetySwitch", "Scheduler", "SchedulerReport", "StageEnded",
            "StageFollowed", "StageStarted", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished",
            "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake"]

@@ -17,7 +17,7 @@ scheduler's state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -94,8 +94,17 @@ class Tick:
     """The clock reached the time a ``Wake`` asked for (the safety net's or the budget's check)."""
 
 
+@dataclass(frozen=True)
+class ReplanReady:
+    """The re-plan a ``ComputeReplan`` asked for is done: ``result`` is what its ``compute``
+    returned (a new plan and its record, or ``None``: keep the plan)."""
+
+    token: int
+    result: object = field(default=None, compare=False, repr=False)
+
+
 Event = (InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone | Tick
-         | TrialCheckpoint)
+         | TrialCheckpoint | ReplanReady)
 
 
 # --- decisions -------------------------------------------------------------------------------
@@ -175,6 +184,19 @@ class StageEnded:
     instances: int
     spot_instances: int
     budget_left_usd: float | None = None
+    at_s: float | None = None            # when it ended (its SYNC), on the events' clock
+
+
+@dataclass(frozen=True)
+class ComputeReplan:
+    """Run ``compute()`` (the re-plan of the stages after ``stage``: a plan search, seconds of
+    CPU) off the loop that watches instances and trials, and report ``ReplanReady(token,
+    result)`` when it is done; a backend in virtual time runs it at once. At a SYNC the
+    scheduler goes on to the next stage when the plan comes; at a reclaim it goes on training."""
+
+    token: int
+    stage: int
+    compute: Callable[[], object] = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -243,7 +265,7 @@ class SafetySwitch:
 
 
 Decision = (RequestInstances | ReleaseInstances | StartTrial | ResizeTrial | StopTrial | RunSync | JobDone | Replan
-            | Wake | SafetySwitch | StageStarted | StageEnded | RetireInstances)
+            | Wake | SafetySwitch | StageStarted | StageEnded | RetireInstances | ComputeReplan)
 
 
 # --- the report ------------------------------------------------------------------------------

@@ -96,6 +96,7 @@ from rubberband.placement import (
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
 from rubberband.scheduler.events import (
+    ComputeReplan,
     Decision,
     Event,
     InstanceLost,
@@ -103,6 +104,7 @@ from rubberband.scheduler.events import (
     JobDone,
     ReclaimNotice,
     ReleaseInstances,
+    ReplanReady,
     RequestInstances,
     ResizeTrial,
     RetireInstances,
@@ -219,6 +221,10 @@ class Scheduler:
         self._seq = itertools.count()
         self._now = 0.0
         self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
+        self._tokens = itertools.count(1)
+        self._asked: tuple[int, int, bool] | None = None    # the re-plan in flight: (token, stage, at a reclaim)
+        self._unseen: list[tuple] = []           # TRAIN paces seen while a re-plan is in flight (then observed)
+        self._sync_state: tuple | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
     # --- entry points ------------------------------------------------------------------------
@@ -234,7 +240,8 @@ class Scheduler:
         self._now = now
         handler = {InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
                    TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync,
-                   TrialCheckpoint: self._checkpoint, Tick: lambda ev: []}.get(type(event))
+                   TrialCheckpoint: self._checkpoint, ReplanReady: self._replan_ready,
+                   Tick: lambda ev: []}.get(type(event))
         if handler is None:
             raise SpecError(f"scheduler: unknown event {event!r}")
         if self._phase == "done":
@@ -335,7 +342,7 @@ class Scheduler:
     def _stage_left(self, net: SafetyNet) -> tuple[float, float]:
         """The current stage's expected remaining time on the instances it has, and its variance
         (``safety.py``)."""
-        if self._phase == "sync":
+        if self._phase in ("sync", "replanning"):
             return net.sync_s, 0.0
         f, m, n = self._factor(), self._gpus_per_trial[self._stage], self._spec.stages[self._stage].num_trials
         packed = self._packing[self._stage]
@@ -476,9 +483,10 @@ class Scheduler:
             out.append(self._stage_ended(self._announced, ()))
         return out + [JobDone(self._best(), reason)]
 
-    def _stage_ended(self, i: int, promoted: tuple[str, ...]) -> StageEnded:
+    def _stage_ended(self, i: int, promoted: tuple[str, ...], at: float | None = None) -> StageEnded:
         self._ended = i
-        return StageEnded(i, tuple(self._stage_trials), promoted, self._held[i], self._spot[i], self._budget_left())
+        return StageEnded(i, tuple(self._stage_trials), promoted, self._held[i], self._spot[i], self._budget_left(),
+                          self._now if at is None else at)
 
     # --- stages --------------------------------------------------------------------------------
     def _want(self, i: int) -> dict[Market, int]:
@@ -641,7 +649,7 @@ class Scheduler:
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
         self._queue[:0] = [t for t in resume if t not in self._queue]
-        if inst.market is Market.SPOT and self._stage not in self._reclaim_replanned and self._phase != "sync":
+        if inst.market is Market.SPOT and self._stage not in self._reclaim_replanned and self._phase == "training":
             self._reclaim_replanned.add(self._stage)
             out += self._replan(self._stage, reclaim=True)
         return out + (self._fill() if self._phase == "training" else [])
@@ -688,7 +696,11 @@ class Scheduler:
         began = self._began.pop(ev.trial, None)
         if began is not None and self._replanner is not None:
             start, iters, gpus = began
-            self._replanner.observe(gpus, iters, self._now - start, self._packing[self._stage])
+            pace = (gpus, iters, self._now - start, self._packing[self._stage])
+            if self._asked is None:
+                self._replanner.observe(*pace)
+            else:                          # the replanner is busy off the loop: observed when it is done
+                self._unseen.append(pace)
         trial.history.append({"stage": self._stage, "step": ev.step, "metric": float(ev.metric), "end_s": self._now})
         self._trained.add(ev.trial)
         out: list[Decision] = []
@@ -717,7 +729,21 @@ class Scheduler:
         next_same = not last and (i + 1) not in spec.bracket_starts
         ranked = sorted(self._active, key=self._rank_key)
         keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
-        out: list[Decision] = self._replan(i)
+        self._sync_state = (i, keep, self._now)
+        asked = self._replan(i)
+        if asked:                          # the SYNC goes on when the plan comes (``_replan_ready``)
+            self._phase = "replanning"
+            return asked
+        return self._finish_sync()
+
+    def _finish_sync(self) -> list[Decision]:
+        """The rest of the SYNC ending stage ``i``, on the plan as it now is: stop the losers,
+        release what the next stage does not hold, start the next stage."""
+        i, keep, at = self._sync_state
+        self._sync_state = None
+        spec = self._spec
+        last = i + 1 == spec.num_stages()
+        out: list[Decision] = []
         for tid in self._active:
             if tid not in keep:
                 self._trials[tid].eliminated_after = i
@@ -736,7 +762,7 @@ class Scheduler:
             out.append(self._release(noticed))
         self._active = keep
         # The stage's record comes first; the budget left is after this SYNC's releases.
-        ended = [self._stage_ended(i, tuple(keep))]
+        ended = [self._stage_ended(i, tuple(keep), at)]
         if last:
             self._phase = "done"
             return ended + out + [JobDone(self._best())]
@@ -744,15 +770,43 @@ class Scheduler:
 
     def _replan(self, i: int, reclaim: bool = False) -> list[Decision]:
         """At the SYNC ending stage ``i`` (or at a reclaim during it: its SYNC is then when the
-        estimate of its remaining work says): switch the stages still to come to a new plan if
-        the replanner says so (``replan.py``), and report it."""
+        estimate of its remaining work says): ask for the re-plan of the stages still to come
+        (``replan.py``), run off the backend's loop (``ComputeReplan``); ``_replan_ready``
+        switches to it when it comes, if the replanner says so, and reports it. A re-plan
+        still in flight when another is asked for is dropped."""
         if self._replanner is None or (reclaim and self._estimate is None):
             return []
         at = self._now + (self._stage_left_s(self._estimate) if reclaim else 0.0)
-        found = self._replanner.replan(i, at, self._allocation, self._held, self._spot,
-                                      market=Market.ON_DEMAND if self._switches else None,
-                                      trigger="reclaim in stage" if reclaim else "sync",
-                                      types=self._types, packing=self._packing)
+        replanner, args = self._replanner, (i, at, list(self._allocation), list(self._held), list(self._spot))
+        kwargs = dict(market=Market.ON_DEMAND if self._switches else None,
+                      trigger="reclaim in stage" if reclaim else "sync", types=list(self._types),
+                      packing=list(self._packing))
+        self._observe_unseen()
+        token = next(self._tokens)
+        self._asked = (token, i, reclaim)
+        return [ComputeReplan(token, i, lambda: replanner.replan(*args, **kwargs))]
+
+    def _observe_unseen(self) -> None:
+        for pace in self._unseen:
+            self._replanner.observe(*pace)
+        self._unseen.clear()
+
+    def _replan_ready(self, ev: ReplanReady) -> list[Decision]:
+        """The re-plan asked for came back: follow it (if it is the one awaited and still about
+        the stages to come), then go on with the SYNC that waited for it."""
+        if self._asked is None or ev.token != self._asked[0]:
+            return []
+        _, i, reclaim = self._asked
+        self._asked = None
+        self._observe_unseen()
+        out = self._follow(i, ev.result) if i == self._stage else []
+        if self._phase == "replanning":
+            self._phase = "sync"
+            out += self._finish_sync()
+        return out
+
+    def _follow(self, i: int, found) -> list[Decision]:
+        """Switch stages ``i+1..`` to the new plan of ``found`` (``None``: keep the plan)."""
         if found is None:
             return []
         new, record = found

@@ -534,3 +534,47 @@ def test_a_lost_instance_of_a_packed_stage_resumes_both_trials_of_its_gpu_packed
         assert outcome.trials[tid].history[0]["step"] == 3
     assert fakes.cluster.launched == 3           # the replacement is warmed for the packed stage:
     assert any("rb-instance-3" in nodes and k == 2 for nodes, k in fakes.runner.called("warm"))
+
+
+def test_a_re_plan_runs_off_the_loop_which_keeps_watching_the_cluster_meanwhile():
+    """The re-plan at the SYNC is slow (a worker thread, as on the wall clock): the driver keeps
+    polling the cluster for notices and lost instances until the plan comes, then follows it."""
+    import threading
+    from concurrent.futures import Future
+
+    profile = ModelProfile.from_dict({"name": "fake", "iter_latency_s": {
+        m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
+    cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
+                                 "provision_latency_s": 2.0, "init_latency_s": 11.5})
+    plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, 58.0, samples=100)
+    fakes = make_fakes(2, SLOW_ITER_S, provision_s=2.0, init_s=11.5, pace=lambda step: 2.0)
+    in_flight = threading.Event()
+    polled_meanwhile = []
+
+    def submit(work):          # the re-plan finishes on another thread once the loop has polled twice
+        future: Future = Future()
+        in_flight.set()
+
+        def later():
+            while len(polled_meanwhile) < 2:
+                threading.Event().wait(0.01)
+            future.set_result(work())
+            in_flight.clear()
+        threading.Thread(target=later, daemon=True).start()
+        return future
+
+    notices = fakes.cluster.notices
+
+    def watched():
+        if in_flight.is_set():
+            polled_meanwhile.append(fakes.clock.now())
+        return notices()
+
+    fakes.clock.submit = submit
+    fakes.cluster.notices = watched
+    outcome = Driver(plan, fakes.cluster, fakes.runner, {"lr": {"grid": [0.01 * i for i in range(1, 33)]}}, "loss",
+                     clock=fakes.clock, replan_with=profile, poll_s=0.01).run()
+    assert len(polled_meanwhile) >= 2
+    (record,) = outcome.replans
+    assert (record.sync, record.old_allocation, record.new_allocation) == (0, (2,), (4,))
+    assert [s.instances for s in outcome.stages] == [1, 2]

@@ -17,9 +17,11 @@ from rubberband.profiles import Constant, Normal
 from rubberband.profiles.cloud import CloudCatalog, Market
 from rubberband.providers.sim import rehearse_once
 from rubberband.scheduler import (
+    ComputeReplan,
     InstanceReady,
     Replan,
     Replanner,
+    ReplanReady,
     RequestInstances,
     RunSync,
     Scheduler,
@@ -82,6 +84,8 @@ def drive(sched: Scheduler, slowdown: float) -> list:
         elif isinstance(d, RunSync):
             now += 1.0
             pending += sched.on(SyncDone(d.stage), now)
+        elif isinstance(d, ComputeReplan):          # off the loop in a real run; here at once
+            pending += sched.on(ReplanReady(d.token, d.compute()), now)
     return log
 
 
