@@ -39,6 +39,16 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     by_id = {span.instance: span for span in timeline.instances}
     for span in timeline.instances:
         y = span.instance
+        if span.replaces is not None:
+            # The request: at the notice on the reclaimed instance's row (a red line to its
+            # reclaim, or to the SYNC that released it first), then down to the replacement's
+            # row, where its SCALE begins (a replacement the SYNC cancelled too).
+            old = by_id[span.replaces]
+            gone = old.reclaimed_s if old.reclaimed_s is not None else old.released_s
+            ax.plot([span.requested_s, gone], [old.instance, old.instance], color=RECLAIM, linewidth=1.5,
+                    zorder=4)
+            ax.plot([span.requested_s, span.requested_s], [old.instance, y], color=RECLAIM, linestyle=":",
+                    linewidth=0.9, zorder=4)
         if span.cancelled:        # asked for, then released before its SCALE ended
             ax.barh(y, span.released_s - span.requested_s, left=span.requested_s, color="#eeeeee", height=0.8)
             continue
@@ -49,14 +59,6 @@ def gantt_figure(timeline: Timeline, title: str = ""):
                 edgecolor=SPOT_EDGE if spot else "#555555", height=0.8, linewidth=0.9 if spot else 0.5)
         if span.reclaimed_s is not None:
             ax.plot([span.reclaimed_s], [y], marker="x", color=RECLAIM, markersize=9, markeredgewidth=2, zorder=5)
-        if span.replaces is not None:
-            # The request: at the notice on the reclaimed instance's row (a red line to its
-            # reclaim), then down to the replacement's row, where its SCALE begins.
-            old = by_id[span.replaces]
-            ax.plot([span.requested_s, old.reclaimed_s], [old.instance, old.instance], color=RECLAIM, linewidth=1.5,
-                    zorder=4)
-            ax.plot([span.requested_s, span.requested_s], [old.instance, y], color=RECLAIM, linestyle=":",
-                    linewidth=0.9, zorder=4)
     lanes: dict[int, int] = {}
     for trial in timeline.trials:
         lanes[trial.stage] = max(lanes.get(trial.stage, 1), trial.lane + 1)
