@@ -321,6 +321,9 @@ class StageTable:
             reclaim_s = relaunches = 0.0
             if self.reclaimed[i]:
                 makespan, total, reclaim_s, relaunches = self._spot_train(i, shape)
+            elif self.parallel(i, allocation):
+                # Every trial at once: the slowest trial, from the stage's shared draws (train_stats).
+                makespan, total = self._stats(i, shape)
             else:
                 # StageDraws.train's numbers, with a queue list scheduled a round at a time.
                 durations = self.draws[i].train_durations(self.model, shape)
@@ -513,8 +516,7 @@ class StageTable:
         key = (i, shape.gpus_per_trial)
         stats = self._work_stats.get(key)
         if stats is None:
-            durations = self.draws[i].train_durations(self.model, shape)
-            stats = self._work_stats[key] = (durations.max(axis=0), durations.sum(axis=0))
+            stats = self._work_stats[key] = self.draws[i].train_stats(self.model, shape)
         return stats
 
     def _train_bounds(self, i: int, shape) -> tuple[float, float]:

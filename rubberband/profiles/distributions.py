@@ -38,6 +38,12 @@ class Distribution:
     def is_constant(self) -> bool:
         return self.std == 0.0
 
+    def from_standard_normal(self, z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+        """``sample``'s numbers computed from the standard normals that ``rng.standard_normal(size)``
+        would draw from the same generator, when the family is such a transform (``None`` when
+        it is not): what lets distributions of one family share one draw (``StageDraws.train_stats``)."""
+        return None
+
     def with_moments(self, mean: float, std: float) -> Distribution:
         raise NotImplementedError
 
@@ -89,6 +95,14 @@ class Normal(Distribution):
         if self.sigma == 0:
             return np.full(size, float(self.mu))
         return np.maximum(rng.normal(self.mu, self.sigma, size), 0.0)
+
+    def from_standard_normal(self, z, out=None):
+        """``max(mu + sigma * z, 0)``: numpy's ``Generator.normal(mu, sigma)`` is ``mu + sigma *
+        standard_normal()`` in that order, so these are ``sample``'s numbers to the bit (and
+        ``mu`` when ``sigma`` is 0)."""
+        out = np.multiply(z, self.sigma, out=out)
+        out += self.mu
+        return np.maximum(out, 0.0, out=out)
 
     @property
     def mean(self) -> float:

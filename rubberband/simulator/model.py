@@ -40,6 +40,8 @@ from rubberband.profiles.model import ModelProfile
 
 # Stream ids of the per-stage random components.
 _SCALE, _INIT, _TRAIN, _STARTUP, _SYNC = range(5)
+# Elements per block when ``StageDraws.train_stats`` forms durations (a buffer that stays in cache).
+_BLOCK = 1 << 16
 
 
 def gpus_per_trial(num_trials: int, allocation: int) -> int:
@@ -238,6 +240,51 @@ class StageDraws:
             startup = model.trial_startup_s
             boot = startup.mean if startup.is_constant else _frozen(startup.sample(self._rng(_STARTUP), size))
             self._cache[key] = (latency, boot)
+        return self._cache[key]
+
+    def train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
+        """The slowest and the summed TRAIN duration per sample: ``train_durations(model, shape)``'s
+        ``max(axis=0)`` and ``sum(axis=0)`` to the bit, without keeping the durations.
+
+        A latency that is a transform of standard normals (``Distribution.from_standard_normal``:
+        a normal) with a constant start-up reads the stage's one draw of them, shared by every
+        GPU count: ``train_parts`` would draw the same normals again for each count (one
+        stream per stage and component). Durations are formed a block of rows at a time in one
+        buffer whose first row carries the running sum, so the sum still adds row after row in
+        trial order, as numpy's ``sum(axis=0)`` does (the test checks it to the bit).
+        """
+        key = ("stats", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
+        if key not in self._cache:
+            self._cache[key] = tuple(_frozen(s) for s in self._train_stats(model, shape))
+        return self._cache[key]
+
+    def _train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
+        dist, startup = iter_latency(model, shape), model.trial_startup_s
+        known = ("train", dist, startup, shape.num_trials, shape.iters) in self._cache
+        if known or not startup.is_constant or dist.from_standard_normal(np.zeros(1)) is None:
+            durations = self.train_durations(model, shape)
+            return durations.max(axis=0), durations.sum(axis=0)
+        z = self.standard_normals(_TRAIN, shape.num_trials)
+        rows = max(1, _BLOCK // self.samples)
+        buffer = np.empty((min(rows, shape.num_trials) + 1, self.samples))
+        longest, total = np.full(self.samples, -np.inf), np.zeros(self.samples)
+        for start in range(0, shape.num_trials, rows):
+            block = z[start:start + rows]
+            part = buffer[1:len(block) + 1]
+            dist.from_standard_normal(block, out=part)
+            part *= shape.iters
+            part += startup.mean
+            np.maximum(longest, part.max(axis=0), out=longest)
+            buffer[0] = total
+            np.add.reduce(buffer[:len(block) + 1], axis=0, out=total)
+        return longest, total
+
+    def standard_normals(self, component: int, rows: int) -> np.ndarray:
+        """``(rows, samples)`` standard normals of a component's stream (cached): the numbers a
+        normal drawn from that stream is an affine transform of."""
+        key = ("standard", component, rows)
+        if key not in self._cache:
+            self._cache[key] = _frozen(self._rng(component).standard_normal((rows, self.samples)))
         return self._cache[key]
 
     def train(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
