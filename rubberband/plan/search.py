@@ -51,12 +51,12 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
     per-instance billing, the single fastest). A stage of SHA(512) with up to 64 GPUs per
     trial keeps some 40 options of several thousand.
     """
-    entries = [table.entry(i, int(a)) for a in cands]
-    train = np.array([e.train_s for e in entries])
-    busy = np.array([e.busy_usd for e in entries])
+    # Makespans alone first: under per-instance billing no summed duration is needed (``train_s``).
+    train = np.array([table.train_s(i, int(a)) for a in cands])
     types = table.state_types      # a held count of one type cannot hold another's instances
     if table.per_instance and len(cands):
         return _fastest_per_count(cands, needs, later, train, types)
+    busy = np.array([table.entry(i, int(a)).busy_usd for a in cands])
     later_set = set(later.tolist())
     out_a, out_h = [], []
     for h in np.union1d(needs, later):

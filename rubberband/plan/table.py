@@ -196,6 +196,7 @@ class StageTable:
         # Full simulations by (markets, allocation, held), shared by every table derived from this one.
         self._simulations: dict[tuple, SimResult] = {}
         self._queue_bounds: dict[tuple[int, int], float] = {}     # market-free: shared too
+        self._longest_means: dict[tuple[int, int], float] = {}    # train_s without reclaims, per (stage, GPUs per trial)
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
 
     def _fit_candidates(self, cap: int) -> None:
@@ -233,7 +234,33 @@ class StageTable:
         self.fast_s: list[float] = []     # per stage: a lower bound on its mean TRAIN + SYNC (no queue)
         for i in range(self.spec.num_stages()):
             parallel = [a for a in self._candidates[i] if self.parallel(i, a)] or self._candidates[i]
-            self.fast_s.append(min((self.stage_bounds(i, a)[0] for a in parallel), default=math.inf))
+            self.fast_s.append(min((self._duration_bound(i, a) for a in parallel), default=math.inf))
+
+    def _duration_bound(self, i: int, allocation: int) -> float:
+        """``stage_bounds(i, allocation)[0]``, without building the entry of an allocation that
+        runs every trial at once (``train_s``: the same number)."""
+        if self._shared_makespan(i, allocation):
+            return self.train_s(i, allocation) + self.sync_s[i]
+        return self.stage_bounds(i, allocation)[0]
+
+    def _shared_makespan(self, i: int, allocation: int) -> bool:
+        """Whether stage ``i``'s mean makespan under ``allocation`` is still to come, and comes
+        from the slowest trial alone: every trial at once, on instances never reclaimed."""
+        return allocation not in self.entries[i] and self.parallel(i, allocation) and not self.reclaimed[i]
+
+    def train_s(self, i: int, allocation: int) -> float:
+        """``entry(i, allocation).train_s``. Where every trial runs at once on instances never
+        reclaimed, without building the entry: the mean of the slowest trial's duration per
+        sample (``StageDraws.train_longest``, the numbers ``entry`` takes the mean of), with no
+        pass over the trials — what lets ``stage_options`` under per-instance billing, which
+        compares makespans alone, skip the summed durations of the allocations it drops."""
+        if not self._shared_makespan(i, allocation):
+            return self.entry(i, allocation).train_s
+        shape = self.shape(i, allocation)
+        key = (i, shape.gpus_per_trial)
+        if key not in self._longest_means:
+            self._longest_means[key] = float(self.draws[i].train_longest(self.model, shape).mean())
+        return self._longest_means[key]
 
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
         """The full simulation of a plan on this table's random numbers and markets (once)."""

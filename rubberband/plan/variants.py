@@ -156,6 +156,10 @@ class VariantTable:
         a, table = self._split(key)
         return table.entry(stage, a)
 
+    def train_s(self, stage: int, key: int) -> float:
+        a, table = self._split(key)
+        return table.train_s(stage, a)
+
     def simulated_cheaply(self, stage: int, key: int) -> bool:
         a, table = self._split(key)
         return table.simulated_cheaply(stage, a)

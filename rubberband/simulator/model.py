@@ -279,6 +279,31 @@ class StageDraws:
             np.add.reduce(buffer[:len(block) + 1], axis=0, out=total)
         return longest, total
 
+    def train_longest(self, model: ModelProfile, shape: StageShape) -> np.ndarray:
+        """The slowest TRAIN duration per sample, ``train_durations(model, shape).max(axis=0)`` to
+        the bit, for a shared latency (see ``train_stats``) from the stage's largest standard
+        normal per sample, without a pass over the trials: every step from ``z`` to a duration
+        (times ``sigma >= 0``, plus ``mu``, clipped at 0, times the iterations, plus the
+        constant start-up) is non-decreasing, rounding included, so the slowest trial is the
+        one of the largest ``z``, and its duration is the same number."""
+        key = ("longest", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
+        if key not in self._cache:
+            dist, startup = iter_latency(model, shape), model.trial_startup_s
+            stats = self._cache.get(("stats", *key[1:]))
+            known = stats is not None or ("train", *key[1:]) in self._cache
+            if known or not startup.is_constant or dist.from_standard_normal(np.zeros(1)) is None:
+                longest = self.train_stats(model, shape)[0]
+            else:
+                zkey = ("largest", _TRAIN, shape.num_trials)
+                if zkey not in self._cache:
+                    self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.num_trials).max(axis=0))
+                longest = dist.from_standard_normal(self._cache[zkey])
+                longest *= shape.iters
+                longest += startup.mean
+                _frozen(longest)
+            self._cache[key] = longest
+        return self._cache[key]
+
     def standard_normals(self, component: int, rows: int) -> np.ndarray:
         """``(rows, samples)`` standard normals of a component's stream (cached): the numbers a
         normal drawn from that stream is an affine transform of."""

@@ -9,8 +9,10 @@ import pytest
 
 from rubberband import ExperimentSpec
 from rubberband.plan.table import StageTable
+from rubberband.profiles.cloud import Market
 from rubberband.profiles.distributions import Constant, Empirical, LogNormal, Normal
 from rubberband.profiles.model import ModelProfile
+from rubberband.profiles.spot import SpotMarket
 from rubberband.simulator.model import StageDraws, stage_shape
 
 from .test_search import fig12, wide_model
@@ -49,8 +51,10 @@ def test_train_stats_are_train_durations_max_and_sum_to_the_bit(latency, startup
         durations = StageDraws(3, 1, samples).train_durations(model, shape)
         longest, total = shared.train_stats(model, shape)
         assert np.array_equal(longest, durations.max(axis=0)) and np.array_equal(total, durations.sum(axis=0)), m
+        assert np.array_equal(StageDraws(3, 1, samples).train_longest(model, shape), longest), m   # from max z
         alone.train_durations(model, shape)      # known durations are reused: the same numbers
         assert all(np.array_equal(a, b) for a, b in zip(alone.train_stats(model, shape), (longest, total)))
+        assert np.array_equal(alone.train_longest(model, shape), longest), m
 
 
 def test_table_entries_and_bounds_are_those_of_the_full_durations():
@@ -66,3 +70,20 @@ def test_table_entries_and_bounds_are_those_of_the_full_durations():
                 assert entry.train_s == float(durations.max(axis=0).mean()), (i, a)
             busy = float(durations.sum(axis=0).mean()) * shape.gpu_share * table.stage_usd_per_s[i] / table.cloud.gpus_per_instance
             assert entry.busy_usd == busy, (i, a)
+
+
+@pytest.mark.parametrize("spot", [False, True], ids=["on-demand", "spot-reclaimed"])
+def test_train_s_is_the_entrys_without_building_it(spot):
+    """``train_s`` before any entry is the number the entry then has; the search asks it first."""
+    cloud = fig12().cloud
+    if spot:
+        cloud = cloud.replace(spot_price_usd_per_hour=3.0, spot=SpotMarket(notice_s=120, rate_per_hour=2.0))
+    spec = ExperimentSpec.sha(27, 4, 108, 3)
+    first = StageTable(spec, wide_model(16), cloud, samples=40, seed=6)
+    then = StageTable(spec, wide_model(16), cloud, samples=40, seed=6)
+    if spot:
+        first, then = (t.for_markets((Market.SPOT,) * spec.num_stages()) for t in (first, then))
+    for i in range(spec.num_stages()):
+        for a in first.candidates(i):
+            assert first.train_s(i, a) == then.entry(i, a).train_s == first.entry(i, a).train_s, (i, a)
+    assert first.fast_s == then.fast_s
