@@ -322,6 +322,60 @@ class StageTable:
         duration = self.model.trial_startup_s.mean + stage.iters * iter_latency(self.model, shape).mean
         return stage.num_trials * duration / slots + self.sync_s[i]
 
+    def tail(self, first: int, held_at_start: HeldInstances | int | None = None,
+             model: ModelProfile | None = None) -> StageTable:
+        """The table of stages ``first..`` alone, for a re-plan at the SYNC ending stage
+        ``first - 1`` while ``held_at_start`` is held: exactly what a table built from scratch for
+        the remaining stages is with this table's random numbers of them,
+
+            StageTable(remaining, model, cloud, samples, seed, markets=markets[first:],
+                       trials_per_gpu=k, draws=self.draws[first:], held_at_start=held_at_start,
+                       max_instances=max_instances)
+
+        (``remaining``: stages ``first..`` with their brackets), built so, but warm: it reads this
+        table's draws (its TRAIN normals, INIT maxima, SCALE and SYNC, never drawn again) and, on
+        the same ``model``, shares its stage means, bounds and TRAIN statistics of those stages
+        (the same numbers, as they depend on a stage's draws, shape and market alone, never on
+        what is held), so no queue this table list scheduled is scheduled again. A corrected
+        ``model`` (other latencies) shares the draws only: every normal latency still reads the
+        stage's one draw of standard normals. Stage means of a market whose instances may be
+        reclaimed are not shared (the spot kernel's streams follow a stage's index in its job).
+
+        The closed loop's ``Replanner`` (``rubberband.scheduler``) calls it at the SYNC ending
+        stage ``s``, on the table the running plan was compiled on::
+
+            sub = table.tail(s + 1, HeldInstances(instances[s], spot[s], type), model=corrected)
+            plan = plan_on_table(sub, deadline_s - now, policy, confidence)
+
+        and keeps ``sub`` for the next SYNC (``sub.tail(1, ...)``). Its numbers are then those of
+        the job's own stages, not of a fresh seed: the same distribution, and one stream per stage
+        for the whole run.
+        """
+        n = self.num_stages
+        if isinstance(first, bool) or not isinstance(first, (int, np.integer)) or not 0 <= first < n:
+            raise SpecError(f"first: expected a stage index in 0..{n - 1} to re-plan from, got {first!r}")
+        first, spec = int(first), self.spec
+        remaining = ExperimentSpec(spec.stages[first:], tuple(b - first for b in spec.bracket_starts if b > first),
+                                   spec.eta)
+        same = model is None or model == self.model
+        out = StageTable(remaining, self.model if same else model, self.cloud, self.samples, self.seed,
+                         markets=self.markets[first:], trials_per_gpu=self.k, draws=self.draws[first:],
+                         held_at_start=held_at_start, max_instances=self.max_instances)
+        if same:
+            at_risk = self.cloud.spot.at_risk and self.cloud.spot.trace is None
+            for market in Market:
+                if market is Market.SPOT and at_risk:
+                    continue
+                for shared in ("_entries_by_market", "_bounds_by_market", "_bound_entries"):
+                    mine, theirs = getattr(self, shared)[market], getattr(out, shared)[market]
+                    for j in range(len(theirs)):
+                        mine[first + j].update(theirs[j])      # anything the new table has already
+                        theirs[j] = mine[first + j]           # one dict, grown by both
+            out._work_stats.update({(i - first, m): v for (i, m), v in self._work_stats.items() if i >= first})
+            out._longest_means.update({(i - first, m): v for (i, m), v in self._longest_means.items() if i >= first})
+            out._set_markets(out.markets)       # its entries are the shared dicts now
+        return out
+
     def optimistic(self) -> StageTable:
         """This table with every allocation that is not ``simulated_cheaply`` taken at its lower
         bounds (``stage_bounds``) instead of being simulated: a first, cheap pass of a search
