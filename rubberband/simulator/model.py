@@ -164,6 +164,12 @@ def _trials_per_gpu(index: int, k: object, m: int, model: ModelProfile, cloud: C
     return k
 
 
+def _shares_normals(latency, startup) -> bool:
+    """Whether TRAIN durations are a non-decreasing transform of the stage's standard normals
+    alone: a latency computed from them (``Distribution.from_standard_normal``), a constant start-up."""
+    return startup.is_constant and latency.from_standard_normal(np.zeros(1)) is not None
+
+
 def _frozen(array: np.ndarray) -> np.ndarray:
     """Make a cached array read-only, so no caller can change the draws others share."""
     array.setflags(write=False)
@@ -261,7 +267,7 @@ class StageDraws:
     def _train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
         dist, startup = iter_latency(model, shape), model.trial_startup_s
         known = ("train", dist, startup, shape.num_trials, shape.iters) in self._cache
-        if known or not startup.is_constant or dist.from_standard_normal(np.zeros(1)) is None:
+        if known or not _shares_normals(dist, startup):
             durations = self.train_durations(model, shape)
             return durations.max(axis=0), durations.sum(axis=0)
         z = self.standard_normals(_TRAIN, shape.num_trials)
@@ -291,7 +297,7 @@ class StageDraws:
             dist, startup = iter_latency(model, shape), model.trial_startup_s
             stats = self._cache.get(("stats", *key[1:]))
             known = stats is not None or ("train", *key[1:]) in self._cache
-            if known or not startup.is_constant or dist.from_standard_normal(np.zeros(1)) is None:
+            if known or not _shares_normals(dist, startup):
                 longest = self.train_stats(model, shape)[0]
             else:
                 zkey = ("largest", _TRAIN, shape.num_trials)
