@@ -31,9 +31,10 @@ def parse_duration(value: object, field: str = "duration") -> float:
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
-        seconds = _seconds(str(value).lower())
-        if seconds is None:
+        parsed = _seconds(str(value).lower())
+        if parsed is None:
             raise SpecError(f"{field}: expected a duration such as {_EXAMPLES}, got {value!r}")
+        seconds = parsed
     if not math.isfinite(seconds) or seconds <= 0:
         raise SpecError(f"{field}: must be a positive duration, got {value!r}")
     return seconds
@@ -48,7 +49,7 @@ def _seconds(text: str) -> float | None:
     while pos < len(text):
         part = _PART.match(text, pos)
         factor = _FACTORS.get(part.group(2)) if part else None
-        if factor is None or factor >= previous:      # not a part, an unknown unit, or `30m1h` / `1m2m`
+        if part is None or factor is None or factor >= previous:      # not a part, an unknown unit, or `30m1h` / `1m2m`
             return None
         seconds += float(part.group(1)) * factor
         previous, pos = factor, part.end()

@@ -130,11 +130,11 @@ class PackedPlacement:
         """The trials sharing one GPU, in order."""
         return tuple(t for t, s in self.assignments.items() if s == tuple(slot))
 
-    def gpus_used(self) -> frozenset:
+    def gpus_used(self) -> frozenset[Slot]:
         """The ``(node, GPU)`` slots running at least one trial."""
         return frozenset(self.assignments.values())
 
-    def nodes_used(self) -> frozenset:
+    def nodes_used(self) -> frozenset[Hashable]:
         return frozenset(node for node, _ in self.assignments.values())
 
     def compute_placed(self) -> float:
@@ -173,7 +173,7 @@ class PackedPlacement:
 # --- place --------------------------------------------------------------------------------
 def place_packed(
     demands: Mapping[Hashable, PackedDemand | int],
-    nodes: Sequence[GpuNode | tuple],
+    nodes: Sequence[GpuNode | tuple[Any, ...]],
     previous: PackedPlacement | None = None,
 ) -> PackedPlacement:
     """Place packed 1-GPU trials on GPUs by Worst-Fit-Decreasing (see the module docstring).
@@ -199,7 +199,7 @@ def place_packed(
     return _WorstFit(node_list, dem).run(previous)
 
 
-def _check_demands(demands: Mapping[Hashable, PackedDemand | int]) -> dict:
+def _check_demands(demands: Mapping[Hashable, PackedDemand | int]) -> dict[Hashable, PackedDemand]:
     if not isinstance(demands, Mapping):
         raise SpecError(f"demands: expected a mapping trial id -> PackedDemand, got {type(demands).__name__}")
     out = {}
@@ -215,7 +215,7 @@ def _check_demands(demands: Mapping[Hashable, PackedDemand | int]) -> dict:
     return out
 
 
-def _check_nodes(nodes: Sequence[GpuNode | tuple]) -> list[GpuNode]:
+def _check_nodes(nodes: Sequence[GpuNode | tuple[Any, ...]]) -> list[GpuNode]:
     out, seen = [], set()
     for n in nodes:
         if not isinstance(n, GpuNode):
@@ -232,7 +232,7 @@ def _check_nodes(nodes: Sequence[GpuNode | tuple]) -> list[GpuNode]:
 class _WorstFit:
     """One run of Worst-Fit-Decreasing; GPUs are ``(node index, GPU index)``."""
 
-    def __init__(self, nodes: list[GpuNode], dem: dict):
+    def __init__(self, nodes: list[GpuNode], dem: dict[Hashable, PackedDemand]):
         self.nodes, self.dem = nodes, dem
         self.unit = math.lcm(*(d.trials_per_gpu for d in dem.values())) if dem else 1
         self.index = {n.id: i for i, n in enumerate(nodes)}
@@ -241,17 +241,17 @@ class _WorstFit:
         self.compute = [[self.unit] * n.gpus for n in nodes]           # free units per GPU
         self.mem = [[self.mem_cap[i]] * n.gpus for i, n in enumerate(nodes)]
         self.cpu = list(self.cpu_cap)
-        self.where: dict = {}
+        self.where: dict[Hashable, tuple[int, int]] = {}
 
-    def _need(self, t) -> int:
+    def _need(self, t: Hashable) -> int:
         return self.unit // self.dem[t].trials_per_gpu
 
-    def _fits(self, t, i: int, g: int) -> bool:
+    def _fits(self, t: Hashable, i: int, g: int) -> bool:
         d = self.dem[t]
         return (self.compute[i][g] >= self._need(t) and self.mem[i][g] + _EPS >= d.gpu_memory_gb
                 and self.cpu[i] + _EPS >= d.vcpus)
 
-    def _put(self, t, i: int, g: int) -> None:
+    def _put(self, t: Hashable, i: int, g: int) -> None:
         d = self.dem[t]
         self.compute[i][g] -= self._need(t)
         self.mem[i][g] -= d.gpu_memory_gb
@@ -280,7 +280,7 @@ class _WorstFit:
         big_cpu = max((c / n.gpus for c, n in zip(self.cpu_cap, self.nodes) if c < math.inf), default=math.inf)
         order = {t: r for r, t in enumerate(self.dem)}
 
-        def size(t) -> tuple:
+        def size(t: Hashable) -> tuple[float, float, int]:
             d = self.dem[t]
             share = 1 / d.trials_per_gpu
             return (-share, max(share, d.gpu_memory_gb / big_mem, d.vcpus / big_cpu), order[t])
@@ -321,14 +321,14 @@ class _WorstFit:
         return PackedPlacement(slots, self.dem, tuple(t for t in self.dem if t in unplaced))
 
 
-def check_packed(p: PackedPlacement, nodes: Iterable[GpuNode | tuple]) -> list[str]:
+def check_packed(p: PackedPlacement, nodes: Iterable[GpuNode | tuple[Any, ...]]) -> list[str]:
     """What ``p`` breaks on ``nodes``: GPUs over compute or memory, nodes over vCPUs, slots
     that do not exist. Empty when every constraint holds (the property tests' check)."""
     node_list = _check_nodes(list(nodes))
     by_id = {n.id: n for n in node_list}
-    share: dict = {}
-    mem: dict = {}
-    cpu: dict = {}
+    share: dict[Slot, float] = {}
+    mem: dict[Slot, float] = {}
+    cpu: dict[Hashable, float] = {}
     errors = []
     for t, (nid, g) in p.assignments.items():
         n = by_id.get(nid)

@@ -65,8 +65,8 @@ class Placement:
     def __post_init__(self) -> None:
         if not isinstance(self.assignments, Mapping):
             raise SpecError(f"assignments: expected a mapping trial -> slots, got {type(self.assignments).__name__}")
-        owner: dict = {}
-        clean: dict = {}
+        owner: dict[Slot, Hashable] = {}
+        clean: dict[Hashable, tuple[Slot, ...]] = {}
         for trial, slots in self.assignments.items():
             if isinstance(slots, (str, bytes)) or not isinstance(slots, Iterable):
                 raise SpecError(f"assignments[{trial!r}]: expected a sequence of (node, gpu) slots, got {slots!r}")
@@ -106,7 +106,7 @@ class Placement:
         """The placed trials, in order."""
         return tuple(self.assignments)
 
-    def nodes_used(self) -> frozenset:
+    def nodes_used(self) -> frozenset[Hashable]:
         """Ids of the nodes hosting at least one trial."""
         return frozenset(node for slots in self.assignments.values() for node, _ in slots)
 
@@ -214,7 +214,7 @@ def _count(value: object, where: str) -> int:
     return int(value)
 
 
-def _check_demands(demands: Mapping[Hashable, int]) -> dict:
+def _check_demands(demands: Mapping[Hashable, int]) -> dict[Hashable, int]:
     if not isinstance(demands, Mapping):
         raise SpecError(f"demands: expected a mapping trial id -> GPUs, got {type(demands).__name__}")
     return {t: _count(m, f"demands[{t!r}]") for t, m in demands.items()}
@@ -244,7 +244,7 @@ def _check_previous(previous: Placement | None) -> Placement:
 
 
 
-def _check_reserved(reserved: Iterable[Hashable], dem: dict, prev: Placement) -> set:
+def _check_reserved(reserved: Iterable[Hashable], dem: dict[Hashable, int], prev: Placement) -> set[Hashable]:
     res = set()
     for t in reserved:
         _hashable(t, "reserved trial")
@@ -303,19 +303,20 @@ def place(
 class _Packer:
     """One run of best-fit decreasing with displacement; nodes are indices into the caller's list."""
 
-    def __init__(self, node_list: list[tuple[Hashable, int]], dem: dict, prev: Placement, res: set):
+    def __init__(self, node_list: list[tuple[Hashable, int]], dem: dict[Hashable, int], prev: Placement,
+                 res: set[Hashable]):
         self.ids = [nid for nid, _ in node_list]
         self.caps = [g for _, g in node_list]
         self.index = {nid: i for i, nid in enumerate(self.ids)}
         self.largest = max(self.caps, default=0)
         self.dem, self.prev, self.res = dem, prev, res
-        self.on: list[dict] = [{} for _ in self.caps]   # trial -> GPUs it holds on the node
+        self.on: list[dict[Hashable, int]] = [{} for _ in self.caps]   # trial -> GPUs it holds on the node
         self.free = list(self.caps)
         self.whole = [False] * len(self.caps)          # held by a multi-node trial: no one else fits
         self.open: set[int] = set()                     # nodes in use with room left (best fit looks here)
-        self.where: dict = {}                           # trial -> node indices, in fill order
-        self.exact: dict = {}                           # trial -> its slots in previous, when it keeps them
-        self.home: dict = {}                            # unchanged trial -> the nodes it may stay on
+        self.where: dict[Hashable, tuple[int, ...]] = {}  # trial -> node indices, in fill order
+        self.exact: dict[Hashable, tuple[Slot, ...]] = {}  # trial -> its slots in previous, when it keeps them
+        self.home: dict[Hashable, tuple[int, ...] | None] = {}  # unchanged trial -> the nodes it may stay on
 
     def big(self, t: Hashable) -> bool:
         return self.dem[t] > self.largest
@@ -337,7 +338,7 @@ class _Packer:
             self.on[i][t] = g
             self._refresh(i)
         self.where[t] = nodes
-        if self.home.get(t) is not None and set(self.home[t]) == set(nodes):
+        if (home := self.home.get(t)) is not None and set(home) == set(nodes):
             self.exact[t] = self.prev.assignments[t]
 
     def _hold(self, t: Hashable, slots: tuple[Slot, ...]) -> None:
@@ -397,7 +398,8 @@ class _Packer:
             return (min(fits)[1],)
         return next(((i,) for i in range(n) if not self.on[i] and self.caps[i] >= m), None)
 
-    def _make_room(self, t: Hashable, kept: set, rank: dict) -> tuple[tuple[int, ...], list] | None:
+    def _make_room(self, t: Hashable, kept: set[Hashable], rank: dict[Hashable, int]
+                   ) -> tuple[tuple[int, ...], list[Hashable]] | None:
         """Node(s) for ``t`` once strictly smaller, non-reserved trials are evicted there,
         choosing the node(s) that evict the fewest unchanged (kept) trials, then the fewest
         trials and GPUs; ``None`` when no node can be cleared."""
@@ -489,19 +491,19 @@ class _Packer:
                 self._put(t, nodes)
         return Placement(self._slots(), tuple(t for t in self.dem if t in unplaced))
 
-    def _slots(self) -> dict:
+    def _slots(self) -> dict[Hashable, tuple[Slot, ...]]:
         """GPU indices: trials keeping their former slots claim them first; the others take the
         lowest free GPUs of their nodes (a multi-node trial fills its nodes in order)."""
         taken: list[set[int]] = [set() for _ in self.caps]
-        for slots in self.exact.values():
-            for nid, g in slots:
+        for held in self.exact.values():
+            for nid, g in held:
                 taken[self.index[nid]].add(g)
         out = {}
         for t in self.dem:
             if t in self.exact:
                 out[t] = self.exact[t]
             elif t in self.where:
-                slots = []
+                slots: list[Slot] = []
                 for i in self.where[t]:
                     free = (g for g in range(self.caps[i]) if g not in taken[i])
                     mine = [next(free) for _ in range(self.on[i][t])]

@@ -61,7 +61,7 @@ class Constant(Distribution):
     def __post_init__(self) -> None:
         number(self.value, "constant.value", minimum=0)
 
-    def sample(self, rng, size):
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return np.full(size, float(self.value))
 
     @property
@@ -72,10 +72,10 @@ class Constant(Distribution):
     def std(self) -> float:
         return 0.0
 
-    def with_moments(self, mean, std):
+    def with_moments(self, mean: float, std: float) -> Distribution:
         return Constant(mean) if std == 0 else Normal(mean, std)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"dist": "constant", "value": self.value}
 
 
@@ -91,7 +91,7 @@ class Normal(Distribution):
         number(self.mu, "normal.mean", minimum=0)
         number(self.sigma, "normal.std", minimum=0)
 
-    def sample(self, rng, size):
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         if self.sigma == 0:
             return np.full(size, float(self.mu))
         return np.maximum(rng.normal(self.mu, self.sigma, size), 0.0)
@@ -112,10 +112,10 @@ class Normal(Distribution):
     def std(self) -> float:
         return float(self.sigma)
 
-    def with_moments(self, mean, std):
+    def with_moments(self, mean: float, std: float) -> Distribution:
         return Normal(mean, std)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"dist": "normal", "mean": self.mu, "std": self.sigma}
 
 
@@ -136,7 +136,7 @@ class LogNormal(Distribution):
         s2 = math.log1p((self.sigma / self.mu) ** 2)
         return math.log(self.mu) - s2 / 2, math.sqrt(s2)
 
-    def sample(self, rng, size):
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         if self.sigma == 0:
             return np.full(size, float(self.mu))
         m, s = self._log_params
@@ -150,10 +150,10 @@ class LogNormal(Distribution):
     def std(self) -> float:
         return float(self.sigma)
 
-    def with_moments(self, mean, std):
+    def with_moments(self, mean: float, std: float) -> Distribution:
         return LogNormal(mean, std)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"dist": "lognormal", "mean": self.mu, "std": self.sigma}
 
 
@@ -170,7 +170,7 @@ class Empirical(Distribution):
             raise SpecError("empirical.samples: needs at least one measured sample")
         object.__setattr__(self, "samples", values)
 
-    def sample(self, rng, size):
+    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
         return rng.choice(np.asarray(self.samples), size=size, replace=True)
 
     @property
@@ -181,14 +181,14 @@ class Empirical(Distribution):
     def std(self) -> float:
         return float(np.std(self.samples))
 
-    def with_moments(self, mean, std):
+    def with_moments(self, mean: float, std: float) -> Distribution:
         """Shift and scale the measured samples to the new moments (clipped at 0)."""
         own_std = self.std
         arr = np.asarray(self.samples)
         scaled = (arr - self.mean) * (std / own_std) + mean if own_std > 0 else np.full_like(arr, mean)
         return Empirical(tuple(np.maximum(scaled, 0.0)))
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return {"dist": "empirical", "samples": list(self.samples)}
 
 

@@ -256,7 +256,7 @@ class SpotMarket:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"notice_s": self.notice_s}
         if self.trace is not None:
-            trace = {"file": self.trace_file, "zone": self.trace.zone}
+            trace: dict[str, Any] = {"file": self.trace_file, "zone": self.trace.zone}
             if self.trace.nodes != 1:
                 trace["nodes"] = self.trace.nodes
             out["preemption"] = {"trace": trace}
