@@ -7,9 +7,9 @@ from rubberband.plan.policies import (
            POLICIES,
            Candidate,
            get_policy,
-           pareto_front,
            static_allocation,
 )
+from rubberband.plan.search import pareto_front
 from rubberband.plan.table import StageTable, valid_allocations
 from rubberband.plan.variants import VariantTable
 from rubberband.plan.whatif import Scenario, saving, whatif

@@ -28,7 +28,7 @@ def list_schedule(durations: np.ndarray, gpus: int) -> np.ndarray:
     round starts again a round at a time for every sample."""
     n, samples = durations.shape
     if n <= gpus:
-        return durations.max(axis=0)
+        return np.asarray(durations.max(axis=0))
     free = np.sort(durations[:gpus].T, axis=1)      # (samples, gpus): free times, ascending
     j = gpus
     while j < n:
@@ -44,4 +44,5 @@ def list_schedule(durations: np.ndarray, gpus: int) -> np.ndarray:
         if len(off):
             free[off] = np.sort(steps, axis=1)
         j += b
-    return free[:, -1].copy()
+    out: np.ndarray = free[:, -1].copy()
+    return out

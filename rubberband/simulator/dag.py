@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import networkx as nx
 
@@ -74,7 +74,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
                    instance_type=clouds[0].instance_type, gpus_per_instance=clouds[0].gpus_per_instance,
                    instance_types=tuple(types), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
                    spot_instances=tuple(spot), preemption=first.spot.to_dict().get("preemption") if any(spot) else None)
-    frontier: list = []
+    frontier: Sequence[tuple[object, ...]] = []
     launched = 0
     for shape, count, s, (new_o, new_s), c in zip(shapes, held, spot, launches(held, spot, types), clouds):
         i = shape.index
@@ -112,7 +112,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     return g
 
 
-def _market(positions, on_demand: int) -> str:
+def _market(positions: Iterable[int], on_demand: int) -> str:
     """The market of a trial on instance ``positions``, on-demand ones being the first ``on_demand``."""
     markets = {ON_DEMAND if p < on_demand else SPOT for p in positions}
     return markets.pop() if len(markets) == 1 else "mixed"

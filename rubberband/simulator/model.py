@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import CloudProfile
+from rubberband.profiles.cloud import Billing, CloudProfile
+from rubberband.profiles.distributions import Distribution
 from rubberband.profiles.model import ModelProfile
 
 # Stream ids of the per-stage random components.
@@ -65,7 +68,7 @@ def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int, t
     return slots * math.ceil(m / gpus_per_instance)
 
 
-def billed_seconds(lifetime, billing):
+def billed_seconds(lifetime: npt.ArrayLike, billing: Billing) -> np.ndarray:
     """Billed seconds of instances alive ``lifetime`` seconds: rounded up to the billing
     granularity, and at least the billing minimum (DESIGN §4)."""
     g = billing.granularity_s
@@ -97,7 +100,7 @@ class StageShape:
         return self.gpus_per_trial / self.trials_per_gpu
 
 
-def iter_latency(model: ModelProfile, shape: StageShape):
+def iter_latency(model: ModelProfile, shape: StageShape) -> Distribution:
     """The distribution of a stage's seconds per iteration: ``packed_latency(k)`` when ``k > 1``
     trials share a GPU, else ``latency(m)``."""
     return model.packed_latency(shape.trials_per_gpu) if shape.trials_per_gpu > 1 else model.latency(shape.gpus_per_trial)
@@ -185,7 +188,8 @@ class StageDraws:
 
     def __init__(self, seed: int, stage: int, samples: int):
         self.seed, self.stage, self.samples = int(seed), int(stage), int(samples)
-        self._cache: dict[tuple, np.ndarray] = {}
+        self._cache: dict[tuple[Any, ...], np.ndarray] = {}
+        self._parts: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray | float]] = {}
 
     def _rng(self, component: int) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=(self.stage, component))))
@@ -208,7 +212,7 @@ class StageDraws:
             draws = dist.sample(self._rng(_INIT), (count, self.samples))
             cummax = _frozen(np.maximum.accumulate(draws, axis=0))
             self._cache[key] = cummax
-        return cummax[count - 1]
+        return np.asarray(cummax[count - 1])
 
     def init_each(self, cloud: CloudProfile, count: int) -> np.ndarray:
         """INIT latency of each of ``count`` new instances, ``(count, samples)``: the rows whose
@@ -240,13 +244,13 @@ class StageDraws:
         (a constant start-up is one number): ``train_durations`` is ``startup + iters * L``."""
         dist = iter_latency(model, shape)
         key = ("parts", dist, model.trial_startup_s, shape.num_trials)
-        if key not in self._cache:
+        if key not in self._parts:
             size = (shape.num_trials, self.samples)
             latency = _frozen(dist.sample(self._rng(_TRAIN), size))
             startup = model.trial_startup_s
             boot = startup.mean if startup.is_constant else _frozen(startup.sample(self._rng(_STARTUP), size))
-            self._cache[key] = (latency, boot)
-        return self._cache[key]
+            self._parts[key] = (latency, boot)
+        return self._parts[key]
 
     def train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
         """The slowest and the summed TRAIN duration per sample: ``train_durations(model, shape)``'s
@@ -340,4 +344,4 @@ def list_schedule(durations: np.ndarray, gpus: int) -> np.ndarray:
     for j in range(gpus, durations.shape[0]):
         gpu = free.argmin(axis=1)                   # contiguous rows: ~4x faster than axis 0
         free[rows, gpu] += durations[j]
-    return free.max(axis=1)
+    return np.asarray(free.max(axis=1))

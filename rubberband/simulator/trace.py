@@ -15,8 +15,9 @@ change of type at a SYNC releases every instance there and launches the new type
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from rubberband.simulator.engine import (
     stage_clouds,
     stage_models,
 )
-from rubberband.simulator.model import StageDraws, billed_seconds
+from rubberband.simulator.model import StageDraws, StageShape, billed_seconds
 from rubberband.simulator.spot import (
     PositionSchedule,
     check_trace_cap,
@@ -116,6 +117,8 @@ class _Held:
 
     def span(self) -> InstanceSpan:
         released, reclaimed = self.released, self.reclaimed
+        if released is None:
+            raise RuntimeError(f"instance {self.iid} is still held: release it before taking its span")
         if reclaimed is not None:
             # Taken back by the time its SCALE ended (a trace zone gone during the SCALE): it never ran.
             released = reclaimed = max(reclaimed, self.launched)
@@ -227,7 +230,7 @@ def _instance_usd(span: InstanceSpan, cloud: CloudProfile) -> float:
     return cloud.data.usd_per_launch + billed * _usd_per_s(cloud, span.market)
 
 
-def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, begin: float, k: int,
+def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, begin: float, k: int,
                   hosts: list[_Held], trials: list[TrialSpan]) -> float:
     """A stage no reclaim can touch: list scheduling of its TRAINs on ``hosts`` (positions in
     order); returns their summed time."""
@@ -245,8 +248,9 @@ def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape
     return float(durations.sum())
 
 
-def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, now: float, k: int,
-                pools: dict[str, list[_Held]], new_o: int, new_s: int, offsets: np.ndarray, seed: int, launch,
+def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, now: float, k: int,
+                pools: dict[str, list[_Held]], new_o: int, new_s: int, offsets: np.ndarray, seed: int,
+                launch: Callable[..., _Held],
                 trials: list[TrialSpan]) -> tuple[float, float, float]:
     """A stage with spot instances at risk, as ``engine._spot_stage`` runs it, for sample ``k``:
     the kernel's schedule and TRAIN attempts, turned into instances and trial spans.
@@ -274,11 +278,11 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape, 
     up = np.array([[-np.inf]] * (n_od - new_o) + [[r] for r in od_ready] + [[h.ready] for h in spot_hosts])
     is_spot = np.arange(len(start)) >= n_od
     schedule = PositionSchedule(cloud, cloud.spot, seed, shape.index, np.array([now]), start, up, is_spot,
-                                offsets[k:k + 1], sample_ids=[k], sample_count=len(offsets),
+                                offsets[k:k + 1], sample_ids=np.array([k]), sample_count=len(offsets),
                                 held=np.arange(len(start)) < n_od + len(old))
     latency, startup = d.train_parts(model, shape)
-    boot = startup if np.ndim(startup) == 0 else startup[:, k:k + 1]
-    log: list = []
+    boot = startup[:, k:k + 1] if isinstance(startup, np.ndarray) else startup
+    log: list[tuple[Any, ...]] = []
     trained, busy = run_stage(schedule, shape, cloud.gpus_per_instance, np.array([ready]), latency[:, k:k + 1], boot,
                               log=log)
     end = float(trained[0]) + float(d.sync(model)[k])
