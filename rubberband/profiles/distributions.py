@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.schema import check_mapping, choice, number
+
+Size = int | tuple[int, ...]
+
+
+class Draws(Protocol):
+    """The ``numpy.random.Generator`` methods a distribution samples with; the spot
+    simulator's counter-based stand-in (``simulator.spot._Counter``) offers the same."""
+
+    def normal(self, loc: float, scale: float, size: Size) -> np.ndarray: ...
+
+    def lognormal(self, mean: float, sigma: float, size: Size) -> np.ndarray: ...
+
+    def choice(self, a: np.ndarray, size: Size, replace: bool = True) -> np.ndarray: ...
 
 
 class Distribution:
@@ -23,7 +36,7 @@ class Distribution:
 
     kind = "abstract"
 
-    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    def sample(self, rng: Draws, size: Size) -> np.ndarray:
         raise NotImplementedError
 
     @property
@@ -61,7 +74,7 @@ class Constant(Distribution):
     def __post_init__(self) -> None:
         number(self.value, "constant.value", minimum=0)
 
-    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    def sample(self, rng: Draws, size: Size) -> np.ndarray:
         return np.full(size, float(self.value))
 
     @property
@@ -91,10 +104,10 @@ class Normal(Distribution):
         number(self.mu, "normal.mean", minimum=0)
         number(self.sigma, "normal.std", minimum=0)
 
-    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    def sample(self, rng: Draws, size: Size) -> np.ndarray:
         if self.sigma == 0:
             return np.full(size, float(self.mu))
-        return np.maximum(rng.normal(self.mu, self.sigma, size), 0.0)
+        return np.asarray(np.maximum(rng.normal(self.mu, self.sigma, size), 0.0))
 
     def from_standard_normal(self, z, out=None):
         """``max(mu + sigma * z, 0)``: numpy's ``Generator.normal(mu, sigma)`` is ``mu + sigma *
@@ -136,7 +149,7 @@ class LogNormal(Distribution):
         s2 = math.log1p((self.sigma / self.mu) ** 2)
         return math.log(self.mu) - s2 / 2, math.sqrt(s2)
 
-    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    def sample(self, rng: Draws, size: Size) -> np.ndarray:
         if self.sigma == 0:
             return np.full(size, float(self.mu))
         m, s = self._log_params
@@ -170,7 +183,7 @@ class Empirical(Distribution):
             raise SpecError("empirical.samples: needs at least one measured sample")
         object.__setattr__(self, "samples", values)
 
-    def sample(self, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    def sample(self, rng: Draws, size: Size) -> np.ndarray:
         return rng.choice(np.asarray(self.samples), size=size, replace=True)
 
     @property

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.limits import check_samples_seed, check_simulation
 from rubberband.profiles.by_gpu import model_of
-from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile, Market
+from rubberband.profiles.cloud import Billing, BillingModel, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import did_you_mean
 from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.simulator.spot import (
     PositionSchedule,
+    SpotBill,
     bill_window,
     check_trace_cap,
     grant_times,
@@ -59,7 +61,7 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile 
             raise SpecError(f"instances: expected {len(shapes)} instance counts, one per stage, got {instances!r}")
         held = []
         for shape, count, c in zip(shapes, instances, clouds):
-            if isinstance(count, float) and count.is_integer():
+            if isinstance(count, float) and float(count).is_integer():
                 count = int(count)
             if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < shape.instances_needed:
                 raise SpecError(
@@ -81,7 +83,7 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile 
     return shapes, held
 
 
-def _per_stage(values, name: str, stages: int, what: str) -> list | None:
+def _per_stage(values: Sequence[Any] | np.ndarray | None, name: str, stages: int, what: str) -> list[Any] | None:
     """A per-stage vector's entries (``None`` stays ``None``), or one error naming ``name``."""
     if values is None:
         return None
@@ -106,7 +108,7 @@ def stage_clouds(cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile]
                             "e.g. instance_types=['p3.2xlarge', 'p3.8xlarge']")
         return [cloud] * stages
     if isinstance(cloud, CloudProfile):
-        known: Mapping = {cloud.instance_type: cloud}
+        known: Mapping[str, Any] = {cloud.instance_type: cloud}
     elif isinstance(cloud, CloudCatalog):
         known = dict.fromkeys(cloud.instance_types)
     else:
@@ -196,12 +198,12 @@ class HeldInstances:
             raise SpecError(f"held_at_start.instance_type: {self.instance_type!r} is not a type of the cloud"
                             f"{did_you_mean(self.instance_type, known)}; name one of {', '.join(sorted(known))}")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"count": self.count, "spot": self.spot, "instance_type": self.instance_type}
 
 
 def launches(held: Sequence[int], spot: Sequence[int] | None = None,
-             types: Sequence[str] | None = None, start: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
+             types: Sequence[str | None] | None = None, start: tuple[int, int] = (0, 0)) -> list[tuple[int, int]]:
     """New (on-demand, spot) instances per stage: each market keeps what it held before (the
     simulator's two pools), so a stage that changes market launches what it switches to, and
     a stage that changes instance type launches all it holds. ``start``: the (on-demand, spot)
@@ -415,7 +417,7 @@ def spot_layout(held: Sequence[int], cloud: CloudProfile | Sequence[CloudProfile
         raise SpecError(f"spot_instances: expected {len(held)} counts, one per stage, got {spot_instances!r}")
     out = []
     for i, (count, h) in enumerate(zip(spot_instances, held)):
-        if isinstance(count, float) and count.is_integer():
+        if isinstance(count, float) and float(count).is_integer():
             count = int(count)
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= h:
             raise SpecError(f"spot_instances[{i}]: expected a whole number of the stage's {h} instances "
@@ -452,7 +454,7 @@ class _Pool:
                  now: np.ndarray) -> np.ndarray:
         """Instance-seconds of a stage from ``start`` to ``now``: ``old`` instances held into it
         and ``fresh`` ones billed from their SCALE end ``launched`` (rounding is added at release)."""
-        return self.usd_per_s * (old * (now - start) + (fresh * (now - launched) if fresh else 0.0))
+        return np.asarray(self.usd_per_s * (old * (now - start) + (fresh * (now - launched) if fresh else 0.0)))
 
     def positions(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """Per instance, oldest first: SCALE end and ready time, ``(count, samples)`` each."""
@@ -461,7 +463,7 @@ class _Pool:
         empty = np.empty((0, samples))
         return (np.concatenate(starts) if starts else empty), (np.concatenate(ready) if ready else empty)
 
-    def release(self, count: int, now: np.ndarray, billing) -> np.ndarray:
+    def release(self, count: int, now: np.ndarray, billing: Billing) -> np.ndarray:
         """Release ``count`` instances, most recently launched first; return the rounding surcharge.
 
         The instance-seconds themselves are billed stage by stage; what is added here is the
@@ -482,7 +484,8 @@ class _Pool:
 
 
 def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, now: np.ndarray,
-                od: _Pool, sp: _Pool, new_o: int, new_s: int, offsets: np.ndarray, seed: int):
+                od: _Pool, sp: _Pool, new_o: int, new_s: int, offsets: np.ndarray, seed: int
+                ) -> tuple[np.ndarray, np.ndarray, SpotBill]:
     """One stage whose spot instances may be reclaimed (``simulator/spot.py``): launch the new
     instances, run the TRAIN nodes on instance positions (on-demand first, then spot, oldest
     first), SYNC; bill the spot positions' incarnations and carry them into the next stage.

@@ -43,14 +43,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from scipy.special import ndtri
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import CloudProfile
+from rubberband.profiles.cloud import Billing, CloudProfile
+from rubberband.profiles.distributions import Size
 from rubberband.profiles.spot import SpotMarket
-from rubberband.simulator.model import billed_seconds
+from rubberband.simulator.model import StageShape, billed_seconds
 
 # Stream ids of the spot components, apart from the per-stage ones in ``model.py`` (0..4).
 _LIFE, _RESCALE, _REINIT, _OFFSET = 10, 11, 12, 13
@@ -72,12 +74,13 @@ def _rng(seed: int, stage: int, component: int) -> np.random.Generator:
 def _key(seed: int, stage: int, component: int, k: int) -> np.uint64:
     """The hash key of one component of incarnation ``k`` in one stage (cached: a SeedSequence
     costs more than drawing the few replacements most keys are used for)."""
-    return np.random.SeedSequence(seed, spawn_key=(stage, component, k)).generate_state(1, np.uint64)[0]
+    key: np.uint64 = np.random.SeedSequence(seed, spawn_key=(stage, component, k)).generate_state(1, np.uint64)[0]
+    return key
 
 
 def counter(rows: np.ndarray, samples: np.ndarray) -> np.ndarray:
     """The SplitMix64 counter of each ``(row, sample)`` pair, before its key is added."""
-    z = np.left_shift(np.asarray(rows).astype(np.uint64), np.uint64(32))
+    z: np.ndarray = np.left_shift(np.asarray(rows).astype(np.uint64), np.uint64(32))
     z |= np.asarray(samples).astype(np.uint64)
     z *= _GOLDEN
     return z
@@ -93,7 +96,7 @@ def counter_uniform(keys: np.ndarray, count: np.ndarray) -> np.ndarray:
         z *= mix
     z ^= z >> np.uint64(31)
     z >>= np.uint64(11)
-    u = z.astype(float)
+    u: np.ndarray = z.astype(float)
     u += 0.5
     u *= 2.0 ** -53
     return u
@@ -107,21 +110,21 @@ class _Counter:
     def __init__(self, uniforms: np.ndarray):
         self.u = uniforms
 
-    def _fit(self, size) -> np.ndarray:
+    def _fit(self, size: Size) -> np.ndarray:
         if (size if isinstance(size, int) else math.prod(size)) != self.u.size:
             raise ValueError(f"counter-based draw of {size} values from {self.u.size} uniforms")
         return self.u.reshape(size)
 
-    def standard_exponential(self, size):
-        return -np.log(self._fit(size))
+    def standard_exponential(self, size: Size) -> np.ndarray:
+        return np.asarray(-np.log(self._fit(size)))
 
-    def normal(self, loc, scale, size):
-        return loc + scale * ndtri(self._fit(size))
+    def normal(self, loc: float, scale: float, size: Size) -> np.ndarray:
+        return np.asarray(loc + scale * ndtri(self._fit(size)))
 
-    def lognormal(self, mean, sigma, size):
-        return np.exp(mean + sigma * ndtri(self._fit(size)))
+    def lognormal(self, mean: float, sigma: float, size: Size) -> np.ndarray:
+        return np.asarray(np.exp(mean + sigma * ndtri(self._fit(size))))
 
-    def choice(self, a, size, replace=True):
+    def choice(self, a: np.ndarray, size: Size, replace: bool = True) -> np.ndarray:
         a = np.asarray(a)
         return a[np.minimum((self._fit(size) * len(a)).astype(np.intp), len(a) - 1)]
 
@@ -148,23 +151,26 @@ def trace_need(market: SpotMarket, ranks: np.ndarray) -> np.ndarray:
     return ranks + 1 if market.trace is not None and market.trace.nodes > 1 else np.ones_like(ranks)
 
 
-def zone_next(market: SpotMarket, t: np.ndarray, offset: np.ndarray, up: bool, need: np.ndarray) -> np.ndarray:
+def zone_next(market: SpotMarket, t: np.ndarray, offset: np.ndarray, up: bool, need: np.ndarray | int) -> np.ndarray:
     """The first time ``>= t`` (in a job's clock, the trace read from ``offset``) at which at least
     ``need`` instances are available (``up``) or fewer are (not ``up``); ``inf`` stays ``inf``.
     ``offset`` and ``need`` broadcast to ``t``'s shape."""
+    trace = market.trace
+    if trace is None:
+        raise ValueError("zone_next: a market without a trace has no zone to wait for")
     t = np.asarray(t, dtype=float)
     out = np.full(t.shape, np.inf)
     finite = np.isfinite(t)
     shift = np.broadcast_to(offset, t.shape)[finite]
     at = t[finite] + shift
-    if market.trace.nodes == 1:
-        found = market.trace.next_change(at, up=up)
+    if trace.nodes == 1:
+        found = trace.next_change(at, up=up)
     else:                                  # one pass per rank's need on a gang trace
         wanted = np.broadcast_to(need, t.shape)[finite]
         found = np.empty(at.shape)
         for n in np.unique(wanted):
             mask = wanted == n
-            found[mask] = market.trace.next_change(at[mask], up=up, at_least=int(n))
+            found[mask] = trace.next_change(at[mask], up=up, at_least=int(n))
     # Already so at ``t``: ``t`` itself, not ``t + offset - offset`` rounded a hair off it (an
     # instance launched into a zone already gone must live 0 s, not 1e-14 s billed a minimum).
     out[finite] = np.where(found == at, t[finite], found - shift)
@@ -395,7 +401,7 @@ class PositionSchedule:
 
 
 def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray, iters: int,
-               latency: np.ndarray, startup, log: list | None = None) -> np.ndarray:
+               latency: np.ndarray, startup: np.ndarray | float, log: list[tuple[Any, ...]] | None = None) -> np.ndarray:
     """Finish times of TRAIN nodes that checkpoint every iteration and resume after reclaims.
 
     Args:
@@ -422,7 +428,7 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
         # current up period; only the others go on below. In place: these are large arrays.
         rows = positions[:, 0, 0]
         begin = np.maximum(schedule.up0[rows], now)
-        finish = np.multiply(per_iter, float(iters))
+        finish: np.ndarray = np.multiply(per_iter, float(iters))
         finish += boot
         finish += begin
         reclaim = schedule.down0[rows]
@@ -470,7 +476,8 @@ def run_trials(schedule: PositionSchedule, positions: np.ndarray, t: np.ndarray,
     return finish
 
 
-def _attempt(u, end, now, remaining, latency, startup):
+def _attempt(u: np.ndarray, end: np.ndarray, now: np.ndarray, remaining: np.ndarray, latency: np.ndarray,
+             startup: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Run each TRAIN in its up period ``[u, end)``: it finishes there if its work fits, else it
     keeps the iterations completed before ``end`` and loses the one in progress (``remaining``
     and ``now`` updated in place). Returns the finish times (``inf`` where not finished) and
@@ -496,7 +503,7 @@ class SpotBill:
     reclaims: np.ndarray             # incarnations reclaimed within the window
 
 
-def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_end: np.ndarray, billing,
+def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_end: np.ndarray, billing: Billing,
                 carried: np.ndarray) -> SpotBill:
     """Bill the incarnations of positions ``rows`` within ``[t0, t_end)``.
 
@@ -541,7 +548,7 @@ def bill_window(schedule: PositionSchedule, rows: np.ndarray, t0: np.ndarray, t_
     return SpotBill(alive, rounding, launches, reclaims)
 
 
-def trial_positions(shape, gpus_per_instance: int) -> np.ndarray:
+def trial_positions(shape: StageShape, gpus_per_instance: int) -> np.ndarray:
     """``(n, c)``: the instance positions of each of a stage's running trials (DESIGN §4's
     packing: ``floor(G / m)`` trials to an instance, ``k * G`` when ``k`` share a GPU, or
     ``ceil(m / G)`` whole instances each). A reclaim interrupts every trial on the instance."""
@@ -553,8 +560,9 @@ def trial_positions(shape, gpus_per_instance: int) -> np.ndarray:
     return np.arange(n * c).reshape(n, c)
 
 
-def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: np.ndarray, latency: np.ndarray,
-              startup: np.ndarray, rounds: bool = False, log: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+def run_stage(schedule: PositionSchedule, shape: StageShape, gpus_per_instance: int, ready: np.ndarray,
+              latency: np.ndarray, startup: np.ndarray | float, rounds: bool = False,
+              log: list[tuple[Any, ...]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Finish time of a stage's last TRAIN and the summed TRAIN time, per sample, on positions
     that may be reclaimed. Trials start at ``ready``; when trials queue (``a < n``) each GPU
     takes the next queued trial as soon as it frees up, as on on-demand instances.
@@ -574,18 +582,18 @@ def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: 
         busy = np.zeros(samples)
         pos = np.broadcast_to(positions[:, :, None], (*positions.shape, samples))
         for first in range(0, shape.num_trials, a):
-            j = np.arange(first, min(first + a, shape.num_trials))
-            g = j - first
-            boot = startup if np.ndim(startup) == 0 else startup[j]
-            finish = run_trials(schedule, pos[g], free[g], shape.iters, latency[j], boot)
+            batch = np.arange(first, min(first + a, shape.num_trials))
+            g = batch - first
+            boot = startup if np.ndim(startup) == 0 else np.asarray(startup)[batch]
+            finish = run_trials(schedule, pos[g], free[g], shape.iters, latency[batch], boot)
             busy += (finish - free[g]).sum(axis=0)
             free[g] = finish
         return free.max(axis=0), busy
-    attempts = [] if log is not None else None
+    attempts: list[tuple[Any, ...]] = []
     if shape.running >= shape.num_trials:
         pos = np.broadcast_to(positions[:, :, None], (*positions.shape, samples))
         t = np.broadcast_to(ready, (shape.num_trials, samples))
-        finish = run_trials(schedule, pos, t, shape.iters, latency, startup, attempts)
+        finish = run_trials(schedule, pos, t, shape.iters, latency, startup, attempts if log is not None else None)
         if log is not None:
             log.extend((trial, trial, *rest) for trial, *rest in attempts)
         return finish.max(axis=0), (finish - t).sum(axis=0)
@@ -596,9 +604,9 @@ def run_stage(schedule: PositionSchedule, shape, gpus_per_instance: int, ready: 
     for j in range(shape.num_trials):
         gpu = free.argmin(axis=1)
         start = free[rows, gpu]
-        boot = startup if np.ndim(startup) == 0 else startup[j][None, :]
+        boot = startup if np.ndim(startup) == 0 else np.asarray(startup)[j][None, :]
         finish = run_trials(schedule, slot_position[gpu][None, None, :], start[None, :], shape.iters,
-                            latency[j][None, :], boot, attempts)[0]
+                            latency[j][None, :], boot, attempts if log is not None else None)[0]
         if log is not None:
             log.extend((np.full(s.size, j), gpu[s], s, *rest) for _, s, *rest in attempts)
             attempts.clear()
