@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
     left = dict(target)
     keep = []
     for node in nodes:
-        if left.get(node.node_type, 0) > 0:
+        if node.node_type is not None and left.get(node.node_type, 0) > 0:
             left[node.node_type] -= 1
             keep.append(node.name)
     return keep
@@ -328,15 +328,15 @@ class RayClusterPort:
         self.released: set[str] = set()
         self.wanted: dict[NodeType, int] = {}
         self.noticed: dict[str, tuple[NodeType, float]] = {}     # instance -> (its type, when to stop asking)
-        self._events = events or (lambda: [])
+        self._events: Callable[[], list[dict[str, Any]]] = events or (lambda: [])
         # Whether the provider says when initialisation ends (a `ready` event); real EC2
         # workers join by themselves, and a live Ray node is then ready.
         self._require_ready = events is not None if require_ready is None else require_ready
         self.poll_s = poll_s
         self.metadata_url, self.watch_poll_s = metadata_url, watch_poll_s
-        self._board = None
+        self._board: Any = None
         self._watchers: dict[str, Any] = {}
-        self._pushed: list[dict[str, float]] | None = None
+        self._pushed: list[dict[str, int]] | None = None
         self._reclaim_times: dict[str, float] = {}      # from the notices read
 
     def _alive(self, events: list[dict[str, Any]] | None = None) -> list[Node]:
@@ -395,7 +395,7 @@ class RayClusterPort:
             self.noticed = {k: v for k, v in self.noticed.items() if k in {n.name for n in alive}}
             self._push(alive)
             usable = self._usable(alive)
-            have = counts(n.node_type for n in usable)
+            have = counts(n.node_type for n in usable if n.node_type is not None)
             if have == {t: n for t, n in request.items() if n}:
                 return usable
             fatal = [e for e in events if e.get("event") == ProviderEvent.LAUNCH_FAILED and e.get("fatal")]
@@ -426,7 +426,8 @@ class RayClusterPort:
         """Keep exactly ``keep`` (the request drops to their types) and release every other instance."""
         alive = self._alive()
         kept = set(keep)
-        self.wanted = counts(n.node_type for n in alive if n.name in kept and n.name not in self.noticed)
+        self.wanted = counts(n.node_type for n in alive
+                             if n.node_type is not None and n.name in kept and n.name not in self.noticed)
         self.release([n.name for n in alive if n.name not in kept], stage)
 
     def release(self, instances: Sequence[str], stage: int) -> None:
@@ -451,7 +452,7 @@ class RayClusterPort:
         urls = {e["instance"]: e["metadata_url"] for e in events
                 if e.get("event") == ProviderEvent.READY and e.get("metadata_url")}
         for node in alive:
-            url = urls.get(node.name) or (self.metadata_url if node.node_type.spot else None)
+            url = urls.get(node.name) or (self.metadata_url if node.node_type and node.node_type.spot else None)
             if url is None or node.name in self._watchers:
                 continue
             if self._board is None:
@@ -479,7 +480,7 @@ class RayClusterPort:
         """Request one more instance of ``instance``'s type now; it stops counting as usable."""
         alive = self._alive()
         node = next((n for n in alive if n.name == instance), None)
-        if node is None:
+        if node is None or node.node_type is None:
             return
         now = self._clock()
         reclaim_at = self._reclaim_times.get(instance, now + 120.0)     # AWS gives two minutes

@@ -214,7 +214,7 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
         t = e["t"] - started
         inst = e.get("instance")
         if e["event"] == ProviderEvent.REQUEST:
-            ledger.request(inst, t, stage_at(t), market=e.get("market"),
+            ledger.request(e["instance"], t, stage_at(t), market=e.get("market"),
                            instance_type=e.get("instance_type")).provider_id = e.get("node_id")
         elif e["event"] in LAUNCH_ERRORS:
             ledger.launch_errors.append({"t_s": t, "instance": inst, **{k: e[k] for k in
@@ -232,8 +232,8 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
             elif e["event"] == ProviderEvent.TERMINATED and rec.released_s is None:
                 rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
                 rec.release_reason = e.get("reason", Release.RELEASED)
-    for rec in ledger.instances.values() if stop_time is not None else ():
-        if rec.released_s is None:   # stopped with the cluster
+    for rec in ledger.instances.values():
+        if stop_time is not None and rec.released_s is None:   # stopped with the cluster
             rec.released_s = stop_time - started
             rec.stage_released = stage_at(rec.released_s, ending=True)
             rec.release_reason = Release.SHUTDOWN
@@ -291,7 +291,7 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
     stream = stream or sys.stderr
     live = hasattr(stream, "isatty") and stream.isatty()
     t0 = time.time()
-    state = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0, "budget": None}
+    state: dict[str, Any] = {"stage": "-", "running": 0, "instances": 0, "spend": 0.0, "budget": None}
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if live:

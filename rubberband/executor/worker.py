@@ -31,8 +31,10 @@ def load_trainer(trainer: Any):
     try:
         if module_name.endswith(".py"):
             spec = importlib.util.spec_from_file_location(f"rb_user_trainer_{abs(hash(module_name))}", module_name)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no Python module at {module_name}")
             module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)
         cls = getattr(module, attr)
@@ -63,10 +65,14 @@ class DDPWorker:
         self.rank, self.world = 0, 1
         self.config: dict[str, Any] = {}
         self.step = self.epoch = 0
-        self.model = self.ddp = self.opt = None
-        self.train_set = self.val_set = None
+        # torch objects, built by the user's trainer (None until a trial is assigned).
+        self.model: Any = None
+        self.ddp: Any = None
+        self.opt: Any = None
+        self.train_set: Any = None
+        self.val_set: Any = None
         self._data_config: dict[str, Any] | None = None
-        self._batches = None
+        self._batches: Any = None
         self.distributed = False
 
     def warmup(self) -> float:

@@ -54,6 +54,7 @@ from rubberband.providers.base import ProviderEvent
 
 if TYPE_CHECKING:
     from rubberband.executor.session import Session
+    from rubberband.plan import Plan
 
 log = logging.getLogger("rubberband.profiler")
 
@@ -80,6 +81,11 @@ class Request:
     latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
     max_packing: int = DEFAULT_MAX_K   # the most trials per GPU to measure packed; 1: none
 
+    @property
+    def trainer(self) -> str:
+        """The experiment's trainer (``check_request`` refuses an experiment without one)."""
+        return self.experiment.trainer or ""
+
 
 def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tuple[int, ...]:
     """GPUs per trial to measure: powers of two up to ``min(G, max(requested))``, plus any
@@ -93,6 +99,8 @@ def gpu_counts(requested: int | Sequence[int] | None, cloud: CloudProfile) -> tu
         asked: list[int] = [G]
     elif isinstance(requested, int) and not isinstance(requested, bool):
         asked = [requested]
+    elif isinstance(requested, bool):
+        raise SpecError(f"--gpus: expected GPU counts per trial such as 1,2, got {requested!r}")
     else:
         asked = list(requested)
     if not asked:
@@ -278,7 +286,7 @@ class _Measurement:
         self.warmed: dict[str, float] = {}
         self.asked: list[float] = []        # when the driver asked for a stage's instances
         self.first_trials: dict[str, list[float]] = {}   # instance -> TRAIN durations of its first trials
-        self.plan = None
+        self.plan: Plan | None = None
         self.runs = 0
 
     def _on_event(self, kind: str, data: dict[str, Any]) -> None:
@@ -502,9 +510,11 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         except RubberbandError:
             raise
         except Exception as exc:
-            raise _trainer_error(exc, exp.trainer) from None
+            raise _trainer_error(exc, req.trainer) from None
     stop_time = session.stopped_at or time.time()
     took = stop_time - t_start
+    if measurement.plan is None:
+        raise ProviderError(f"profile: no stage ran on the {provider} cluster; nothing was measured")
     ledger = ledger_from_events(measurement.plan, session.read_events(), t_start, stop_time, [(0.0, took)])
     cost = ledger.cost_usd(now=took)
     instance_s = sum(rec.lifetime_s(took) for rec in ledger.instances.values())
@@ -520,7 +530,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
 
     estimates = {m: _estimate(durations[m], req.iters) for m in req.gpu_counts if m in durations}
     startup_all = [s for _, startup in estimates.values() for s in startup]
-    entries = {
+    entries: dict[str, Any] = {
         "iter_latency_s": {m: to_profile_entry(iter_samples) for m, (iter_samples, _) in estimates.items()},
         "trial_startup_s": to_profile_entry(startup_all),
         "sync_s": to_profile_entry(sync),
@@ -541,7 +551,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     per_gpus = tuple(GpuCountResult(m, parse_distribution(entries["iter_latency_s"][m]["fitted"], f"iter_latency_s.{m}"),
                                     tuple(iter_samples), tuple(startup), done_repeats[m])
                      for m, (iter_samples, startup) in estimates.items())
-    trainer_name = exp.trainer.split(":")[-1]
+    trainer_name = req.trainer.split(":")[-1]
     now = dt.datetime.now(dt.timezone.utc)
     profile_doc: dict[str, Any] = {
         "name": exp.model.name,
@@ -592,7 +602,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         _write_yaml(cloud_path, header, overrides)
 
     result = ProfileResult(
-        experiment=exp.name, provider=provider, instance_type=cloud.instance_type, trainer=exp.trainer,
+        experiment=exp.name, provider=provider, instance_type=cloud.instance_type, trainer=req.trainer,
         per_gpus=per_gpus, trial_startup_s=fitted["trial_startup_s"], sync_s=fitted["sync_s"],
         provision_latency_s=fitted["provision_latency_s"], init_latency_s=fitted["init_latency_s"], samples=samples, seconds=took,
         cost_usd=cost, instance_seconds=instance_s, price_usd_per_hour=cloud.hourly_usd, iters=req.iters,
@@ -615,7 +625,7 @@ def output_paths(name: str, instance_type: str, out: str | Path | None = None,
     out_path = Path(out) if out else Path(runs_dir) / "profiles" / f"{name}_{instance_type}.yaml"
     if cloud_out is False:
         return out_path, None
-    if cloud_out in (None, True):
+    if cloud_out is None or cloud_out is True:
         return out_path, out_path.with_name(out_path.stem + ".cloud.yaml")
     return out_path, Path(cloud_out)
 

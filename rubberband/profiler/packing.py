@@ -154,7 +154,7 @@ def measure_packing(instance: str, gpus: int, trainer: Any, seed: int, configs: 
     k: int | None = 1
     while k is not None:
         pg = placement_group([{"GPU": 1, instance: 0.001}] * gpus, strategy="STRICT_PACK")
-        actors = []
+        actors: list[Any] = []     # Ray's stubs type an actor class's handles loosely
         try:
             ray.get(pg.ready(), timeout=timeout_s)
             cls = ray.remote(num_cpus=0, num_gpus=1 / k, max_restarts=0)(PackedWorker)

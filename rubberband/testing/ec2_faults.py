@@ -90,7 +90,7 @@ class Ec2FaultProxy:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> Ec2FaultProxy:
         self._thread.start()

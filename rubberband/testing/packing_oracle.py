@@ -31,7 +31,7 @@ def most_packed(demands: dict[Hashable, PackedDemand], nodes: Sequence[GpuNode])
     need = [unit // d.trials_per_gpu for d in trials]
     gpus = [(i, g) for i, n in enumerate(nodes) for g in range(n.gpus)]
     compute = [unit] * len(gpus)
-    mem = [nodes[i].gpu_memory_gb if nodes[i].gpu_memory_gb is not None else math.inf for i, _ in gpus]
+    mem = [math.inf if (m := nodes[i].gpu_memory_gb) is None else m for i, _ in gpus]
     cpu = [n.vcpus if n.vcpus is not None else math.inf for n in nodes]
     capacity = unit * len(gpus)
     left = [sum(need[j:]) for j in range(len(trials) + 1)]

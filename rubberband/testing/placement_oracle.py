@@ -44,7 +44,7 @@ def best(trials: Sequence[Hashable], demands: dict, nodes: Sequence[tuple[Hashab
     free = dict(nodes)
     fixed_whole, used0 = set(), set()
     for t in reserved:
-        for n, _ in previous.slots(t):
+        for n, _ in (previous or Placement()).slots(t):
             free[n] -= 1
             used0.add(n)
             if demands[t] > g:

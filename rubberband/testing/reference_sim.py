@@ -85,7 +85,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     held_per_stage: list[int] = []
     nodes = {"SCALE": 0, "INIT_INSTANCE": 0, "TRAIN": 0, "SYNC": 0}
 
-    def release(count: int) -> float:
+    def release(count: int, cloud: CloudProfile) -> float:
         usd = 0.0
         for _ in range(count):
             launched = alive.pop()   # the most recently launched goes first
@@ -96,7 +96,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
 
     for i, stage in enumerate(spec.stages):
         if clouds[i].instance_type != cloud.instance_type:
-            compute += release(len(alive))      # a new type: nothing carries over
+            compute += release(len(alive), cloud)      # a new type: nothing carries over
             cloud = clouds[i]
         G = cloud.gpus_per_instance
         usd_per_s = cloud.hourly_usd / 3600.0
@@ -115,7 +115,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
 
         # Scale down happens at the previous SYNC, i.e. now.
         if held < len(alive):
-            compute += release(len(alive) - held)
+            compute += release(len(alive) - held, cloud)
         if held > len(alive):
             new = held - len(alive)
             nodes["SCALE"] += 1
@@ -142,7 +142,7 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         durations_per_stage.append(now - stage_start)
         held_per_stage.append(held)
 
-    compute += release(len(alive))
+    compute += release(len(alive), cloud)
     return ReferenceRun(now, compute, data, tuple(durations_per_stage), tuple(held_per_stage), launches, nodes)
 
 
