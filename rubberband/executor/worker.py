@@ -146,7 +146,7 @@ class DDPWorker:
         B = int(self.trainer.global_batch_size)
         if B % self.world:
             raise SpecError(f"global_batch_size: {B} is not divisible by {self.world} workers; use a multiple")
-        sampler = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank, shuffle=True,
+        sampler: DistributedSampler[Any] = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank, shuffle=True,
                                      seed=self.seed, drop_last=True)
         generator = torch.Generator().manual_seed(self.seed)
         while True:
