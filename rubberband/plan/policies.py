@@ -26,6 +26,7 @@ from rubberband.plan.search import (
 )
 from rubberband.plan.table import StageTable
 from rubberband.schema import did_you_mean
+from rubberband.simulator.result import SimResult
 
 MAX_FULL_SIMULATIONS = 200
 
@@ -64,7 +65,8 @@ def get_policy(name: str) -> PolicyFn:
     return POLICIES[name]
 
 
-def _candidate(table: StageTable, allocation, instances=None, note: str = "") -> Candidate:
+def _candidate(table: StageTable, allocation: Sequence[int], instances: Sequence[int] | None = None,
+               note: str = "") -> Candidate:
     allocation = tuple(int(a) for a in allocation)
     if instances is None:
         instances = tuple(table.need(i, a) for i, a in enumerate(allocation))
@@ -94,7 +96,7 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     if confidence is None:
         pool = [c for c in pool if c.jct_s <= deadline_s + eps]
 
-    def meets(result) -> bool:
+    def meets(result: SimResult) -> bool:
         return result.mean_jct_s <= deadline_s + eps if confidence is None else result.p_meet(deadline_s) >= confidence
 
     best = None
@@ -143,13 +145,14 @@ def plan_floor(table: StageTable, allocation: Sequence[int], held: Sequence[int]
     return total
 
 
-def stage_launches(table: StageTable, allocation: Sequence[int], held: Sequence[int]) -> list[tuple]:
+def stage_launches(table: StageTable, allocation: Sequence[int], held: Sequence[int]) -> list[tuple[Any, ...]]:
     """Per stage of a plan: ``(StageTable, stage, allocation, new instances)`` — what the stage
     launches beyond what it keeps of the stage before (``StageTable.stage``'s ``Δ``), or of the
     instances held at the start. A ``VariantTable`` decodes its keys (``VariantTable.launches``)."""
     own = getattr(table, "launches", None)
     if own is not None:
-        return own(allocation, held)
+        launches: list[tuple[Any, ...]] = own(allocation, held)
+        return launches
     out, previous = [], table.start_state
     for i, (a, h) in enumerate(zip(allocation, held)):
         out.append((table, i, int(a), max(0, int(h) - int(table.previous_held(i, previous)))))
@@ -257,7 +260,7 @@ def static_candidates(table: StageTable, deadline_s: float = math.inf, cost_cap:
             for j, t, c in zip(rows, jct, cost) if c <= cost_cap * (1 + 1e-9)]
 
 
-def statics(table, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[Candidate]:
+def statics(table: StageTable, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list[Candidate]:
     """``static_candidates`` of a table, or of each unpacked variant of a ``VariantTable``."""
     own = getattr(table, "static_candidates", None)
     return own(deadline_s, cost_cap) if own is not None else static_candidates(table, deadline_s, cost_cap)
