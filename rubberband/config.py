@@ -280,7 +280,7 @@ def measured_gpu_model(model: ModelProfile, catalog: CloudCatalog) -> str | None
     """The GPU model a profile was measured on, where it says (``measured_on.gpu_model``, or
     the catalog's entry for ``measured_on.instance_type``)."""
     measured = model.measured_on or {}
-    gpu = measured.get("gpu_model") or catalog.types.get(measured.get("instance_type"), {}).get("gpu_model")
+    gpu = measured.get("gpu_model") or catalog.types.get(measured.get("instance_type", ""), {}).get("gpu_model")
     return str(gpu) if gpu is not None else None
 
 
@@ -325,7 +325,8 @@ def _model_for_type(models: dict[str | None, ModelProfile], catalog: CloudCatalo
     """The profile an experiment's own instance type runs by (the first one under ``auto``)."""
     if None in models or instance_type == "auto" or instance_type not in catalog.types:
         return next(iter(models.values()))
-    return model_of(models, catalog.get(instance_type), "cloud.instance_type")
+    typed = {gpu: m for gpu, m in models.items() if gpu is not None}      # None is not in models here
+    return model_of(typed, catalog.get(instance_type), "cloud.instance_type")
 
 
 def _confidence(value: Any) -> float | None:

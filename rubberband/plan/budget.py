@@ -28,14 +28,18 @@ the plan returned always satisfies the constraint.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.plan.compile import compile_plan
 from rubberband.plan.plan import Plan
+from rubberband.profiles.cloud import CloudCatalog, CloudProfile
+from rubberband.profiles.model import ModelProfile
+from rubberband.spec.experiment import ExperimentSpec
 from rubberband.units import format_duration, format_usd
 
 # The bracket [lo, hi] on the deadline is narrowed until hi - lo <= TOLERANCE * lo: then the
@@ -66,8 +70,9 @@ def budget_cost(plan: Plan, confidence: float | None = None) -> float:
     return float(costs[max(0, math.ceil(confidence * len(costs) - 1e-9) - 1)])
 
 
-def plan_for_budget(spec, model, cloud, budget_usd: float, confidence: float | None = None,
-                    deadline_s: float | None = None, field: str = "budget_usd", **compile_kwargs) -> Plan:
+def plan_for_budget(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
+                    cloud: CloudProfile | CloudCatalog, budget_usd: float, confidence: float | None = None,
+                    deadline_s: float | None = None, field: str = "budget_usd", **compile_kwargs: Any) -> Plan:
     """The plan with the shortest mean JCT whose cost stays within ``budget_usd``.
 
     Args:
@@ -110,7 +115,7 @@ def within_budget(planner: Callable[[float], Plan], budget_usd: float, confidenc
         raise SpecError(f"{field}: expected a positive amount of dollars, e.g. 50, got {budget_usd!r}")
     if confidence is not None and not 0 < confidence < 1:
         raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
-    probes: list[dict] = []
+    probes: list[dict[str, Any]] = []
 
     def probe(d: float) -> Plan | None:
         """The planner's plan at deadline ``d`` if it is within the budget, else ``None``."""
