@@ -272,7 +272,7 @@ class PositionSchedule:
     def noticed(self, start: np.ndarray, down: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Whether an incarnation launched at ``start`` and reclaimed at ``down`` was noticed (or,
         with no notice, reclaimed) before ``t``: its replacement was requested by then."""
-        return np.maximum(down - self.notice_s, start) < t
+        return np.asarray(np.maximum(down - self.notice_s, start) < t)
 
     def _usable(self, up: np.ndarray, down: np.ndarray) -> np.ndarray:
         """When work may start on an incarnation ready at ``up`` and reclaimed at ``down``:
@@ -316,7 +316,7 @@ class PositionSchedule:
 
     def ready(self, k: int, flat: np.ndarray) -> np.ndarray:
         """When incarnation ``k`` of the pairs ``flat`` (drawn already) is ready: its INIT's end."""
-        return self.ready0.ravel()[flat] if k == 0 else self._later[k - 1][4][flat]
+        return np.asarray(self.ready0.ravel()[flat] if k == 0 else self._later[k - 1][4][flat])
 
     def _fill(self, k: int, flat: np.ndarray, prev_start: np.ndarray, prev_up: np.ndarray, prev_down: np.ndarray) -> None:
         """Draw incarnation ``k`` of pairs ``flat``, which replaces the one reclaimed at ``prev_down``."""
