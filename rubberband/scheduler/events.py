@@ -260,7 +260,7 @@ class SafetySwitch:
         return (f"safety net: {slack} slack < {format_duration(self.needed_s)} needed; "
                 f"{stages} move to on-demand")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "line": self.line()}
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from rubberband.errors import InfeasibleDeadlineError
 from rubberband.plan import compile_plan, plan_allocation
@@ -50,6 +51,7 @@ from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator import HeldInstances, simulate
+from rubberband.simulator.result import SimResult
 from rubberband.spec.experiment import ExperimentSpec
 
 PRIOR_WEIGHT = 4.0          # the profile counts as this many TRAINs
@@ -87,7 +89,7 @@ class Replan:
                 f"{','.join(map(str, self.old_allocation))}→{','.join(map(str, self.new_allocation))} GPUs, "
                 f"{sign}${abs(self.cost_delta_usd):.2f}, P(meet) {self.p_meet:.2f} ({self.reason})")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "line": self.line()}
 
 
@@ -125,13 +127,13 @@ class Replanner:
         return self.model.replace(iter_latency_s={g: d.with_moments(d.mean * c, d.std * c)
                                                   for g, d in self.model.iter_latency_s.items()})
 
-    def _meets(self, result, remaining_s: float) -> bool:
+    def _meets(self, result: SimResult, remaining_s: float) -> bool:
         if self.plan.confidence is None:
             return result.mean_jct_s <= remaining_s
         return result.p_meet(remaining_s) >= self.plan.confidence
 
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
-               spot: list[int], market: Market | None = None, trigger: str = "sync",
+               spot: list[int], market: Market | str | None = None, trigger: str = "sync",
                types: list[str] | None = None, packing: list[int] | None = None) -> tuple[Plan, Replan] | None:
         """At the SYNC ending stage ``sync`` (at ``now``), the plan of stages ``sync+1..`` to
         switch to, with its ``Replan`` record, or ``None`` to keep the current one; ``market``

@@ -63,8 +63,10 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
+from rubberband.profiles.distributions import Distribution
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.model import billed_seconds, list_schedule
+from rubberband.spec.experiment import ExperimentSpec
 from rubberband.units import format_usd
 
 REPLACEMENTS = 2.0        # the slack must cover this many replacement delays (SCALE + INIT)
@@ -84,7 +86,7 @@ class SafetyNet:
         self.needed_s = replacements * self.scale_s
         self.sync_s = model.sync_s.mean
 
-    def latency(self, gpus: int, trials_per_gpu: int = 1):
+    def latency(self, gpus: int, trials_per_gpu: int = 1) -> Distribution:
         """Seconds per iteration of a trial on ``gpus`` GPUs, or packed ``trials_per_gpu`` to a GPU."""
         return self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
 
@@ -155,7 +157,7 @@ class Budget:
         return sum(self.hourly(m, t) for m, t in held) / 3600.0
 
 
-def cheapest_run_usd(spec, model: ModelProfile, cloud: CloudProfile) -> float:
+def cheapest_run_usd(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile) -> float:
     """A lower bound on what any run of ``spec`` costs: every trial's iterations of every stage
     on the GPU count that needs the fewest GPU-seconds for them (at the profile's mean
     latency), at the cheapest market's price per GPU-second, plus one instance's minimum
@@ -168,7 +170,7 @@ def cheapest_run_usd(spec, model: ModelProfile, cloud: CloudProfile) -> float:
     return iters * gpu_s_per_iter * per_gpu_s + minimum
 
 
-def check_budget(budget_usd: float, spec, model: ModelProfile, cloud: CloudProfile) -> float:
+def check_budget(budget_usd: float, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile) -> float:
     """``--budget`` must be positive and at least ``cheapest_run_usd``.
 
     Raises:
