@@ -109,13 +109,13 @@ class Normal(Distribution):
             return np.full(size, float(self.mu))
         return np.asarray(np.maximum(rng.normal(self.mu, self.sigma, size), 0.0))
 
-    def from_standard_normal(self, z, out=None):
+    def from_standard_normal(self, z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``max(mu + sigma * z, 0)``: numpy's ``Generator.normal(mu, sigma)`` is ``mu + sigma *
         standard_normal()`` in that order, so these are ``sample``'s numbers to the bit (and
         ``mu`` when ``sigma`` is 0)."""
         out = np.multiply(z, self.sigma, out=out)
         out += self.mu
-        return np.maximum(out, 0.0, out=out)
+        return np.asarray(np.maximum(out, 0.0, out=out))
 
     @property
     def mean(self) -> float:

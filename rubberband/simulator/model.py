@@ -167,7 +167,7 @@ def _trials_per_gpu(index: int, k: object, m: int, model: ModelProfile, cloud: C
     return k
 
 
-def _shares_normals(latency, startup) -> bool:
+def _shares_normals(latency: Distribution, startup: Distribution) -> bool:
     """Whether TRAIN durations are a non-decreasing transform of the stage's standard normals
     alone: a latency computed from them (``Distribution.from_standard_normal``), a constant start-up."""
     return startup.is_constant and latency.from_standard_normal(np.zeros(1)) is not None
@@ -190,6 +190,7 @@ class StageDraws:
         self.seed, self.stage, self.samples = int(seed), int(stage), int(samples)
         self._cache: dict[tuple[Any, ...], np.ndarray] = {}
         self._parts: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray | float]] = {}
+        self._stats: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def _rng(self, component: int) -> np.random.Generator:
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=(self.stage, component))))
@@ -264,9 +265,10 @@ class StageDraws:
         trial order, as numpy's ``sum(axis=0)`` does (the test checks it to the bit).
         """
         key = ("stats", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
-        if key not in self._cache:
-            self._cache[key] = tuple(_frozen(s) for s in self._train_stats(model, shape))
-        return self._cache[key]
+        if key not in self._stats:
+            longest, total = self._train_stats(model, shape)
+            self._stats[key] = (_frozen(longest), _frozen(total))
+        return self._stats[key]
 
     def _train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
         dist, startup = iter_latency(model, shape), model.trial_startup_s
@@ -299,7 +301,7 @@ class StageDraws:
         key = ("longest", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
         if key not in self._cache:
             dist, startup = iter_latency(model, shape), model.trial_startup_s
-            stats = self._cache.get(("stats", *key[1:]))
+            stats = self._stats.get(("stats", *key[1:]))
             known = stats is not None or ("train", *key[1:]) in self._cache
             if known or not _shares_normals(dist, startup):
                 longest = self.train_stats(model, shape)[0]
@@ -307,7 +309,7 @@ class StageDraws:
                 zkey = ("largest", _TRAIN, shape.num_trials)
                 if zkey not in self._cache:
                     self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.num_trials).max(axis=0))
-                longest = dist.from_standard_normal(self._cache[zkey])
+                longest = np.asarray(dist.from_standard_normal(self._cache[zkey]))
                 longest *= shape.iters
                 longest += startup.mean
                 _frozen(longest)
