@@ -7,13 +7,14 @@ import functools
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 
-from rubberband.config import Experiment, load_experiment
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel
+from rubberband.request import Overrides, Request, resolve
 from rubberband.schema import jsonable
-from rubberband.units import format_duration, format_usd, parse_duration
+from rubberband.units import format_duration, format_usd
 
 # name -> (help, add_arguments, run); filled by the modules below via `command`.
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -95,9 +96,19 @@ def measured_args(p: argparse.ArgumentParser) -> None:
                         "(e.g. runs/profiles/<name>.cloud.yaml from `profile`)")
 
 
-def load_experiment_args(args: argparse.Namespace) -> Experiment:
-    """The experiment named on the command line, with the measured files of ``measured_args``."""
-    return load_experiment(args.experiment, model_profile=args.model_profile, cloud_overrides=args.cloud_overrides)
+def resolve_args(args: argparse.Namespace, **extra) -> Request:
+    """The experiment named on the command line, resolved with the command's flags (``extra``:
+    values the command parsed itself, e.g. ``allocation``)."""
+    return resolve(args.experiment, Overrides.of({**vars(args), **extra}))
+
+
+def print_warnings(source, besides=None) -> None:
+    """Print a request's (or a plan's) warnings as ``warning: ...`` lines on stderr, but those
+    already printed from ``besides`` (the request a plan came from)."""
+    done = set(besides.warnings) if besides is not None else set()
+    for warning in dict.fromkeys(source.warnings):
+        if warning not in done:
+            print(f"warning: {warning}", file=sys.stderr)
 
 
 def int_list(text: str, field: str, what: str = "whole numbers such as 32,20,12,8") -> list[int]:
@@ -109,19 +120,6 @@ def int_list(text: str, field: str, what: str = "whole numbers such as 32,20,12,
     if not values:
         raise SpecError(f"{field}: expected comma-separated {what}, got {text!r}")
     return values
-
-
-def deadline_arg(args: argparse.Namespace, exp: Experiment) -> float | None:
-    if getattr(args, "deadline", None) is not None:
-        return parse_duration(args.deadline, "--deadline")
-    return exp.deadline_s
-
-
-def cloud_for_args(exp: Experiment, instance_type: str | None):
-    name = instance_type or exp.instance_type
-    if name == "auto":
-        raise SpecError("--instance-type: `auto` is for `plan`; name one instance type to simulate")
-    return exp.cloud_for(name)
 
 
 def stage_cost_footnote(cloud, column: str) -> str:

@@ -9,18 +9,18 @@ import time
 
 from rubberband.cli.common import (
     command,
-    deadline_arg,
     emit,
     experiment_arg,
-    load_experiment_args,
     measured_args,
     output_path,
+    print_warnings,
+    resolve_args,
     stage_cost_footnote,
     summary_line,
 )
-from rubberband.config import Experiment
-from rubberband.errors import InfeasibleDeadlineError, SpecError
+from rubberband.errors import InfeasibleDeadlineError
 from rubberband.render import render
+from rubberband.request import Request, plan_request
 from rubberband.units import format_duration, format_usd
 
 
@@ -85,61 +85,12 @@ class ProgressLine:
             self.stream.flush()
 
 
-def plan_from_args(args: argparse.Namespace, exp: Experiment, confidence: float | None = None, compare: bool = True,
-                   budget_usd: float | None = None):
-    """Plan an experiment with the CLI's overrides; compare every policy unless ``compare`` is off.
-
-    ``confidence``, when given, replaces the one of the command line and the experiment.
-    ``budget_usd``: plan the shortest mean JCT within it instead (``plan_for_budget``; the
-    confidence is the budget's), meeting the deadline only if ``--deadline`` names one.
-    """
-    from rubberband.plan import compile_plan
-    from rubberband.profiles.cloud import Market
-
-    deadline = deadline_arg(args, exp)
-    if budget_usd is not None and getattr(args, "deadline", None) is None:
-        deadline = None          # the budget decides; the experiment's deadline is not a promise here
-    elif deadline is None:
-        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
-    instance_type = getattr(args, "instance_type", None) or exp.instance_type
-    market = getattr(args, "market", None) or exp.market
-    if market != "auto":
-        market = Market(market)
-    if market != exp.market:
-        from dataclasses import replace
-
-        exp = replace(exp, market=market)
-    cloud = exp.catalog.with_overrides(exp.cloud_overrides)    # the catalog says what the profile was measured on
-    if confidence is None:
-        confidence = args.confidence if getattr(args, "confidence", None) is not None else exp.confidence
-    samples = args.samples if getattr(args, "samples", None) is not None else exp.samples
+def plan_from_args(args: argparse.Namespace, req: Request, confidence: float | None | str = "request",
+                   compare: bool = True):
+    """Plan the resolved request (``plan_request``) with a progress line on a terminal;
+    ``confidence``, when given, replaces the request's."""
     with ProgressLine(args) as progress:
-        kwargs = dict(policy=getattr(args, "policy", None) or exp.policy, samples=samples,
-                      seed=args.seed if getattr(args, "seed", None) is not None else exp.seed,
-                      instance_type=instance_type, market=market, progress=progress)
-        if getattr(args, "zone", None) is not None:
-            from rubberband.plan.zones import plan_zones
-
-            zones = None if args.zone.strip() == "auto" else [z.strip() for z in args.zone.split(",") if z.strip()]
-            if zones == []:     # an empty list would otherwise read as every zone
-                raise SpecError(f"--zone: {args.zone!r} names no zone; give auto for every zone of the region, "
-                                "or zones such as us-west-2a,us-west-2b")
-            if market == Market.ON_DEMAND and getattr(args, "market", None) is None:
-                kwargs["market"] = Market.SPOT       # zones differ in their spot markets; keep an experiment's spot or auto
-            if budget_usd is not None:
-                from rubberband.plan.budget import within_budget
-
-                return within_budget(lambda d: plan_zones(exp.spec, exp.model_for_planning, cloud, d, zones, **kwargs),
-                                     budget_usd, confidence, deadline, field="--budget")
-            return plan_zones(exp.spec, exp.model_for_planning, cloud, deadline, zones, confidence=confidence,
-                              compare=compare, **kwargs)
-        if budget_usd is not None:
-            from rubberband.plan.budget import plan_for_budget
-
-            return plan_for_budget(exp.spec, exp.model_for_planning, cloud, budget_usd, confidence, deadline,
-                                   field="--budget", **kwargs)
-        return compile_plan(exp.spec, exp.model_for_planning, cloud, deadline, confidence=confidence, compare=compare,
-                            **kwargs)
+        return plan_request(req, confidence=confidence, compare=compare, progress=progress)
 
 
 # Below this chance of meeting the deadline, `plan` shows what a surer plan would cost.
@@ -147,7 +98,7 @@ LOW_P_MEET = 0.8
 SURER_CONFIDENCE = 0.9
 
 
-def confidence_note(args: argparse.Namespace, exp: Experiment, plan) -> str | None:
+def confidence_note(args: argparse.Namespace, req: Request, plan) -> str | None:
     """One line when a mean-constrained plan often misses its deadline, with the cost of a surer one.
 
     The paper's constraint (mean JCT <= deadline) stays the default, but the cheapest plan
@@ -158,7 +109,7 @@ def confidence_note(args: argparse.Namespace, exp: Experiment, plan) -> str | No
         return None
     head = f"note: this plan meets the {format_duration(plan.deadline_s)} deadline in only {p_meet:.0%} of samples"
     try:
-        surer = plan_from_args(args, exp, confidence=SURER_CONFIDENCE, compare=False)
+        surer = plan_from_args(args, req, confidence=SURER_CONFIDENCE, compare=False)
     except InfeasibleDeadlineError:
         return f"{head}; no plan meets it with --confidence {SURER_CONFIDENCE:g}"
     cost = surer.predicted.mean_cost_usd
@@ -210,13 +161,15 @@ def plan_table(plan) -> str:
 def considered_table(plan) -> str:
     chosen = plan.predicted.mean_cost_usd
     with_market = any("market" in c for c in plan.considered)
+    # The chosen row: the one marked chosen among markets weighed, else the chosen policy on the chosen type.
+    by_market = any(str(c.get("market", "")).startswith("chosen") for c in plan.considered)
     rows = []
     for c in plan.considered:
         market = [c.get("market", "")] if with_market else []
         if "infeasible" in c:
             rows.append([c["policy"], c["instance_type"], *market, "-", "infeasible", "-", "-", "-", "-", ""])
             continue
-        if with_market:
+        if by_market:
             mark = "*" if str(c.get("market", "")).startswith("chosen") else ""
         else:
             mark = "*" if (c["policy"].split(",")[0] == plan.policy
@@ -240,11 +193,11 @@ def considered_table(plan) -> str:
 
 def plan_cmd(args: argparse.Namespace) -> int:
     output_path(args.out, "--out", "plan.json")
-    exp = load_experiment_args(args)
-    plan = plan_from_args(args, exp, budget_usd=args.budget)
-    for warning in plan.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    note = confidence_note(args, exp, plan) if args.budget is None else None
+    req = resolve_args(args)
+    print_warnings(req)
+    plan = plan_from_args(args, req)
+    print_warnings(plan, req)
+    note = confidence_note(args, req, plan) if args.budget is None else None
     text = [plan_table(plan), "", summary_line(plan.predicted, plan.deadline_s)]
     if args.budget is not None:
         from rubberband.cli.budget_view import budget_line, probes_table
@@ -261,7 +214,7 @@ def plan_cmd(args: argparse.Namespace) -> int:
     payload["predicted"].pop("cost_usd")
     if note:
         payload["note"] = note
-    emit(args, {"experiment": exp.name, **payload}, "\n".join(text))
+    emit(args, {"experiment": req.name, **payload}, "\n".join(text))
     return 0
 
 

@@ -7,12 +7,12 @@ import math
 
 from rubberband.cli.common import (
     command,
-    deadline_arg,
     emit,
     experiment_arg,
     int_list,
-    load_experiment_args,
     measured_args,
+    print_warnings,
+    resolve_args,
     summary_line,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
@@ -72,10 +72,13 @@ def run_cmd(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, raise_interrupt)   # SIGTERM cleans up like Ctrl-C
 
-    exp = load_experiment_args(args)
+    provider = providers.get(args.provider, "--provider")     # an unknown provider is named first
+    refuse_plan_conflicts(args)
+    # The budget of a run that plans nothing caps its spending only: it plans no deadline away.
+    req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget)
+    exp = req.experiment
     if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
-    provider = providers.get(args.provider, "--provider")
     cluster = providers.cluster_yaml_for(provider, args.cluster, exp.cluster)
     if args.launch_attempts < 1:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
@@ -88,17 +91,11 @@ def run_cmd(args: argparse.Namespace) -> int:
         if args.provider == "sim":
             raise SpecError("--latency-scale: a rehearsal draws its latencies from the cloud profile; "
                             "drop it, or use --truth-cloud to change them")
-    if args.budget is not None and (not args.budget > 0 or not math.isfinite(args.budget)):
-        raise SpecError(f"--budget: expected a positive amount of dollars, e.g. 50, got {args.budget}")
     for dest in ("truth_model", "truth_cloud"):
         # Read them now: a wrong path is known before planning, not after the plan table.
         if getattr(args, dest, None) is not None:
             load_yaml(getattr(args, dest), f"--{dest.replace('_', '-')}")
-    planning = [f for f, v in (("--market", args.market), ("--confidence", args.confidence),
-                               ("--instance-type", args.instance_type)) if v is not None]
-    if planning and (args.plan or args.allocation):
-        raise SpecError(f"{planning[0]}: only used when run plans the job; drop it, or drop "
-                        f"{'--plan' if args.plan else '--allocation'} and let run plan")
+    print_warnings(req)
     if args.plan:
         from rubberband.plan.plan import check_plan
 
@@ -109,18 +106,18 @@ def run_cmd(args: argparse.Namespace) -> int:
             raise SpecError(f"--plan: cannot read a plan from {args.plan!r}: {getattr(exc, 'strerror', None) or exc}") from None
         # A plan file is user input: check it against the experiment and predict it again.
         try:
-            plan = check_plan(Plan.from_json(text), exp.spec, exp.model_for_planning,
-                              exp.catalog.with_overrides(exp.cloud_overrides), samples=args.samples or exp.samples)
+            plan = check_plan(Plan.from_json(text), req.spec, req.models, req.catalog, samples=req.samples)
         except SpecError as exc:
             raise SpecError(f"--plan {args.plan}: {exc}") from None
     elif args.allocation:
         from rubberband.plan import plan_allocation
 
-        plan = plan_allocation(exp.spec, int_list(args.allocation, "--allocation"), exp.model, exp.cloud,
-                               deadline_arg(args, exp) or float("inf"), samples=args.samples or exp.samples, seed=exp.seed)
+        plan = plan_allocation(req.spec, int_list(args.allocation, "--allocation"), exp.model, req.cloud,
+                               req.deadline_s or float("inf"), samples=req.samples, seed=req.seed)
     else:
         # With --budget, plan for it as `plan --budget` does (below the cheapest plan: its error).
-        plan = plan_from_args(args, exp, budget_usd=args.budget)
+        plan = plan_from_args(args, req)
+    print_warnings(plan, req)
     if not args.json:
         print(plan_table(plan))
         print(summary_line(plan.predicted, plan.deadline_s))
@@ -134,7 +131,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
-                     seed=args.seed if args.seed is not None else exp.seed, runs_dir=args.runs_dir,
+                     seed=req.seed, runs_dir=args.runs_dir,
                      latency_scale=1.0 if args.latency_scale is None else args.latency_scale,
                      on_event=None if args.json else progress_printer(),
                      cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
@@ -144,6 +141,31 @@ def run_cmd(args: argparse.Namespace) -> int:
                      safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget)
     emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
     return EXIT_BUDGET if result.loop.get("stopped") else 0
+
+
+# Flags that only planning reads: with --plan (a plan made already) or --allocation (one given),
+# each would be silently ignored, so each is refused (--budget stays: a run keeps it as a hard cap).
+PLANNING_FLAGS = {
+    "--plan": ("deadline", "policy", "samples", "market", "confidence", "instance_type", "allocation"),
+    "--allocation": ("policy", "market", "confidence", "instance_type"),
+}
+
+
+def refuse_plan_conflicts(args: argparse.Namespace) -> None:
+    """One line for a planning flag given with ``--plan`` or ``--allocation``, which plan nothing.
+
+    Raises:
+        SpecError: naming the flag, what it conflicts with, and the fix.
+    """
+    for given, dests in PLANNING_FLAGS.items():
+        if getattr(args, given[2:]) is None:
+            continue
+        for dest in dests:
+            if getattr(args, dest, None) is not None:
+                flag = "--" + dest.replace("_", "-")
+                raise SpecError(f"{flag}: only used when run plans the job, and {given} "
+                                f"{'runs a plan made already' if given == '--plan' else 'gives the allocation'}; "
+                                f"drop {flag}, or drop {given} and let run plan")
 
 
 run_cmd.arguments = _run_args  # type: ignore[attr-defined]

@@ -6,15 +6,14 @@ import argparse
 import math
 
 from rubberband.cli.common import (
-    cloud_for_args,
     command,
-    deadline_arg,
     emit,
     experiment_arg,
     int_list,
-    load_experiment_args,
     measured_args,
     output_path,
+    print_warnings,
+    resolve_args,
     stage_cost_footnote,
     summary_line,
 )
@@ -53,22 +52,25 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     if args.gantt_run and not args.gantt:
         raise SpecError("--gantt-run: it picks the run --gantt draws; add --gantt PNG")
     run = args.gantt_run or "median"
-    exp = load_experiment_args(args)
-    deadline = deadline_arg(args, exp)
     types = _instance_types(args.instance_types) if args.instance_types else None
     if types and args.instance_type:
         raise SpecError("--instance-types: give either --instance-type (one type) or --instance-types (one per stage)")
-    cloud = {t: exp.cloud_for(t) for t in types} if types else cloud_for_args(exp, args.instance_type)
-    first = cloud[types[0]] if types else cloud
     allocation = int_list(args.allocation, "--allocation")
     instances = int_list(args.instances, "--instances") if args.instances else None
     spot = int_list(args.spot_instances, "--spot-instances") if args.spot_instances else None
     packing = int_list(args.trials_per_gpu, "--trials-per-gpu") if args.trials_per_gpu else None
-    samples = args.samples if args.samples is not None else exp.samples
-    seed = args.seed if args.seed is not None else exp.seed
+    req = resolve_args(args, allocation=tuple(allocation), instances=tuple(instances) if instances else None,
+                       trials_per_gpu=tuple(packing) if packing else None,
+                       instance_type=types[0] if types else args.instance_type)
+    print_warnings(req)
+    exp, deadline, samples, seed = req.experiment, req.deadline_s, req.samples, req.seed
+    if req.auto_instance_type:
+        raise SpecError("--instance-type: `auto` is for `plan`; name one instance type to simulate")
+    cloud = {t: req.cloud_for(t) for t in types} if types else req.cloud
+    first = cloud[types[0]] if types else cloud
     plan = dict(instances=instances, spot_instances=spot, trials_per_gpu=packing, instance_types=types)
     # One profile per GPU model, when the experiment has several: each stage runs by its type's.
-    model = exp.model_for_planning
+    model = req.models
     result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, **plan)
     on_spot = any(s.spot_instances for s in result.stages)
     packed = any(k > 1 for k in result.trials_per_gpu)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from rubberband.cli.common import command, emit, experiment_arg
-from rubberband.config import Experiment, load_experiment
+from rubberband.cli.common import command, emit, experiment_arg, print_warnings, resolve_args
+from rubberband.config import Experiment
 from rubberband.errors import SpecError
+from rubberband.profiles.cloud import Market
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
@@ -68,14 +69,30 @@ def check_trainer(exp: Experiment) -> None:
         raise SpecError(f"trainer: {exp.trainer!r} has no {', '.join(missing)}; subclass rubberband.Trainer")
 
 
+def spot_model(spot) -> str:
+    """A spot market's preemption model in a few words."""
+    notice = f", {spot.notice_s:g}s notice"
+    if spot.trace is not None:
+        return f"replayed availability trace of zone {spot.trace.zone}{notice}"
+    if spot.advisor is not None:
+        return f"Spot Advisor {spot.advisor} ({spot.rate_per_hour:g} reclaims/instance-h){notice}"
+    if spot.modelled:
+        return f"{spot.rate_per_hour:g} reclaims/instance-h{notice}"
+    return "none: spot instances are modelled as never reclaimed"
+
+
 def validate(args: argparse.Namespace) -> int:
-    exp = load_experiment(args.experiment)
+    req = resolve_args(args)
+    exp = req.experiment
+    print_warnings(req)
     if exp.cluster:
         check_cluster(exp)
     if exp.trainer:
         check_trainer(exp)
-    types = exp.catalog.instance_types if exp.auto_instance_type else [exp.instance_type]
-    clouds = [exp.cloud_for(t) for t in types]
+    clouds = [req.cloud_for(t) for t in req.types]
+    market = req.market if isinstance(req.market, str) else req.market.value
+    on_spot = req.market != Market.ON_DEMAND
+    zone = clouds[0].spot.trace.zone if on_spot and clouds[0].spot.trace is not None else None
     payload = {
         "name": exp.name,
         "stages": [{"num_trials": s.num_trials, "iters": s.iters} for s in exp.spec.stages],
@@ -84,8 +101,15 @@ def validate(args: argparse.Namespace) -> int:
         "model_profiles": {gpu: {"name": m.name, "gpu_counts": list(m.gpu_counts)} for gpu, m in exp.models.items()},
         "cloud": [c.to_dict() for c in clouds],
         "instance_type": exp.instance_type,
+        "market": market,
+        "confidence": req.confidence,
+        "spot_model": spot_model(clouds[0].spot) if on_spot else None,
+        "zone": zone,
         "deadline_s": exp.deadline_s,
         "policy": exp.policy,
+        "samples": req.samples,
+        "seed": req.seed,
+        "warnings": list(req.warnings),
         "trainer": exp.trainer,
         "search_space": exp.search_space,
         "metric": exp.metric,
@@ -101,10 +125,18 @@ def validate(args: argparse.Namespace) -> int:
         spot = f", spot {format_usd(c.spot_price_usd_per_hour)}/h" if c.spot_price_usd_per_hour is not None else ""
         lines.append(
             f"instance type  {c.instance_type} in {c.provider}/{c.region}: {c.gpus_per_instance}x {c.gpu_model or 'GPU'}, "
-            f"{format_usd(c.price_usd_per_hour)}/h on-demand{spot}, market {c.market.value}, billing {c.billing.model.value}"
+            f"{format_usd(c.price_usd_per_hour)}/h on-demand{spot}, billing {c.billing.model.value}"
         )
+    lines.append(f"market         {market}" + (" (spot or on-demand per stage)" if market == "auto" else ""))
+    if on_spot:
+        lines.append(f"spot model     {spot_model(clouds[0].spot)}")
+    if zone:
+        lines.append(f"zone           {zone}")
     if exp.deadline_s:
-        lines.append(f"deadline       {format_duration(exp.deadline_s)} ({exp.deadline_s:.0f}s)")
+        lines.append(f"deadline       {format_duration(exp.deadline_s)} ({exp.deadline_s:.0f}s)"
+                     + (f", P(meet) >= {req.confidence:g}" if req.confidence else ""))
+    elif req.confidence:
+        lines.append(f"confidence     {req.confidence:g}")
     lines.append(f"policy         {exp.policy}")
     if exp.trainer:
         lines.append(f"trainer        {exp.trainer}  (metric {exp.metric}, mode {exp.mode})")

@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 
-from rubberband.cli.common import command, emit, experiment_arg, floats, int_list, output_path
+from rubberband.cli.common import (
+    command,
+    emit,
+    experiment_arg,
+    floats,
+    int_list,
+    output_path,
+    print_warnings,
+)
 from rubberband.cli.plan_cmd import ProgressLine
-from rubberband.config import load_experiment
 from rubberband.errors import SpecError
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd, parse_duration
@@ -64,10 +71,14 @@ AXIS_COLUMNS = {
 
 def whatif_cmd(args: argparse.Namespace) -> int:
     from rubberband.plan import POLICIES, saving, whatif
+    from rubberband.request import Overrides, resolve
     from rubberband.units import parse_range
 
     output_path(args.plot, "--plot", "cost.png")
-    exp = load_experiment(args.experiment)
+    # The swept flags (--deadline, --market, --instance-type, --budget) are axes, not overrides.
+    req = resolve(args.experiment, Overrides(seed=args.seed))
+    print_warnings(req)
+    exp = req.experiment
     vary: dict[str, list] = {}
     deadline = exp.deadline_s
     if args.deadline is not None:
@@ -93,7 +104,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     if args.instance_type:
         vary["instance_type"] = [v.strip() for v in args.instance_type.split(",")]
         for v in vary["instance_type"]:
-            exp.cloud_for(v)
+            req.cloud_for(v)
     if args.straggler_std:
         vary["straggler_std"] = floats(args.straggler_std, "--straggler-std")
     if args.market:
@@ -121,14 +132,13 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     if deadline is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
-    base_type = exp.catalog.instance_types[0] if exp.auto_instance_type else exp.instance_type
     samples = args.samples if args.samples is not None else 200
-    seed = args.seed if args.seed is not None else exp.seed
-    cloud = exp.cloud_for(base_type)
+    cloud = req.cloud
     with ProgressLine(args) as progress:
-        scenarios = whatif(exp.spec, exp.model_for_planning, cloud, deadline, vary, policies, samples=samples, seed=seed,
-                           spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=exp.cloud_for,
-                           trace_file=cloud.spot.trace_file or _shipped_traces(exp), progress=progress)
+        scenarios = whatif(req.spec, req.models, cloud, deadline, vary, policies, samples=samples, seed=req.seed,
+                           spec_for_trials=exp.spec_with_trials if exp.sha else None, cloud_for_type=req.cloud_for,
+                           trace_file=cloud.spot.trace_file or _shipped_traces(exp), progress=progress,
+                           market=req.market, confidence=req.confidence)
     axes = list(vary)
     budgets = "budget_usd" in vary       # then each policy's column is its JCT, not its cost
     rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -99,16 +99,15 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
     if market is not None and not auto_market and not isinstance(market, Market):
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
     models = check_models(model, cloud) if isinstance(model, Mapping) else None
-    held = _held_type(held_at_start, cloud, instance_type)
-    caps = check_max_instances(max_instances, cloud)
+    job = _Job(spec, float(deadline_s), policy, samples, seed, confidence, progress,
+               _held_type(held_at_start, cloud, instance_type), check_max_instances(max_instances, cloud))
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
         catalog = cloud
         market = market or Market.ON_DEMAND
         if instance_type == "auto":
-            plan = _plan_auto(spec, models or _models_of(model, catalog), catalog, deadline_s, policy, samples, seed,
-                              confidence, market, compare, progress, held, caps)
+            plan = _plan_auto(job, models or _models_of(model, catalog), catalog, market, compare)
             return replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
                            + plan.warnings)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
@@ -121,32 +120,49 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                                 "add one to the cloud profile or plan on-demand")
             cloud = cloud.replace(market=market)
     model = model_of(models, cloud) if models is not None else model
-    plan = _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, market=market, progress=progress,
-                     held=held, caps=caps)
-    if compare and not auto_market:      # with markets, the considered plans are the markets weighed
-        plan = _with_considered(plan, [plan.summary()] + _other_policies(spec, model, cloud, deadline_s, policy,
-                                                                        samples, seed, confidence, held, caps))
+    plan = _plan_one(job, model, cloud, market=market)
+    if compare:      # with markets, the considered plans are the markets weighed, then the other policies on the chosen ones
+        plan = _with_considered(plan, ([] if auto_market else [plan.summary()]) + list(plan.considered if auto_market else ())
+                                + _other_policies(job, model, cloud, plan))
     return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
 
 
-def _plan_one(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table=None,
-              market: Market | str | None = None, progress: Progress | None = None,
-              cost_cap: float = math.inf, held: HeldInstances | None = None, caps: Caps = None) -> Plan | None:
-    """The plan on one type (or ``table``'s variants), on ``market``, from the instances
-    ``held`` at the start, with at most ``caps`` instances of a type (a ``table`` given has its own). With a finite ``cost_cap`` (a plan
-    in hand costs that much), only plans of surrogate cost under it are weighed: ``None`` when
-    there is none."""
+@dataclass(frozen=True)
+class _Job:
+    """What every plan of one ``compile_plan`` call shares: the job, its constraint and its
+    search settings (the private helpers take this instead of a long positional bundle)."""
+
+    spec: ExperimentSpec
+    deadline_s: float
+    policy: str
+    samples: int
+    seed: int
+    confidence: float | None
+    progress: Progress | None = None
+    held: HeldInstances | None = None
+    caps: Caps = None
+
+    def table(self, model: ModelProfile, cloud: CloudProfile) -> StageTable:
+        return StageTable(self.spec, model, cloud, samples=self.samples, seed=self.seed, held_at_start=self.held,
+                          max_instances=type_cap(self.caps, cloud))
+
+
+def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None = None, cost_cap: float = math.inf,
+              policy: str | None = None) -> Plan | None:
+    """The plan on one type (or ``table``'s variants), on ``market``, under ``policy`` (default the
+    job's). With a finite ``cost_cap`` (a plan in hand costs that much), only plans of surrogate
+    cost under it are weighed: ``None`` when there is none."""
+    policy = policy or job.policy
     if table is None and policy == "optimal" and packing_counts(model, cloud):
-        table = VariantTable(variant_tables(spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
-                                            else cloud, samples, seed, held=held, caps=caps), model)
+        table = VariantTable(variant_tables(job.spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
+                                            else cloud, job.samples, job.seed, held=job.held, caps=job.caps), model)
     if market == AUTO:
-        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, base=table,
-                            progress=progress, cost_cap=cost_cap, held=held, caps=caps)
-    table = table or StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held,
-                                max_instances=type_cap(caps, cloud))
+        return plan_markets(job.spec, model, cloud, job.deadline_s, policy, job.samples, job.seed, job.confidence,
+                            base=table, progress=job.progress, cost_cap=cost_cap, held=job.held, caps=job.caps)
+    table = table or job.table(model, cloud)
     if math.isfinite(cost_cap):
-        return cheaper_plan(table, deadline_s, policy, confidence, cost_cap=cost_cap, progress=progress)
-    return plan_on_table(table, deadline_s, policy, confidence, progress=progress)
+        return cheaper_plan(table, job.deadline_s, policy, job.confidence, cost_cap=cost_cap, progress=job.progress)
+    return plan_on_table(table, job.deadline_s, policy, job.confidence, progress=job.progress)
 
 
 def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCatalog,
@@ -250,8 +266,8 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     is cut there (``cheaper_plan``), all on-demand and all spot too: ``None`` when none has a plan
     left. ``held``: the instances held at the start (a ``base`` given has its own)."""
     if cloud.spot_price_usd_per_hour is None:
-        plan = _plan_one(spec, model, cloud.replace(market=Market.ON_DEMAND), deadline_s, policy, samples, seed, confidence,
-                         progress=progress, held=held, caps=caps)
+        plan = _plan_one(_Job(spec, deadline_s, policy, samples, seed, confidence, progress, held, caps), model,
+                         cloud.replace(market=Market.ON_DEMAND))
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed,
                               held_at_start=held, max_instances=type_cap(caps, cloud))
@@ -419,20 +435,25 @@ def fastest_plan(table: StageTable) -> Candidate:
     return min(cands, key=lambda c: (c.jct_s, c.cost_usd))
 
 
-def _other_policies(spec, model, cloud, deadline_s, policy, samples, seed, confidence, held=None,
-                    caps: Caps = None) -> list[dict]:
+def _other_policies(job: _Job, model: ModelProfile, cloud: CloudProfile, chosen: Plan) -> list[dict]:
+    """The other policies' plans on the chosen plan's type and markets (stage by stage: a spot
+    plan's baselines are spot plans too, never on-demand ones beside it)."""
     from rubberband.plan.policies import POLICIES
 
-    table = StageTable(spec, model, cloud, samples=samples, seed=seed, held_at_start=held,
-                       max_instances=type_cap(caps, cloud))
+    markets = tuple(Market.SPOT if n else Market.ON_DEMAND for n in chosen.spot_counts)
+    mixed = Market.SPOT in markets and cloud.market is not Market.SPOT      # markets chosen per stage
+    table = job.table(model, cloud)
+    if mixed:
+        table = table.for_markets(markets)
+    label = {"market": market_label(chosen)} if mixed else {}
     out = []
     for name in POLICIES:
-        if name == policy:
+        if name == job.policy:
             continue
         try:
-            out.append(_plan_one(spec, model, cloud, deadline_s, name, samples, seed, confidence, table).summary())
+            out.append({**_plan_one(job, model, cloud, table, policy=name).summary(), **label})
         except InfeasibleDeadlineError as exc:
-            out.append({"policy": name, "instance_type": cloud.instance_type, "infeasible": str(exc)})
+            out.append({"policy": name, "instance_type": cloud.instance_type, "infeasible": str(exc), **label})
     return out
 
 
@@ -576,13 +597,13 @@ def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelPro
     return {profile_gpu(model, catalog)[0]: model}
 
 
-def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, policy, samples, seed, confidence, market,
-               compare, progress: Progress | None = None, held: HeldInstances | None = None,
-               caps: Caps = None) -> Plan:
+def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog, market: Market | str,
+               compare: bool) -> Plan:
     """``instance_type="auto"``: per GPU model with a profile, a plan on each of its types, and
     (optimal policy) one choosing a type per stage among them; the cheapest is kept. Types
     without a profile of their GPU model, or without a spot price on the spot market, are
     skipped and listed in ``plan.info["skipped"]``."""
+    spec, deadline_s, policy, confidence = job.spec, job.deadline_s, job.policy, job.confidence
     plans, considered, infeasible, hopeless = [], [], [], []
     usable_by_type: dict[str, ModelProfile] = {}     # the part of its profile each type plans by
     skipped = {name: f"no {entry.get('gpu_model')} model profile" for name, entry in catalog.types.items()
@@ -603,7 +624,8 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                                    f"{name} holds"})
                 continue
             try:
-                own = variant_tables(spec, usable, cloud, samples, seed, draws, held, caps) if policy == "optimal" else None
+                own = (variant_tables(spec, usable, cloud, job.samples, job.seed, draws, job.held, job.caps)
+                       if policy == "optimal" else None)
                 if own is not None:
                     draws = own[0].draws
                     # A type too slow for the whole job may still be the cheapest for some stages:
@@ -620,8 +642,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                                                                              if confidence else "")})
                         continue
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
-                plan = _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, table=table,
-                                 market=market, progress=progress, held=held, caps=caps)
+                plan = _plan_one(job, usable, cloud, table=table, market=market)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
                 considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
@@ -630,13 +651,13 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                 considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
                 continue
             plans.append(plan)
-            considered.append(plan.summary())
+            considered.append({**plan.summary(), **({"market": market_label(plan)} if market == AUTO else {})})
         if len({t.cloud.instance_type for t in tables}) > 1:
             # Only a plan cheaper than the types' own counts: the cheapest so far cuts the search.
             cap = min((p.predicted.mean_cost_usd for p in plans), default=math.inf)
             try:
-                plan = _plan_one(spec, model, tables[0].cloud, deadline_s, policy, samples, seed, confidence,
-                                 table=VariantTable(tables, model), market=market, progress=progress, cost_cap=cap)
+                plan = _plan_one(job, model, tables[0].cloud, table=VariantTable(tables, model), market=market,
+                                 cost_cap=cap)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
                 plan = None
@@ -646,8 +667,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
                     considered.append({**plan.summary(), "policy": f"{policy}, type per stage"})
     if not plans and hopeless and not infeasible:     # the closest type's own reason
         _, usable, cloud = min(hopeless, key=lambda h: h[0])
-        _plan_one(spec, usable, cloud, deadline_s, policy, samples, seed, confidence, market=market, held=held,
-                  caps=caps)
+        _plan_one(job, usable, cloud, market=market)
     if not plans:
         if infeasible:   # the advice of the type that comes closest
             best = min(infeasible, key=lambda e: e.needed_s)
@@ -659,8 +679,7 @@ def _plan_auto(spec, models: dict[str, ModelProfile], catalog, deadline_s, polic
     best = min(plans, key=lambda p: p.predicted.mean_cost_usd)
     considered.sort(key=lambda c: c.get("cost_usd_mean", math.inf))
     if compare:
-        considered += _other_policies(spec, usable_by_type[best.instance_type], best.cloud, deadline_s, policy, samples,
-                                      seed, confidence, held, caps)
+        considered += _other_policies(job, usable_by_type[best.instance_type], best.cloud, best)
     info = {**best.info, **({"skipped": skipped} if skipped else {})}
     return replace(_with_considered(best, considered), info=info)
 

@@ -52,7 +52,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
            vary: Mapping[str, Sequence[Any]], policies: Sequence[str] = tuple(POLICIES), samples: int = 200,
            seed: int = 0, spec_for_trials: Callable[[int], ExperimentSpec] | None = None,
            cloud_for_type: Callable[[str], CloudProfile] | None = None,
-           trace_file: str | None = None, progress: Progress | None = None) -> list[Scenario]:
+           trace_file: str | None = None, progress: Progress | None = None,
+           market: str | Market | None = None, confidence: float | None = None) -> list[Scenario]:
     """Plan the job for every combination of the swept values, with every policy.
 
     Args:
@@ -75,6 +76,10 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
         trace_file: the spot availability traces ``zone`` reads (default: the cloud's own).
         progress: called as each scenario's search goes (``compile_plan``'s, with the scenario
             number and count filled in).
+        market: the market of every scenario that does not sweep it: ``on-demand``, ``spot``
+            or ``auto`` (default: ``cloud``'s own), as the experiment's ``cloud.market``.
+        confidence: plan for P(JCT <= deadline) >= this (``compile_plan``'s), as the
+            experiment's ``confidence:``; a budget sweep ignores it (no deadline).
 
     Returns:
         One ``Scenario`` per combination, in sweep order.
@@ -88,10 +93,15 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
     check_samples_seed(samples, seed)
     axes = list(vary)
     spot_axes = [a for a in axes if a in SPOT_AXES]
-    markets = vary.get("market", [cloud.market.value])
+    own_market = cloud.market.value if market is None else market.value if isinstance(market, Market) else str(market)
+    markets = vary.get("market", [own_market])
     for value in markets:
         if value not in MARKETS:
             raise SpecError(f"market: unknown market {value!r}{did_you_mean(str(value), MARKETS)}; choose one of {', '.join(MARKETS)}")
+    if confidence is not None and not 0 < confidence < 1:
+        raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
+    if own_market in (Market.SPOT.value,) and "market" not in vary:
+        cloud = cloud.replace(market=Market.SPOT)
     if spot_axes and set(markets) == {"on-demand"}:
         raise SpecError(f"{spot_axes[0]}: on-demand instances are never reclaimed; sweep --market spot,auto too "
                         "(or set cloud.market: spot)")
@@ -136,7 +146,7 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
                             model_of(models, cloud_for_type(str(values["instance_type"]))),
                             cloud, deadline_s, spec_for_trials, cloud_for_type, trace_file)
         key = tuple((a, v) for a, v in values.items() if a not in ("deadline_s", "budget_usd"))
-        auto = values.get("market") == "auto"
+        auto = values.get("market", own_market) == "auto"
         costs: dict[str, float | None] = dict.fromkeys(policies)
         jcts: dict[str, float | None] = dict.fromkeys(policies)
         allocs: dict[str, tuple[int, ...] | None] = dict.fromkeys(policies)
@@ -150,7 +160,8 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
         packs: dict[str, tuple[int, ...] | None] = dict.fromkeys(policies)
         for name in policies:
             at = partial(_plan_at, spec=s, model=m, cloud=c, policy=name, samples=samples, seed=seed, auto=auto,
-                         table=tables[key][name == "optimal"], progress=tell)
+                         table=tables[key][name == "optimal"], progress=tell,
+                         confidence=None if "budget_usd" in values else confidence)
             try:
                 plan = at(d) if "budget_usd" not in values else within_budget(at, float(values["budget_usd"]))
                 costs[name], jcts[name], allocs[name] = plan.predicted.mean_cost_usd, plan.predicted.mean_jct_s, plan.allocation
@@ -161,11 +172,11 @@ def whatif(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile
     return out
 
 
-def _plan_at(deadline_s, spec, model, cloud, policy, samples, seed, auto, table, progress) -> Plan:
+def _plan_at(deadline_s, spec, model, cloud, policy, samples, seed, auto, table, progress, confidence=None) -> Plan:
     """A scenario's plan for one policy at ``deadline_s``, on the sweep's shared table."""
     if auto:
-        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, None, table, progress=progress)
-    return plan_on_table(table, deadline_s, policy, progress=progress)
+        return plan_markets(spec, model, cloud, deadline_s, policy, samples, seed, confidence, table, progress=progress)
+    return plan_on_table(table, deadline_s, policy, confidence, progress=progress)
 
 
 def check_packing(values: Sequence[Any], model: ModelProfile, cloud: CloudProfile) -> None:

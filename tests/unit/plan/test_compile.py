@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rubberband import InfeasibleDeadlineError, ModelProfile
-from rubberband.errors import SpecError
 from rubberband import load_experiment as _load_experiment
+from rubberband.errors import SpecError
 from rubberband.plan import Plan, compile_plan
 from rubberband.plan.compile import usable_profile
 

@@ -11,8 +11,7 @@ import pytest
 
 from rubberband import load_experiment
 from rubberband.errors import SpecError
-from rubberband.plan import compile_plan, simulate_plan
-from rubberband.plan import policies
+from rubberband.plan import compile_plan, policies, simulate_plan
 from rubberband.plan.compile import market_label, market_vectors, plan_markets
 from rubberband.plan.policies import optimal_policy
 from rubberband.plan.search import StageGraph
