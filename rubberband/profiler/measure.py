@@ -80,6 +80,7 @@ class Request:
     cluster: Any = None            # the provider's checked configuration (aws: the Ray cluster YAML)
     latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
     max_packing: int = DEFAULT_MAX_K   # the most trials per GPU to measure packed; 1: none
+    min_seconds: float = 0.0       # the least wall time one measurement takes (``min_profile_seconds``)
 
     @property
     def trainer(self) -> str:
@@ -151,9 +152,33 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
         if bad:
             raise SpecError(f"--gpus: the trainer's global_batch_size {batch} does not split over {bad[0]} GPUs; "
                             f"profile counts that divide it")
+    needed, launch_s, repeat_s = min_profile_seconds(exp.model, cloud, counts[0], iters, launches)
+    if max_seconds is not None and max_seconds < needed:
+        raise SpecError(f"--max-seconds: {max_seconds:g}s is below the {needed:.0f}s one measurement needs "
+                        f"({launches} instance launches of about {launch_s:.1f}s each and one repeat of {counts[0]} "
+                        f"GPU(s) per trial, about {repeat_s:.1f}s by the experiment's profiles); give at least "
+                        f"{needed:.0f}s, or leave it out")
     cluster_cfg = prov.check(cloud, launches, providers.cluster_yaml_for(prov, cluster, exp.cluster))
     return Request(exp, provider, cloud, counts, iters, repeats, float(max_seconds) if max_seconds else None,
-                   launches, batch if isinstance(batch, int) else None, cluster_cfg, max_packing=max_packing)
+                   launches, batch if isinstance(batch, int) else None, cluster_cfg, max_packing=max_packing,
+                   min_seconds=needed)
+
+
+def min_profile_seconds(model: ModelProfile, cloud: CloudProfile, gpus: int, iters: int,
+                        launches: int) -> tuple[float, float, float]:
+    """The least wall time a profile takes, whatever ``--max-seconds`` says: every launch (it fits
+    the latencies from them) and one repeat at the first GPU count (a stage of ``K_SHORT`` and
+    one of ``K_SHORT + iters`` iterations), by what the cloud and the experiment's model profile
+    expect (``launch = E[provision] + E[init]``, ``repeat = 2 (startup + sync) + (2 K_SHORT +
+    iters) E[iteration]``; a GPU count the profile does not cover counts no iteration time).
+
+    Returns:
+        ``(seconds, one launch, one repeat)``.
+    """
+    launch = cloud.provision_latency_s.mean + cloud.init_latency_s.mean
+    per_iter = model.latency(gpus).mean if model.covers(gpus) else 0.0
+    repeat = 2 * (model.trial_startup_s.mean + model.sync_s.mean) + (2 * K_SHORT + iters) * per_iter
+    return launches * launch + repeat, launch, repeat
 
 
 # --- what was measured -------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import rubberband as rb
 import rubberband.cli.profile_cmd  # noqa: F401  registers `profile`
 from rubberband.cli.main import main
 from rubberband.executor.run import execute
-from rubberband.profiler import profile
+from rubberband.profiler import check_request, profile
 
 from .conftest import ROOT, trainer
 
@@ -36,10 +36,11 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
     shutil.copy(ROOT / "cloud_profiles" / "local" / "local.yaml", region)
     exp = _experiment(tmp_path, trainer("Tiny"), region=region)
     out = tmp_path / "profiles" / "tiny.yaml"
-    # A budget smaller than the cluster's start: one repeat of the first GPU count, and the
-    # two launches, are all it does.
+    # The least budget it accepts (issue 21: less is refused): one repeat of the first GPU count,
+    # and the two launches, are all it does.
     shipped = region.read_text()
-    result = profile(exp, gpus=[1, 2], iters=2, repeats=3, max_seconds=1, out=out, runs_dir=tmp_path / "runs")
+    least = check_request(exp, gpus=[1, 2], iters=2, repeats=3).min_seconds
+    result = profile(exp, gpus=[1, 2], iters=2, repeats=3, max_seconds=least, out=out, runs_dir=tmp_path / "runs")
 
     assert result.stopped_early and result.gpu_counts == (1,) and result.skipped_gpus == (2,)
     assert "stopped early" in result.notes[0] and "2 not measured" in result.notes[0]

@@ -96,3 +96,35 @@ def test_the_python_api_checks_the_same_way():
         check_request(DEMO, launches=1)
     req = check_request(DEMO, gpus=[1, 2], iters=2, repeats=1, max_seconds=60)
     assert req.gpu_counts == (1, 2) and req.cloud.instance_type == "local.2gpu" and req.max_seconds == 60.0
+
+
+def test_profile_refuses_to_overwrite_an_existing_profile_without_force(capsys, tmp_path):
+    # issue 21: `profile --out profiles/x.yaml` silently replaced a shipped profile with a partial one.
+    shipped = tmp_path / "shipped.yaml"
+    shipped.write_text("name: shipped\n")
+    code, out, err = run(capsys, "profile", DEMO, "--out", str(shipped))
+    assert code == 2 and out == ""
+    assert_one_line_error(err, f"--out: {shipped} exists", "--force")
+    assert shipped.read_text() == "name: shipped\n"
+    cloud = tmp_path / "fresh.cloud.yaml"
+    cloud.write_text("{}\n")
+    code, _, err = run(capsys, "profile", DEMO, "--out", str(tmp_path / "fresh.yaml"))
+    assert code == 2
+    assert_one_line_error(err, f"--cloud-out: {cloud} exists", "--force")
+    # --force lets it write: the next check (the time bound) is what stops it here.
+    code, _, err = run(capsys, "profile", DEMO, "--out", str(shipped), "--force", "--max-seconds", "1s")
+    assert code == 2
+    assert_one_line_error(err, "--max-seconds")
+
+
+def test_profile_refuses_a_time_bound_below_one_measurement(capsys, tmp_path):
+    code, out, err = run(capsys, "profile", DEMO, "--out", str(tmp_path / "p.yaml"), "--max-seconds", "1s")
+    assert code == 2 and out == ""
+    # 2 launches of local.2gpu (2s provisioning + 11.5s initialisation each) and one repeat of 1 GPU per trial.
+    assert_one_line_error(err, "--max-seconds: 1s is below the", "one measurement needs", "2 instance launches",
+                          "give at least")
+    needed = check_request(DEMO).min_seconds
+    assert 27 < needed < 60
+    with pytest.raises(SpecError, match="--max-seconds"):
+        check_request(DEMO, max_seconds=needed * 0.9)
+    assert check_request(DEMO, max_seconds=needed * 1.1).max_seconds == pytest.approx(needed * 1.1)
