@@ -44,6 +44,10 @@ def check_options(args: argparse.Namespace) -> None:
     Raises:
         SpecError: naming the option.
     """
+    if getattr(args, "provider", None) is not None:      # an unknown provider is named before anything else
+        from rubberband.providers import base as providers
+
+        providers.get(args.provider, "--provider")
     for dest, value in vars(args).items():
         if isinstance(value, str) and not value.strip():
             flag = dest if dest == "experiment" else "--" + dest.replace("_", "-")
@@ -56,12 +60,16 @@ def check_options(args: argparse.Namespace) -> None:
         raise SpecError(f"--seed: expected a whole number >= 0, got {seed}")
 
 
-def output_path(path: str | None, field: str, example: str) -> str | None:
+# The figure files matplotlib writes, by extension: `--gantt` and `--plot` take any of them.
+IMAGE_TYPES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def output_path(path: str | None, field: str, example: str, types: tuple[str, ...] | None = None) -> str | None:
     """Check that a file can be written at ``path`` (if given), before any work is done.
 
     Raises:
-        SpecError: naming ``field`` when ``path`` is a directory or its directory is missing
-            or not writable.
+        SpecError: naming ``field`` when ``path`` is a directory, its directory is missing or
+            not writable, or (with ``types``) its extension is none of them.
     """
     if path is None:
         return None
@@ -72,6 +80,8 @@ def output_path(path: str | None, field: str, example: str) -> str | None:
         raise SpecError(f"{field}: directory {folder!r} does not exist; create it or write elsewhere")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise SpecError(f"{field}: cannot write {path!r} (permission denied)")
+    if types is not None and os.path.splitext(path)[1].lower() not in types:
+        raise SpecError(f"{field}: {path!r} is no image file; name one ending in {', '.join(types)}, e.g. {example}")
     return path
 
 
@@ -81,6 +91,65 @@ def emit(args: argparse.Namespace, payload: dict, text: str) -> None:
         print(json.dumps(payload, indent=2, default=jsonable))
     else:
         print(text)
+
+
+# Option types: argparse reports their message as ``--flag: message`` (``main.OneLineParser``).
+def whole(text: str) -> int:
+    """A whole number (``--samples 200``)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number such as 200, got {text!r}") from None
+
+
+def decimal(text: str) -> float:
+    """A plain number (``--latency-scale 0.5``)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 0.5, got {text!r}") from None
+
+
+def probability(text: str) -> float:
+    """``--confidence``: a probability, 0.9 (not 90%)."""
+    try:
+        return float(text)
+    except ValueError:
+        pct = text.strip().endswith("%")
+        raise argparse.ArgumentTypeError(
+            f"expected a probability between 0 and 1 such as 0.9, got {text!r}"
+            + (f"; write {text.strip()[:-1].strip()}% as {float(text.strip()[:-1]) / 100:g}"
+               if pct and _is_number(text.strip()[:-1]) else "")) from None
+
+
+def dollars(text: str) -> float:
+    """``--budget``: dollars as a plain number (15, not $15)."""
+    try:
+        return float(text)
+    except ValueError:
+        bare = text.strip().lstrip("$").replace(",", "").strip()
+        hint = f"--budget {bare}" if _is_number(bare) else "--budget 15"
+        raise argparse.ArgumentTypeError(f"expected an amount of dollars as a plain number, e.g. {hint}, "
+                                         f"got {text!r}") from None
+
+
+def market(text: str) -> str:
+    """``--market``: on-demand, spot or auto."""
+    from rubberband.schema import did_you_mean
+
+    choices = ["on-demand", "spot", "auto"]
+    if text not in choices:
+        raise argparse.ArgumentTypeError(f"unknown value {text!r}{did_you_mean(text, choices)}; "
+                                         f"choose one of {', '.join(choices)}")
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def experiment_arg(p: argparse.ArgumentParser) -> None:

@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
 
 from rubberband.cli.common import COMMANDS
-from rubberband.errors import RubberbandError, RubberbandWarning
+from rubberband.errors import RubberbandError, RubberbandWarning, SpecError
 
 # The order of `rubberband --help`: the pipeline's, then the cluster housekeeping.
 ORDER = ("validate", "plan", "simulate", "whatif", "profile", "run", "status", "down")
+
+
+class ArgumentError(SpecError):
+    """A command line argparse cannot read: one ``error:`` line, exit 2, no usage dump."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line naming the option and the fix (see
+    ``--help``), not the whole usage text: the options' own types say what was wrong."""
+
+    def error(self, message: str):
+        message = re.sub(r"^argument ([^:]+): ", lambda m: m.group(1).split("/")[-1] + ": ", message)
+        message = message.replace("invalid choice: ", "unknown value ")
+        raise ArgumentError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         whatif_cmd,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rubberband",
         description="Plan and run hyperparameter tuning jobs at the lowest cost that meets a deadline.",
     )
@@ -40,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         help_text, add_arguments, run = COMMANDS[name]
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+        # Also after the subcommand (`rubberband plan EXP --debug`); SUPPRESS keeps a --debug given before it.
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
         add_arguments(p)
         p.set_defaults(run=run)
     return parser
@@ -61,7 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     warnings.showwarning = show_warning
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ArgumentError as exc:
+        # Options the subcommand does not know are found by the top parser: point at the subcommand's help.
+        named = next((a for a in (argv if argv is not None else sys.argv[1:]) if a in COMMANDS), None)
+        text = str(exc).replace("`rubberband --help`", f"`rubberband {named} --help`") if named else str(exc)
+        print(f"error: {text}", file=sys.stderr)
+        return 2
     if not getattr(args, "run", None):
         parser.print_help()
         return 2

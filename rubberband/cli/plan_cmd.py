@@ -9,14 +9,18 @@ import time
 
 from rubberband.cli.common import (
     command,
+    dollars,
     emit,
     experiment_arg,
+    market,
     measured_args,
     output_path,
     print_warnings,
+    probability,
     resolve_args,
     stage_cost_footnote,
     summary_line,
+    whole,
 )
 from rubberband.errors import InfeasibleDeadlineError
 from rubberband.render import render
@@ -29,17 +33,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     measured_args(p)
     p.add_argument("--deadline", help="deadline, e.g. 20m, 90s, 1.5h (default: the experiment's)")
     p.add_argument("--policy", help="optimal (default), greedy, static or naive-elastic")
-    p.add_argument("--confidence", type=float, help="require P(JCT <= deadline) >= this, e.g. 0.9")
+    p.add_argument("--confidence", type=probability, help="require P(JCT <= deadline) >= this, e.g. 0.9")
     p.add_argument("--instance-type", help="an instance type of the cloud profile, or `auto` for the cheapest")
-    p.add_argument("--market", choices=["on-demand", "spot", "auto"],
+    p.add_argument("--market", type=market,
                    help="purchasing option; auto chooses spot or on-demand per stage (default: the experiment's)")
-    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
-    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: the experiment's)")
+    p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--out", metavar="PLAN_JSON", help="write the plan as JSON to this file")
     p.add_argument("--zone", metavar="auto|Z1,Z2",
                    help="plan each Availability Zone's spot market (its trace) and keep the cheapest: auto for "
                         "every zone of the region, or a list (on spot, or the experiment's or --market's spot/auto)")
-    p.add_argument("--budget", type=float, metavar="USD",
+    p.add_argument("--budget", type=dollars, metavar="USD",
                    help="plan the shortest mean JCT whose mean cost stays within this many dollars (with "
                         "--confidence p: P(cost <= budget) >= p); an explicit --deadline must be met too")
 

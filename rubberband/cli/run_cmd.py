@@ -7,13 +7,18 @@ import math
 
 from rubberband.cli.common import (
     command,
+    decimal,
+    dollars,
     emit,
     experiment_arg,
     int_list,
+    market,
     measured_args,
     print_warnings,
+    probability,
     resolve_args,
     summary_line,
+    whole,
 )
 from rubberband.cli.plan_cmd import plan_from_args, plan_table
 from rubberband.cli.rehearse import (
@@ -38,22 +43,22 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
     p.add_argument("--policy", help="planning policy (default: the experiment's)")
-    p.add_argument("--confidence", type=float, help="plan for P(JCT <= deadline) >= this, e.g. 0.9")
+    p.add_argument("--confidence", type=probability, help="plan for P(JCT <= deadline) >= this, e.g. 0.9")
     p.add_argument("--instance-type", help="plan for this instance type of the cloud profile, or `auto` for the cheapest")
-    p.add_argument("--market", choices=["on-demand", "spot", "auto"],
+    p.add_argument("--market", type=market,
                    help="plan on this market; auto chooses spot or on-demand per stage (default: the experiment's)")
-    p.add_argument("--budget", type=float, metavar="USD",
+    p.add_argument("--budget", type=dollars, metavar="USD",
                    help="a hard budget in dollars: no instance is launched whose minimum charge would break it, and "
                         "the run stops cleanly with the best trial so far, nothing left running (exit code 3) "
                         "when it runs out")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
-    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
-    p.add_argument("--samples", type=int, help="Monte-Carlo samples for planning")
+    p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=whole, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
-    p.add_argument("--latency-scale", type=float,
+    p.add_argument("--latency-scale", type=decimal,
                    help="scale the emulated provisioning latency (local; aws against an emulator; default 1)")
-    p.add_argument("--launch-attempts", type=int, default=6, help="aws: attempts per instance on capacity errors")
+    p.add_argument("--launch-attempts", type=whole, default=6, help="aws: attempts per instance on capacity errors")
     p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
     p.add_argument("--spot-emulation", nargs="?", const=PLAN_MODEL, metavar="OVERRIDE",
                    help="local: reclaim the plan's spot instances as its cloud profile's preemption model says "

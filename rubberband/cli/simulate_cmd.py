@@ -6,6 +6,7 @@ import argparse
 import math
 
 from rubberband.cli.common import (
+    IMAGE_TYPES,
     command,
     emit,
     experiment_arg,
@@ -16,6 +17,7 @@ from rubberband.cli.common import (
     resolve_args,
     stage_cost_footnote,
     summary_line,
+    whole,
 )
 from rubberband.errors import SpecError
 from rubberband.render import render
@@ -36,8 +38,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance-type", help="instance type of the cloud profile (default: the experiment's)")
     p.add_argument("--instance-types", help="instance type per stage, e.g. p3.2xlarge,p3.2xlarge,p3.8xlarge,p3.16xlarge: "
                                             "a change of type releases every instance at the SYNC and launches anew")
-    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: the experiment's)")
-    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: the experiment's)")
+    p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--deadline", help="report P(JCT <= deadline), e.g. 20m")
     p.add_argument("--gantt", metavar="PNG", help="draw one sampled timeline to this PNG file")
     p.add_argument("--gantt-run", choices=sorted(GANTT_RUNS),
@@ -48,7 +50,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
 def simulate_cmd(args: argparse.Namespace) -> int:
     from rubberband.simulator import simulate
 
-    output_path(args.gantt, "--gantt", "run.png")
+    output_path(args.gantt, "--gantt", "run.png", IMAGE_TYPES)
     if args.gantt_run and not args.gantt:
         raise SpecError("--gantt-run: it picks the run --gantt draws; add --gantt PNG")
     run = args.gantt_run or "median"

@@ -6,6 +6,7 @@ import argparse
 import math
 
 from rubberband.cli.common import (
+    IMAGE_TYPES,
     command,
     emit,
     experiment_arg,
@@ -13,6 +14,7 @@ from rubberband.cli.common import (
     int_list,
     output_path,
     print_warnings,
+    whole,
 )
 from rubberband.cli.plan_cmd import ProgressLine
 from rubberband.errors import SpecError
@@ -40,8 +42,8 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--packing", help="the most trials per GPU the optimal plan may pack, e.g. 1,2,4 (1: none; "
                                      "counts the model profile has packed latencies for)")
     p.add_argument("--policies", help="policies to compare (default: all)")
-    p.add_argument("--samples", type=int, help="Monte-Carlo samples (default: 200)")
-    p.add_argument("--seed", type=int, help="random seed (default: the experiment's)")
+    p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: 200)")
+    p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--plot", metavar="PNG",
                    help="plot cost per policy over the first swept axis, one line per value of the others")
 
@@ -74,7 +76,7 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     from rubberband.request import Overrides, resolve
     from rubberband.units import parse_range
 
-    output_path(args.plot, "--plot", "cost.png")
+    output_path(args.plot, "--plot", "cost.png", IMAGE_TYPES)
     # The swept flags (--deadline, --market, --instance-type, --budget) are axes, not overrides.
     req = resolve(args.experiment, Overrides(seed=args.seed))
     print_warnings(req)

@@ -15,3 +15,50 @@ def test_every_entry_point_lists_every_command(entry):
     out = subprocess.run([sys.executable, *entry, "--help"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     listed = [line.split()[0] for line in out.splitlines() if line.startswith("    ") and line.split()[0] in COMMANDS]
     assert listed == list(COMMANDS)
+
+
+CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
+
+
+@pytest.mark.parametrize(("argv", "needles"), [
+    (["plan", CIFAR, "--confidence", "90%"], ["--confidence: expected a probability between 0 and 1", "0.9", "'90%'"]),
+    (["plan", CIFAR, "--budget", "$15"], ["--budget: expected an amount of dollars", "--budget 15", "'$15'"]),
+    (["plan", CIFAR, "--market", "spt"], ["--market: unknown value 'spt'", "did you mean `spot`?",
+                                          "on-demand, spot, auto"]),
+    (["run", CIFAR, "--market", "spt"], ["--market: unknown value 'spt'"]),
+    (["plan", CIFAR, "--samples", "many"], ["--samples: expected a whole number", "'many'"]),
+    (["plan", CIFAR, "--bogus"], ["unrecognized arguments: --bogus", "rubberband plan --help"]),
+    (["plan"], ["the following arguments are required: experiment", "rubberband plan --help"]),
+])
+def test_argument_errors_are_one_line_with_the_fix_not_usage(capsys, argv, needles):
+    from rubberband.cli.main import main
+
+    from .helpers import assert_one_line_error
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "usage:" not in err
+    assert_one_line_error(err, *needles)
+
+
+def test_debug_works_after_the_subcommand(capsys):
+    from rubberband.cli.main import main
+    from rubberband.errors import InfeasibleDeadlineError
+
+    assert main(["plan", CIFAR, "--samples", "20", "--deadline", "1m"]) == 2
+    with pytest.raises(InfeasibleDeadlineError):        # --debug: the traceback, wherever the flag is
+        main(["plan", CIFAR, "--samples", "20", "--deadline", "1m", "--debug"])
+    with pytest.raises(InfeasibleDeadlineError):
+        main(["--debug", "plan", CIFAR, "--samples", "20", "--deadline", "1m"])
+
+
+@pytest.mark.parametrize("command", ["run", "profile", "down", "status"])
+def test_an_unknown_provider_is_named_before_any_other_error(capsys, command):
+    from rubberband.cli.main import main
+
+    from .helpers import assert_one_line_error
+
+    argv = [command] + ([str(ROOT / "nope.yaml"), "--samples", "0"] if command in ("run",) else
+                        [str(ROOT / "nope.yaml")] if command == "profile" else [])
+    assert main([*argv, "--provider", "gpc"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "--provider: unknown provider 'gpc'")

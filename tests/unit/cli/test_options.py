@@ -9,6 +9,8 @@ import pytest
 import rubberband.cli.run_cmd  # noqa: F401  registers `run`
 from rubberband.cli.main import main
 
+from .helpers import assert_one_line_error, run
+
 ROOT = Path(__file__).resolve().parents[3]
 CIFAR = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
 DEMO = str(ROOT / "experiments" / "demo.yaml")
@@ -73,3 +75,16 @@ def test_an_unwritable_output_file_is_one_line(capsys, tmp_path):
     finally:
         locked.chmod(0o700)
     assert line == f"error: --out: cannot write '{locked / 'plan.json'}' (permission denied)"
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--allocation", "32,12,12,4", "--gantt", "{dir}/x.txt"],
+    ["whatif", "--deadline", "20m:30m:10m", "--plot", "{dir}/a.txt"],
+    ["whatif", "--deadline", "20m:30m:10m", "--plot", "{dir}/noext"],
+])
+def test_a_figure_file_of_no_image_type_is_refused_before_any_work(capsys, tmp_path, argv):
+    # issue 21: these exited 1 ("a bug") after the whole computation.
+    argv = [a.replace("{dir}", str(tmp_path)) for a in argv]
+    code, out, err = run(capsys, argv[0], CIFAR, *argv[1:])
+    assert code == 2 and out == ""
+    assert_one_line_error(err, f"{argv[-2]}: ", "is no image file", ".png", ".svg", ".pdf")
