@@ -17,11 +17,29 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
   over ``a`` GPUs.
 * the planner's table (``A_i`` the valid allocations of stage ``i``)::
 
-      memory = 8 B * S * (sum n_i * M + H)
+      memory = 8 B * S * (TABLE_CELLS_PER_TRIAL * sum n_i * M + H)
       work   = S * sum_i sum_{a in A_i} (n_i + q_i(a))
 
-  ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage),
-  ``H`` the instances of the widest allocation of any stage (its INIT draws).
+  ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage, its
+  latency draws, and a stage's makespan works on a copy: ``TABLE_CELLS_PER_TRIAL`` cells per
+  trial, GPU count and sample), ``H`` the instances of the widest allocation of any stage (its
+  INIT draws). Calibrated on peak RSS (``ru_maxrss``) of a plan, per sample (issue 21: the
+  estimate was 2-3x low and ``--samples 150000`` peaked at 5.4 GB)::
+
+      experiment            measured   estimate
+      resnet101_cifar10       4,426      4,672 cells
+      resnet101_spot          4,409      5,440
+      resnet50_sha64          4,067      6,352
+      resnet50_sha512        32,634     51,152
+      demo                      198        202
+
+  (``tests/unit/test_limits.py`` measures two of them again: never below, at most 2.5x above).
+* a rehearsal (``run --provider sim``: the scheduler's event loop in virtual time) holds every
+  trial of the job as objects, about ``REHEARSAL_TRIAL_BYTES`` each (a million-trial job grew
+  past 3.6 GB, issue 21), and its repeats run one after another::
+
+      memory = REHEARSAL_TRIAL_BYTES * sum n_i
+      time   = REHEARSAL_TRIAL_S * repeats * sum n_i
 * ``build_dag``: about ``DAG_ELEMENT_BYTES`` per node and edge; a stage that launches ``new``
   instances links each of its running trials to each INIT node (``running * new`` edges).
 * a what-if sweep: a table per distinct non-deadline scenario, and per scenario and policy a
@@ -30,7 +48,7 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
       work = tables * table work + scenarios * policies * SEARCH_SIMULATIONS * S * sum n_i
 
 The limits are generous: every shipped experiment, benchmark and figure stays far below
-them (SHA(512) at 200 samples, the largest, plans with about 0.02 GB and 1.4e8 work).
+them (SHA(512) at 200 samples, the largest, plans with about 0.08 GB and 1.4e8 work).
 """
 
 from __future__ import annotations
@@ -49,6 +67,10 @@ MAX_ALLOCATIONS = 20_000            # valid allocations of one stage (the planne
 SEARCH_SIMULATIONS = 10             # full simulations of a typical plan search (``choose``)
 PLAN_OPS = 1_000_000                # fixed cost of one plan search (the DP over stages), in cells
 DAG_ELEMENT_BYTES = 200             # a networkx node or edge with its attributes (measured: ~140)
+TABLE_CELLS_PER_TRIAL = 3           # cells per trial, GPU count and sample of a planner's table (calibrated above)
+REHEARSAL_TRIAL_BYTES = 4096        # one trial in a rehearsal (1e6 trials grew past 3.6 GB: ~3.6 KB)
+REHEARSAL_TRIAL_S = 0.005           # seconds of one trial in one rehearsal (200 of SHA(32) took ~45 s)
+MAX_REHEARSAL_S = 3600.0            # a rehearsal, repeats included, longer than this is refused
 
 SHRINK = "fewer trials or stages"
 
@@ -99,7 +121,34 @@ def check_table(trials: Sequence[int], candidates: Sequence[Sequence[int]] | Non
                         f"the {MAX_ALLOCATIONS:,} limit; profile fewer GPU counts per trial or use {SHRINK} "
                         "(limits in rubberband/limits.py)")
     _check(f"planning {_trials(trials)} over {sum(counts):,} allocations ({gpu_counts:,} GPU counts per trial)",
-           samples, memory=sum(trials) * gpu_counts + max_instances, work=work)
+           samples, memory=table_memory_cells(trials, gpu_counts, max_instances), work=work)
+
+
+def table_memory_cells(trials: Sequence[int], gpu_counts: int, max_instances: int) -> int:
+    """Cells per sample the planner's table holds at its peak (see the module docstring)."""
+    return TABLE_CELLS_PER_TRIAL * sum(trials) * gpu_counts + max_instances
+
+
+def check_rehearsal(trials: Sequence[int], repeat: int = 1) -> None:
+    """Refuse a rehearsal (``run --provider sim``) too large to hold or too long to run, before it
+    starts: ``trials`` per stage, rehearsed ``repeat`` times one after another (see the module
+    docstring). Call it before the first rehearsal, whatever backend plays it.
+
+    Raises:
+        SpecError: one line with the size, the limit and how to shrink it.
+    """
+    total = sum(trials)
+    nbytes = total * REHEARSAL_TRIAL_BYTES
+    if nbytes > MAX_MEMORY_BYTES:
+        raise SpecError(f"job too large: rehearsing {_trials(trials)} needs about {_gb(nbytes)} of memory, over the "
+                        f"{_gb(MAX_MEMORY_BYTES)} limit; use {SHRINK} (limits in rubberband/limits.py)")
+    seconds = total * repeat * REHEARSAL_TRIAL_S
+    if seconds > MAX_REHEARSAL_S:
+        fit = int(MAX_REHEARSAL_S // (total * REHEARSAL_TRIAL_S))
+        how = f"use --repeat {fit} or less, or {SHRINK}" if fit >= 1 else f"use {SHRINK}"
+        raise SpecError(f"job too large: rehearsing {_trials(trials)} {repeat:,} times takes about "
+                        f"{seconds / 3600:,.1f} h, over the {MAX_REHEARSAL_S / 3600:g} h limit; {how} "
+                        "(limits in rubberband/limits.py)")
 
 
 def check_sweep(scenarios: int, policies: int, trials: Sequence[int], samples: int, table_cells: int = 0,
@@ -149,5 +198,7 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 2**30:,.1f} GB" if nbytes < 1000 * 2**30 else f"{nbytes / 2**40:,.1f} TB"
 
 
-__all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_WORK", "PLAN_OPS", "SEARCH_SIMULATIONS", "check_dag", "check_samples_seed",
-           "check_simulation", "check_sweep", "check_table", "queue_work", "table_work"]
+__all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_REHEARSAL_S", "MAX_WORK",
+           "PLAN_OPS", "REHEARSAL_TRIAL_BYTES", "REHEARSAL_TRIAL_S", "SEARCH_SIMULATIONS", "TABLE_CELLS_PER_TRIAL",
+           "check_dag", "check_rehearsal", "check_samples_seed", "check_simulation", "check_sweep", "check_table",
+           "queue_work", "table_memory_cells", "table_work"]

@@ -72,6 +72,7 @@ AXIS_COLUMNS = {
 
 
 def whatif_cmd(args: argparse.Namespace) -> int:
+    from rubberband.limits import check_sweep
     from rubberband.plan import POLICIES, saving, whatif
     from rubberband.request import Overrides, resolve
     from rubberband.units import parse_range
@@ -83,7 +84,11 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     exp = req.experiment
     vary: dict[str, list] = {}
     deadline = exp.deadline_s
+    policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
+    samples = args.samples if args.samples is not None else 200
     if args.deadline is not None:
+        # A range of millions of deadlines is refused before it is listed (the list alone took 354 MB).
+        check_sweep(range_count(args.deadline, "--deadline"), len(policies), req.spec.trials, samples)
         values = parse_range(args.deadline, "--deadline")
         if len(values) == 1:
             deadline = values[0]
@@ -133,8 +138,6 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         raise SpecError("whatif: nothing to sweep; pass e.g. --deadline 90m:160m:10m or --init-latency 1s,10s,100s")
     if deadline is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
-    policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
-    samples = args.samples if args.samples is not None else 200
     cloud = req.cloud
     with ProgressLine(args) as progress:
         scenarios = whatif(req.spec, req.models, cloud, deadline, vary, policies, samples=samples, seed=req.seed,
@@ -169,6 +172,15 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         payload["plot"] = args.plot
     emit(args, payload, text)
     return 0
+
+
+def range_count(text: str, field: str) -> int:
+    """How many values ``START:STOP:STEP`` (or a comma list) names, without listing them."""
+    parts = str(text).split(":")
+    if len(parts) != 3:
+        return len([p for p in str(text).split(",") if p.strip()])
+    start, stop, step = (parse_duration(p, field) for p in parts)
+    return max(1, int(math.floor((stop - start) / step + 1e-9)) + 1)
 
 
 def jct_ratio(scenario) -> float | None:

@@ -214,3 +214,74 @@ def test_a_sweep_is_sized_by_its_largest_job():
     with pytest.raises(SpecError, match=r"^job too large: planning \d+ stage\(s\) of [\d,]+ trials"):
         whatif(exp.spec, exp.model, exp.cloud, 1200.0, {"num_trials": [16, 10_000_000]}, samples=200,
                spec_for_trials=exp.spec_with_trials)
+
+
+# --- issue 21: the estimate is honest, and nothing large is allocated before the refusal -----------
+
+MEASURE = textwrap.dedent("""
+    import json, resource, sys
+    from rubberband.request import Overrides, plan_request, resolve
+    req = resolve(sys.argv[1], Overrides(samples=int(sys.argv[2])))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    plan_request(req, compare=False)
+    print(json.dumps({"bytes": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024}))
+""")
+
+
+def _table_estimate(path: Path, samples: int) -> float:
+    """The bytes ``check_table_size`` reckons a plan's table takes (the refusal's own figure)."""
+    from rubberband.limits import table_memory_cells
+    from rubberband.simulator import instances_needed
+
+    exp = load_experiment(path)
+    widest = max(instances_needed(s.num_trials, s.num_trials * exp.model.max_gpus, exp.cloud.gpus_per_instance)
+                 for s in exp.spec.stages)       # as check_table_size reckons it
+    return table_memory_cells(exp.spec.trials, exp.model.max_gpus - exp.model.min_gpus + 1, widest) * samples * CELL_BYTES
+
+
+@pytest.mark.parametrize(("name", "samples"), [("resnet101_cifar10", 4000), ("demo", 20000)])
+def test_the_planners_memory_estimate_is_never_below_what_it_takes(name, samples):
+    # `plan --samples 150000` peaked at 5.4 GB when the guard reckoned 2 GB (issue 21): measured
+    # peak RSS of a plan (ru_maxrss) against the estimate, which may be high but never low.
+    path = ROOT / "experiments" / f"{name}.yaml"
+    out = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(samples)], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    measured = json.loads(out.stdout)["bytes"]
+    estimate = _table_estimate(path, samples)
+    assert measured <= estimate <= 2.5 * measured, (measured, estimate)
+
+
+def test_plan_with_150000_samples_is_refused():
+    with pytest.raises(SpecError, match=r"^job too large: planning 4 stage\(s\) of 46 trials .* 150,000 samples needs "
+                                        r"about [\d.]+ GB of memory, over the 2\.0 GB limit"):
+        check_table_size(cifar().spec, cifar().model, cifar().cloud, None, 150_000)
+
+
+def test_a_deadline_sweep_of_millions_is_refused_before_its_values_are_listed(capsys):
+    import tracemalloc
+
+    from rubberband.cli.main import main
+
+    tracemalloc.start()
+    try:
+        code = main(["whatif", str(CIFAR), "--deadline", "20m:2000h:1s"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: job too large: a what-if sweep of 7,198,801 scenarios"), err
+    assert peak < 20 * 2**20, peak          # was 354 MB of listed deadlines
+
+
+def test_a_rehearsal_is_sized_before_it_starts():
+    from rubberband.limits import REHEARSAL_TRIAL_BYTES, check_rehearsal
+
+    check_rehearsal((512, 256, 128, 64, 32, 16, 8, 4, 2, 1), repeat=200)
+    with pytest.raises(SpecError, match=r"^job too large: rehearsing 5 stage\(s\) of 1,500,000 trials in all needs "
+                                        r"about [\d.]+ GB of memory, over the 2\.0 GB limit; use fewer trials"):
+        check_rehearsal((1_000_000, 250_000, 125_000, 100_000, 25_000))
+    fits = MAX_MEMORY_BYTES // REHEARSAL_TRIAL_BYTES
+    check_rehearsal((fits,))
+    with pytest.raises(SpecError, match="job too large"):
+        check_rehearsal((fits + 1,))
