@@ -171,7 +171,8 @@ def considered_table(plan) -> str:
     for c in plan.considered:
         market = [c.get("market", "")] if with_market else []
         if "infeasible" in c:
-            rows.append([c["policy"], c["instance_type"], *market, "-", "infeasible", "-", "-", "-", "-", ""])
+            rows.append([c["policy"], c["instance_type"], *market, "-", "excluded" if c.get("excluded") else "infeasible",
+                         "-", "-", "-", "-", ""])
             continue
         if by_market:
             mark = "*" if str(c.get("market", "")).startswith("chosen") else ""
@@ -184,6 +185,10 @@ def considered_table(plan) -> str:
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
     table = render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",
                     "cost mean", "cost p90", "P(meet)", "cost vs chosen"], rows, title="considered plans (* chosen)")
+    for c in plan.considered:      # a type `auto` planned under a rule, not one that cannot make it
+        if c.get("excluded"):
+            table += (f"\nexcluded {c['instance_type']}: {c['excluded']}, and none meets the deadline; "
+                      f"--instance-type {c['instance_type']} plans wider trials anyway (with a warning)")
     skipped = plan.info.get("skipped") or {}
     if skipped:     # `auto` names the types it never planned on, and why (grouped: a catalog has dozens)
         by_reason: dict[str, list[str]] = {}

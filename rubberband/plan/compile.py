@@ -597,6 +597,20 @@ def _models_of(model: ModelProfile, catalog: CloudCatalog) -> dict[str, ModelPro
     return {profile_gpu(model, catalog)[0]: model}
 
 
+def _narrowed(model: ModelProfile, usable: ModelProfile, catalog: CloudCatalog, name: str) -> dict[str, str]:
+    """``{"excluded": the rule}`` when ``auto`` planned ``name`` with only part of the profile
+    (``usable_profile``: no trial spread over instances narrower than profiled), so that a type
+    that misses the deadline under that rule is not read as one that cannot meet it at all."""
+    if usable.gpu_counts == model.gpu_counts:
+        return {}
+    where = (model.measured_on or {}).get("instance_type") or "instances"
+    G = catalog.types[name]["gpus_per_instance"]
+    return {"excluded": f"a trial is never spread over instances narrower than the {where} it was profiled on, "
+                        f"so auto plans {name} with {G}-GPU trials only" if G == 1 else
+                        f"a trial is never spread over instances narrower than the {where} it was profiled on, "
+                        f"so auto plans {name} with trials of up to {G} GPUs only"}
+
+
 def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog, market: Market | str,
                compare: bool) -> Plan:
     """``instance_type="auto"``: per GPU model with a profile, a plan on each of its types, and
@@ -639,13 +653,15 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
                         considered.append({"policy": policy, "instance_type": name, "infeasible":
                                            f"no plan meets the deadline of {deadline_s:g}s: even the fastest stages "
                                            f"on {name} take {floor:.0f}s" + (f" at P >= {confidence:g}"
-                                                                             if confidence else "")})
+                                                                             if confidence else ""),
+                                           **_narrowed(model, usable, catalog, name)})
                         continue
                 table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
                 plan = _plan_one(job, usable, cloud, table=table, market=market)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
-                considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})
+                considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc),
+                                   **_narrowed(model, usable, catalog, name)})
                 continue
             except SpecError as exc:  # e.g. the job is too large on this type's instances
                 considered.append({"policy": policy, "instance_type": name, "infeasible": str(exc)})

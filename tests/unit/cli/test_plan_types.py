@@ -158,3 +158,23 @@ def test_a_real_run_plans_with_packing_like_a_rehearsal(capsys, tmp_path, monkey
     assert "packed" not in err and "without packing" not in err
     code, out, err = run(capsys, "run", exp, "--provider", "sim", "--json")
     assert code == 0 and max(json.loads(out)["plan"]["trials_per_gpu"]) > 1, err
+
+
+def test_auto_names_the_rule_that_excluded_a_narrower_type_instead_of_infeasible(capsys):
+    # issue 21: p3.2xlarge read "infeasible" under --confidence 0.9 while forcing it found a plan:
+    # auto plans it only with trials of 1 GPU (never spread over narrower instances than profiled).
+    cifar = str(ROOT / "experiments" / "resnet101_cifar10.yaml")
+    code, out, err = run(capsys, "plan", cifar, "--instance-type", "auto", "--confidence", "0.9", "--samples", "200")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if line.startswith("optimal") and "p3.2xlarge" in line)
+    assert "infeasible" not in row and "excluded" in row
+    assert ("excluded p3.2xlarge: a trial is never spread over instances narrower than the p3.8xlarge it was profiled "
+            "on, so auto plans p3.2xlarge with 1-GPU trials only, and none meets the deadline; "
+            "--instance-type p3.2xlarge plans wider trials anyway (with a warning)") in out
+    code, forced, _ = run(capsys, "plan", cifar, "--instance-type", "p3.2xlarge", "--confidence", "0.9",
+                          "--samples", "200")
+    assert code == 0 and "plan (optimal) on p3.2xlarge" in forced
+    code, out, _ = run(capsys, "plan", cifar, "--instance-type", "auto", "--confidence", "0.9", "--samples", "200",
+                       "--json")
+    (entry,) = [c for c in json.loads(out)["considered"] if c["instance_type"] == "p3.2xlarge"]
+    assert entry["excluded"].startswith("a trial is never spread over instances narrower")
