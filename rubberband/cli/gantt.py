@@ -11,7 +11,10 @@ RECLAIM = "#d62728"       # reclaims, lost work and the line to the replacement
 SPOT_EDGE = "#ff7f0e"     # the outline of a spot instance's life
 
 
-def gantt_figure(timeline: Timeline, title: str = ""):
+WAIT = "#f3e3c3"          # a replacement up before the instance it replaces is gone: waiting, not INIT
+
+
+def gantt_figure(timeline: Timeline, title: str = "", init_s=None):
     """A matplotlib figure: one row per instance, SCALE/INIT phases shaded, trials as coloured bars.
 
     A trial is drawn on every instance its GPUs are on, in its own lane of the row, so trials
@@ -20,8 +23,12 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     since its last checkpoint is hatched red. A red line on the reclaimed instance's row runs
     from the replacement's request (at the notice) to the reclaim, and a dotted one leads from
     there to the replacement's row, whose SCALE and INIT follow; then the TRAIN resumes.
-    When a plan uses several instance types, each row is labelled with its type. Packed trials
-    (``k`` to a GPU) take ``k`` adjacent lanes of their GPU; the title says which stages pack.
+    A replacement that is initialised before the instance it replaces is gone waits for it (its
+    trials resume at the reclaim): with ``init_s`` (the cloud's INIT latency, when constant) that
+    wait is drawn apart from its INIT; without, the two are drawn together as the wait. Every row
+    is labelled with its instance number (and its type when a plan uses several, its market on
+    spot). Packed trials (``k`` to a GPU) take ``k`` adjacent lanes of their GPU; the title says
+    which stages pack.
     """
     try:
         import matplotlib
@@ -30,13 +37,13 @@ def gantt_figure(timeline: Timeline, title: str = ""):
         import matplotlib.pyplot as plt
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
-        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError:
         raise SpecError("--gantt: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
     rows = len(timeline.instances)
     fig, ax = plt.subplots(figsize=(11, max(2.5, 0.32 * rows + 1.5)))
     colors = plt.get_cmap("tab10")
     by_id = {span.instance: span for span in timeline.instances}
+    waits = False
     for span in timeline.instances:
         y = span.instance
         if span.replaces is not None:
@@ -53,7 +60,12 @@ def gantt_figure(timeline: Timeline, title: str = ""):
             ax.barh(y, span.released_s - span.requested_s, left=span.requested_s, color="#eeeeee", height=0.8)
             continue
         ax.barh(y, span.launched_s - span.requested_s, left=span.requested_s, color="#dddddd", height=0.8)
-        ax.barh(y, span.ready_s - span.launched_s, left=span.launched_s, color="#aaaaaa", height=0.8)
+        init_end = _init_end(span, by_id, init_s)
+        if init_end > span.launched_s:
+            ax.barh(y, init_end - span.launched_s, left=span.launched_s, color="#aaaaaa", height=0.8)
+        if span.ready_s > init_end:
+            waits = True
+            ax.barh(y, span.ready_s - init_end, left=init_end, color=WAIT, height=0.8)
         spot = span.market == SPOT
         ax.barh(y, span.released_s - span.ready_s, left=span.ready_s, color="none",
                 edgecolor=SPOT_EDGE if spot else "#555555", height=0.8, linewidth=0.9 if spot else 0.5)
@@ -78,15 +90,18 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     several = len(set(types.values())) > 1
     labels = {i: " ".join([str(i), *([types[i]] if several else []), *([markets[i]] if SPOT in markets.values() else [])])
               for i in markets}
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    if several or SPOT in markets.values():
-        ax.yaxis.set_major_formatter(FuncFormatter(
-            lambda y, _: labels[int(y)] if float(y).is_integer() and int(y) in labels else ""))
+    # Every row labelled, however many (the tick font shrinks with them).
+    ax.set_yticks(sorted(labels), [labels[i] for i in sorted(labels)], fontsize=max(4.0, min(10.0, 400 / max(rows, 1))))
+    handles = []
     if SPOT in markets.values():
         handles = [Patch(facecolor="none", edgecolor=SPOT_EDGE, label="spot instance"),
                    Line2D([], [], marker="x", color=RECLAIM, linestyle="none", markeredgewidth=2, label="reclaim"),
                    Patch(facecolor="white", hatch="////", edgecolor=RECLAIM, label="work lost"),
                    Line2D([], [], color=RECLAIM, linewidth=1.5, label="notice: replacement\nrequested (dotted)")]
+    if waits:
+        handles.append(Patch(facecolor=WAIT, label="waiting for the instance\nit replaces"
+                             + ("" if init_s is not None else "\n(INIT included)")))
+    if handles:
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     ax.set_xlabel("seconds since the job started")
     ax.set_ylabel("instance (launch order)")
@@ -102,10 +117,22 @@ def gantt_figure(timeline: Timeline, title: str = ""):
     return fig
 
 
-def draw_gantt(timeline: Timeline, path: str, title: str = "") -> None:
-    """Write ``gantt_figure`` as a PNG."""
+def _init_end(span, by_id, init_s) -> float:
+    """When a span's INIT ended: its ready time, but for a replacement that was ready before the
+    instance it replaces was reclaimed (the kernel's ready time is then that reclaim): with a
+    constant ``init_s`` (a ``Distribution``) its real end, else its launch (all of it drawn as the wait)."""
+    old = by_id.get(span.replaces) if span.replaces is not None else None
+    if old is None or old.reclaimed_s is None or span.ready_s > old.reclaimed_s + 1e-9:
+        return span.ready_s
+    if init_s is not None and getattr(init_s, "is_constant", False):
+        return min(span.ready_s, span.launched_s + float(init_s.mean))
+    return span.launched_s
+
+
+def draw_gantt(timeline: Timeline, path: str, title: str = "", init_s=None) -> None:
+    """Write ``gantt_figure`` as an image (its type by the file's extension)."""
     import matplotlib.pyplot as plt
 
-    fig = gantt_figure(timeline, title)
+    fig = gantt_figure(timeline, title, init_s)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -104,14 +104,24 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         k = median_sample(result.jct_s) if q == 0.5 else int(np.argsort(result.jct_s, kind="stable")[
             math.floor(q * (len(result.jct_s) - 1))])
         timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k, **plan)
-        draw_gantt(timeline, args.gantt, title=f"{exp.name}: the {run} run by JCT (sample {k} of {samples}, "
-                                               f"seed {seed}), JCT {format_duration(timeline.jct_s)}")
+        title = gantt_title(exp.name, run, k, samples, seed, result, timeline.jct_s)
+        draw_gantt(timeline, args.gantt, title=title, init_s=first.init_latency_s)
         text.append(f"wrote {args.gantt} (the {run} run)")
         payload["gantt"], payload["gantt_sample"], payload["gantt_run"] = args.gantt, k, run
+        payload["gantt_title"] = title
         if on_spot:
             payload["gantt_reclaims"] = timeline.reclaims
     emit(args, payload, "\n".join(text))
     return 0
+
+
+def gantt_title(name: str, run: str, k: int, samples: int, seed: int, result, jct_s: float) -> str:
+    """The chart's title: its JCT is the table's (p50, p90 or the worst); the run drawn, the sample
+    at that rank, is named beside it where it differs (between two samples the quantile is neither)."""
+    quantile = {"median": result.p50_jct_s, "p90": result.p90_jct_s, "worst": float(max(result.jct_s))}[run]
+    own = "" if format_duration(jct_s) == format_duration(quantile) else f"; this run {format_duration(jct_s)}"
+    label = {"median": "p50", "p90": "p90", "worst": "worst"}[run]
+    return f"{name}: the {run} run by JCT (sample {k} of {samples}, seed {seed}), JCT {label} {format_duration(quantile)}{own}"
 
 
 def _instance_types(text: str) -> list[str]:

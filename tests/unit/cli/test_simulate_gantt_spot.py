@@ -72,3 +72,88 @@ def test_a_replacement_is_linked_to_the_instance_it_replaces_at_its_request(draw
     for s in timeline.instances:
         if s.replaces is not None:
             assert (s.requested_s, (float(spans[s.replaces].instance), float(s.instance))) in dotted
+
+
+# --- issue 21 -------------------------------------------------------------------------------------
+
+INIT_GREY = "#aaaaaa"
+
+
+def _waiting_timeline():
+    """A spot run whose replacements (asked for 300 s before the reclaim, ready in 40 s) wait for
+    the instance they replace: a constant INIT, so its end is known."""
+    cloud = CLOUD.replace(spot=SpotMarket(notice_s=300, rate_per_hour=6.0), provision_latency_s=Constant(10.0),
+                          init_latency_s=Constant(30.0))
+    spec = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)
+    for k in range(20):
+        t = sample_timeline(spec, [16, 8, 8, 16, 8], MODEL, cloud, seed=1, samples=20, sample=k,
+                            spot_instances=[2, 1, 1, 2, 2])
+        spans = {s.instance: s for s in t.instances}
+        if _waited(t):
+            return t, cloud
+    raise AssertionError("no replacement waits in 20 samples")
+
+
+def _waited(timeline):
+    """Replacements that were initialised (30 s after launch) well before the instance they replace was reclaimed."""
+    spans = {s.instance: s for s in timeline.instances}
+    return [s for s in timeline.instances if s.replaces is not None and not s.cancelled
+            and spans[s.replaces].reclaimed_s > s.launched_s + 31
+            and (s.reclaimed_s is None or s.reclaimed_s > spans[s.replaces].reclaimed_s)]
+
+
+def test_a_replacements_wait_for_the_instance_it_replaces_is_not_drawn_as_init():
+    pytest.importorskip("matplotlib")
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from rubberband.cli.gantt import gantt_figure
+
+    timeline, cloud = _waiting_timeline()
+    fig = gantt_figure(timeline, init_s=cloud.init_latency_s)
+    ax = fig.axes[0]
+    plt.close(fig)
+    grey = mcolors.to_rgba(INIT_GREY)
+    init_bars = {round(p.get_y() + p.get_height() / 2): p.get_width() for p in ax.patches
+                 if p.get_facecolor() == grey}
+    waited = _waited(timeline)
+    assert waited
+    for s in waited:
+        assert init_bars[s.instance] == pytest.approx(30.0)        # INIT only, then the wait drawn apart
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "waiting for the instance\nit replaces" in labels
+
+
+def test_every_instance_row_is_labelled():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from rubberband.cli.gantt import gantt_figure
+
+    od = CLOUD.replace(market=Market.ON_DEMAND, gpus_per_instance=1, instance_type="p3.2xlarge")
+    timeline = sample_timeline(ExperimentSpec.sha(32, 1, 50, 3), [32, 10, 6, 2], MODEL, od, samples=5)
+    fig = gantt_figure(timeline)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    plt.close(fig)
+    labelled = {int(t.get_position()[1]) for t in ax.get_yticklabels() if t.get_text()}
+    assert labelled == {s.instance for s in timeline.instances} and len(labelled) >= 32
+
+
+@pytest.mark.parametrize("run", ["median", "p90"])
+def test_the_gantt_titles_jct_is_the_tables_quantile(capsys, tmp_path, run):
+    pytest.importorskip("matplotlib")
+    import json
+
+    from rubberband.cli.main import main
+    from rubberband.units import format_duration
+
+    from .helpers import ROOT
+
+    png = tmp_path / "g.png"
+    code = main(["simulate", str(ROOT / "experiments" / "resnet101_cifar10.yaml"), "--allocation", "32,20,12,8",
+                 "--samples", "40", "--gantt", str(png), "--gantt-run", run, "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0
+    quantile = {"median": payload["jct_s_p50"], "p90": payload["jct_s_p90"]}[run]     # 40 samples: between two runs
+    assert f"JCT {'p50' if run == 'median' else run} {format_duration(quantile)}" in payload["gantt_title"]
