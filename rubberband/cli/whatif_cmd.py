@@ -199,14 +199,25 @@ def _shipped_traces(exp) -> str | None:
     return str(path) if path.is_file() else None
 
 
+def varying(scenarios, axes: list[str]) -> list[str]:
+    """The axes that take more than one value in ``scenarios`` (a single value is no axis to plot)."""
+    return [a for a in axes if len({repr(sc.values[a]) for sc in scenarios}) > 1]
+
+
+def x_axis(scenarios, axes: list[str]) -> str:
+    """The plot's x axis: the first axis swept over more than one value (else the first)."""
+    return (varying(scenarios, axes) or axes)[0]
+
+
 def plot_series(scenarios, axes: list[str], policies) -> list[tuple[str, list, list]]:
-    """Lines to plot: cost (JCT when budgets are swept) over the first axis, one per policy and
-    combination of the other axes.
+    """Lines to plot: cost (JCT when budgets are swept) over the first axis of several values
+    (``x_axis``: `--market spot --preemption-rate 0,0.3,2` plots over the rates), one per policy
+    and combination of the other axes of several values.
 
     Returns:
         ``(label, xs, costs)`` per line, ``xs`` in sweep order (``None`` cost: infeasible).
     """
-    first, rest = axes[0], axes[1:]
+    first, rest = x_axis(scenarios, axes), [a for a in varying(scenarios, axes) if a != x_axis(scenarios, axes)]
     groups: dict[tuple, list] = {}
     for sc in scenarios:
         groups.setdefault(tuple(sc.values[a] for a in rest), []).append(sc)
@@ -228,7 +239,7 @@ def whatif_figure(scenarios, axes: list[str], policies, title: str = ""):
         import matplotlib.pyplot as plt
     except ImportError:
         raise SpecError("--plot: needs matplotlib; install it with `pip install 'rubberband[plot]'`") from None
-    axis = axes[0]
+    axis = x_axis(scenarios, axes)
     lines = plot_series(scenarios, axes, policies)
     per_y = 60 if "budget_usd" in axes else 1      # JCT in minutes
     xs = lines[0][1]

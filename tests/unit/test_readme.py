@@ -59,3 +59,54 @@ def test_every_exported_name_is_the_function_or_class_not_a_module(prelude):
     )
     out = _run(f"MODULES = {_modules()!r}\n" + PRELUDES[prelude] + check)
     assert out.returncode == 0, out.stderr
+
+
+def test_readme_python_block_plans_the_experiment_as_the_cli_does():
+    # issue 21: the block built the cloud from the catalog alone, without the experiment's
+    # `cloud.overrides` (15 s INIT, 0.15 GB dataset), so it planned another job than `plan` does.
+    from rubberband import load_experiment
+
+    code = _readme_python_blocks()[0] + "\nimport json\nprint(json.dumps({'cloud': cloud.to_dict(), " \
+                                        "'allocation': list(plan.allocation)}))\n"
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["cloud"] == json.loads(json.dumps(load_experiment(ROOT / "experiments" / "resnet101_cifar10.yaml")
+                                                 .cloud.to_dict()))
+
+
+def _commands() -> list[str]:
+    """Every `rubberband ...` command line of the README's plain code blocks, without its comment."""
+    out, fence = [], None
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("```"):
+            fence = None if fence is not None else line[3:].strip()
+        elif fence == "" and line.startswith("rubberband "):
+            out.append(line.split("  #")[0].strip())
+    return out
+
+
+def test_every_file_a_readme_command_names_is_shipped():
+    # issue 21: `--truth-model slow.yaml` named no file of the repository.
+    named = {tok for cmd in _commands() for tok in cmd.split() if tok.endswith((".yaml", ".json"))}
+    missing = [p for p in named if not p.startswith("runs/") and p not in ("plan.json",) and not (ROOT / p).is_file()]
+    assert named and not missing, missing
+
+
+def test_the_readmes_exit_code_3_example_exits_3(capsys):
+    # issue 21: `run ... --provider sim --budget 8` exits 2 (no plan fits $8), not 3 as the README said.
+    import os
+
+    from rubberband.cli.main import main
+
+    (line,) = [line for line in (ROOT / "README.md").read_text().splitlines() if "exit code 3" in line
+               and line.startswith("rubberband ")]
+    argv = line.split("  #")[0].split()[1:]
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        assert main([*argv, "--samples", "50"]) == 3, capsys.readouterr().err
+    finally:
+        os.chdir(cwd)

@@ -54,3 +54,21 @@ def test_bad_budget_sweeps_are_one_line(capsys, argv, needle):
     code, _, err = run(capsys, "whatif", CIFAR, *argv)
     assert code != 0
     assert_one_line_error(err, needle)
+
+
+def test_a_single_valued_axis_is_never_the_plots_x_axis():
+    # issue 21: `whatif --market spot --preemption-rate 0,0.3,2 --plot` drew cost over the one market.
+    from rubberband.cli.whatif_cmd import plot_series, whatif_figure
+    from rubberband.plan.whatif import Scenario
+
+    rates = [0.0, 0.3, 2.0]
+    scenarios = [Scenario({"market": "spot", "preemption_rate": r}, {"optimal": 10.0 + r}, {"optimal": 600.0},
+                          {"optimal": (4,)}) for r in rates]
+    assert plot_series(scenarios, ["market", "preemption_rate"], ["optimal"]) == [
+        ("optimal", rates, [10.0, 10.3, 12.0])]
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = whatif_figure(scenarios, ["market", "preemption_rate"], ["optimal"])
+    assert fig.axes[0].get_xlabel() == "reclaims/instance-h"
+    plt.close(fig)
