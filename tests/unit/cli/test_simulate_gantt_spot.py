@@ -88,7 +88,6 @@ def _waiting_timeline():
     for k in range(20):
         t = sample_timeline(spec, [16, 8, 8, 16, 8], MODEL, cloud, seed=1, samples=20, sample=k,
                             spot_instances=[2, 1, 1, 2, 2])
-        spans = {s.instance: s for s in t.instances}
         if _waited(t):
             return t, cloud
     raise AssertionError("no replacement waits in 20 samples")
