@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -285,11 +285,13 @@ def _dropped_deadline(req: Request) -> tuple[str, ...]:
 
 
 def plan_request(req: Request, *, confidence: float | None | str = "request", compare: bool = True,
-                 progress=None):
+                 progress=None, step: Callable[[str], None] | None = None):
     """The request's plan: the cheapest that meets its deadline (``compile_plan``), over its
     zones (``plan_zones``), or the fastest within its budget (``plan_for_budget``).
 
-    ``confidence`` replaces the request's when given (``None`` included).
+    ``confidence`` replaces the request's when given (``None`` included). ``progress`` is the
+    planner's callback (``compile_plan``'s); ``step(text)`` is told which budget probe and zone
+    the planning is at (``"budget probe 3, zone us-west-2b (2 of 3)"``), for a progress line.
 
     Raises:
         SpecError: no deadline to plan for; InfeasibleDeadlineError: as ``compile_plan``.
@@ -303,22 +305,40 @@ def plan_request(req: Request, *, confidence: float | None | str = "request", co
     kwargs: dict[str, Any] = dict(policy=req.policy, samples=req.samples, seed=req.seed,
                                   instance_type=req.instance_type, market=req.market, progress=progress,
                                   max_instances=req.max_instances)
+    where: dict[str, str] = {}
+
+    def at(part: str, text: str) -> None:
+        where[part] = text
+        if step is not None:
+            step(", ".join(where[k] for k in ("probe", "zone") if where.get(k)))
+
+    probes = iter(range(1, 10**9))
+
+    def probing(planner):
+        """``planner`` with each budget probe counted on the progress line."""
+        def probe(d: float):
+            at("probe", f"budget probe {next(probes)}")
+            return planner(d)
+        return probe
+
     if req.zones is not None:
         from rubberband.plan.zones import plan_zones
 
         zones = None if req.zones == AUTO else list(req.zones)
+        kwargs["on_zone"] = lambda zone, k, n: at("zone", f"zone {zone} ({k} of {n})")
         if req.budget_usd is not None:
             from rubberband.plan.budget import within_budget
 
-            plan = within_budget(lambda d: plan_zones(req.spec, req.models, req.catalog, d, zones, **kwargs),
+            plan = within_budget(probing(lambda d: plan_zones(req.spec, req.models, req.catalog, d, zones, **kwargs)),
                                  req.budget_usd, conf, deadline, field="--budget")
             return replace(plan, warnings=(*_dropped_deadline(req), *plan.warnings))
         return plan_zones(req.spec, req.models, req.catalog, deadline, zones, confidence=conf, compare=compare,
                           **kwargs)
     if req.budget_usd is not None:
-        from rubberband.plan.budget import plan_for_budget
+        from rubberband.plan.budget import within_budget
 
-        plan = plan_for_budget(req.spec, req.models, req.catalog, req.budget_usd, conf, deadline,
-                               field="--budget", **kwargs)
+        # plan_for_budget's search, with each probe counted on the progress line.
+        plan = within_budget(probing(lambda d: compile_plan(req.spec, req.models, req.catalog, d, **kwargs)),
+                             req.budget_usd, conf, deadline, field="--budget")
         return replace(plan, warnings=(*_dropped_deadline(req), *plan.warnings))
     return compile_plan(req.spec, req.models, req.catalog, deadline, confidence=conf, compare=compare, **kwargs)

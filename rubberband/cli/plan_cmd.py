@@ -67,15 +67,20 @@ class ProgressLine:
         self.start = self.last = clock()
         self.width = 0
         self.step: tuple = ()
+        self.where = ""     # where an outer loop is: "budget probe 3, zone us-west-2b (2 of 3)"
+
+    def at(self, where: str) -> None:
+        """Say which budget probe or zone the planning is at (shown before the search's step)."""
+        self.where = where
 
     def __call__(self, p) -> None:
         now = self.clock()
-        step = p.step       # a new step always shows: the work it names may take long
+        step = (self.where, p.step)     # a new step (or probe, or zone) always shows: the work it names may take long
         if not self.on or now - self.start < PROGRESS_AFTER_S or (
                 self.width and now - self.last < PROGRESS_EVERY_S and step == self.step):
             return
         self.last, self.step = now, step
-        text = f"planning: {p.describe()}"
+        text = f"planning: {self.where + ', ' if self.where else ''}{p.describe()}"
         self.stream.write("\r" + text.ljust(self.width))
         self.stream.flush()
         self.width = max(self.width, len(text))
@@ -94,7 +99,7 @@ def plan_from_args(args: argparse.Namespace, req: Request, confidence: float | N
     """Plan the resolved request (``plan_request``) with a progress line on a terminal;
     ``confidence``, when given, replaces the request's."""
     with ProgressLine(args) as progress:
-        return plan_request(req, confidence=confidence, compare=compare, progress=progress)
+        return plan_request(req, confidence=confidence, compare=compare, progress=progress, step=progress.at)
 
 
 # Below this chance of meeting the deadline, `plan` shows what a surer plan would cost.

@@ -11,6 +11,7 @@ other zones' best plans go into ``Plan.considered`` so the choice can be checked
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -64,10 +65,12 @@ def _in_zone(cloud: CloudProfile | CloudCatalog, zone: str, instance_type: str |
 
 def plan_zones(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | CloudCatalog, deadline_s: float,
                zones: list[str] | None = None, *, instance_type: str | None = None,
-               market: str | Market = Market.SPOT, **kwargs: Any) -> Plan:
+               market: str | Market = Market.SPOT, on_zone: Callable[[str, int, int], None] | None = None,
+               **kwargs: Any) -> Plan:
     """The cheapest plan over the candidate zones (``zone_candidates``); ``kwargs`` go to
     ``compile_plan`` for each zone. The chosen zone is the plan cloud's trace zone and
     ``plan.info["zone"]``; ``plan.info["zones"]`` has every zone's cost (``None``: infeasible).
+    ``on_zone(zone, k, n)`` is called as the ``k``-th of ``n`` zones is planned (a progress line).
 
     Raises:
         SpecError: on-demand only (zones differ in their spot markets), or no trace to replay.
@@ -80,7 +83,10 @@ def plan_zones(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile | 
         cloud = cloud.replace(market=Market(market))
     plans: dict[str, Plan] = {}
     failures: dict[str, InfeasibleDeadlineError] = {}
-    for zone in zone_candidates(cloud, zones, instance_type):
+    candidates = zone_candidates(cloud, zones, instance_type)
+    for k, zone in enumerate(candidates, 1):
+        if on_zone is not None:
+            on_zone(zone, k, len(candidates))
         try:
             plans[zone] = compile_plan(spec, model, _in_zone(cloud, zone, instance_type), deadline_s,
                                        instance_type=instance_type, market=market, **kwargs)

@@ -94,3 +94,14 @@ def test_progress_line_waits_until_planning_is_slow(monkeypatch):
         line(PlanProgress(4, 7, 5))
     width = len("planning: stage 2 of 7, 1,234 candidates kept")
     assert tty.getvalue().endswith("\rplanning: stage 4 of 7, 5 candidates kept".ljust(width + 1) + "\r" + " " * width + "\r")
+
+
+def test_plan_zone_auto_with_a_budget_shows_the_probe_and_the_zone(capsys, terminal):
+    # issue 21: `plan --zone auto --budget` sat on "stage 1 of 4" for 23 s while it planned zone
+    # after zone, probe after probe: the line now says which.
+    spot = str(ROOT / "experiments" / "resnet101_spot.yaml")
+    terminal = terminal()
+    assert main(["plan", spot, "--zone", "auto", "--budget", "3", "--samples", "40"]) == 0, capsys.readouterr().err
+    err = terminal.getvalue()
+    assert "\rplanning: budget probe 1, zone us-west-2a (1 of 3), stage 1 of 4, " in err
+    assert "budget probe 2, zone us-west-2b (2 of 3), stage " in err
