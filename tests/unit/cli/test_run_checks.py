@@ -45,3 +45,13 @@ def test_run_budget_below_the_cheapest_plan_gets_plans_error(capsys, no_executio
     assert_one_line_error(err, "--budget: $0.0100 is below the cheapest possible run, which costs",
                           "raise the budget to at least")
     assert no_execution == []
+
+
+def test_a_local_run_says_it_is_starting_its_cluster_before_the_first_event(capsys, no_execution):
+    # issue 21: the first seconds of a local run (Ray's head, the autoscaler) were silent.
+    code, _, err = run(capsys, "run", DEMO, "--provider", "local", "--samples", "50")
+    assert no_execution and "stopped before execution" in err
+    starting = [line for line in err.splitlines() if line.startswith("starting a local cluster")]
+    assert len(starting) == 1 and "local.2gpu" in starting[0], err
+    _, _, err = run(capsys, "run", DEMO, "--provider", "local", "--samples", "50", "--json")
+    assert "starting a local cluster" not in err
