@@ -172,7 +172,7 @@ def check_dag(nodes: int, edges: int) -> None:
 
 
 def _trials(trials: Sequence[int]) -> str:
-    return f"{len(trials)} stage(s) of {sum(trials):,} trials in all"
+    return f"{len(trials)} stage(s) of {sum(trials):,} trial{'' if sum(trials) == 1 else 's'} in all"
 
 
 def _check(what: str, samples: int, memory: float, work: float, fixed: float = 0.0, shrink: str = SHRINK) -> None:

@@ -285,3 +285,9 @@ def test_a_rehearsal_is_sized_before_it_starts():
     check_rehearsal((fits,))
     with pytest.raises(SpecError, match="job too large"):
         check_rehearsal((fits + 1,))
+
+
+def test_one_trial_is_one_trial():
+    # issue 21: "1 trials".
+    with pytest.raises(SpecError, match=r"^job too large: simulating 1 stage\(s\) of 1 trial in all "):
+        check_simulation((1,), (1,), 1, 10**9)

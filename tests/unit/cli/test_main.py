@@ -62,3 +62,20 @@ def test_an_unknown_provider_is_named_before_any_other_error(capsys, command):
                         [str(ROOT / "nope.yaml")] if command == "profile" else [])
     assert main([*argv, "--provider", "gpc"]) == 2
     assert_one_line_error(capsys.readouterr().err, "--provider: unknown provider 'gpc'")
+
+
+def test_down_on_aws_without_credentials_is_one_line(capsys, monkeypatch, tmp_path):
+    pytest.importorskip("boto3")
+    from rubberband.cli.main import main
+
+    from .helpers import assert_one_line_error
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.chdir(tmp_path)          # no runs/ of an earlier run to find
+    assert main(["down", "--provider", "aws"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "credentials")
