@@ -17,23 +17,29 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
   over ``a`` GPUs.
 * the planner's table (``A_i`` the valid allocations of stage ``i``)::
 
-      memory = 8 B * S * (TABLE_CELLS_PER_TRIAL * sum n_i * M + H)
+      memory = 8 B * S * (4 * sum n_i * M + 2 * H + 16 * stages [+ 40 * H on spot])
       work   = S * sum_i sum_{a in A_i} (n_i + q_i(a))
 
   ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage, its
-  latency draws, and a stage's makespan works on a copy: ``TABLE_CELLS_PER_TRIAL`` cells per
-  trial, GPU count and sample), ``H`` the instances of the widest allocation of any stage (its
-  INIT draws). Calibrated on peak RSS (``ru_maxrss``) of a plan, per sample (issue 21: the
-  estimate was 2-3x low and ``--samples 150000`` peaked at 5.4 GB)::
+  latency draws, and the search simulates its candidates on copies), ``H`` the instances of
+  the widest allocation of any stage (their INIT draws); a spot market that may reclaim adds
+  each position's incarnations (the spot kernel's schedule). Calibrated on the peak RSS
+  (``VmHWM``) of `rubberband plan` (every policy compared), cells per sample (issue 21: the
+  estimate was 2-6x low and ``--samples 150000`` peaked at 5.4 GB)::
 
-      experiment            measured   estimate
-      resnet101_cifar10       4,426      4,672 cells
-      resnet101_spot          4,409      5,440
-      resnet50_sha64          4,067      6,352
-      resnet50_sha512        32,634     51,152
-      demo                      198        202
+      experiment (market, type)               measured   estimate
+      resnet101_cifar10                           4,614      6,464
+      resnet50_sha64                              4,366      8,752
+      resnet50_sha512                            35,325     69,728
+      demo                                          295        360
+      resnet101_spot (on-demand, p3.2xlarge)      7,123      8,000
+      resnet101_spot (spot, p3.2xlarge)          33,910     48,960
+      resnet101_spot (auto, p3.2xlarge)          36,273     48,960
+      resnet101_spot (auto, p3.8xlarge)          14,118     16,704
 
-  (``tests/unit/test_limits.py`` measures two of them again: never below, at most 2.5x above).
+  The table checks its own size (on-demand terms: it knows no market); ``check_plan`` adds the
+  spot term before a plan starts. ``tests/unit/test_limits.py`` measures three again: never
+  below, at most 2.5x above.
 * a rehearsal (``run --provider sim``: the scheduler's event loop in virtual time) holds every
   trial of the job as objects, about ``REHEARSAL_TRIAL_BYTES`` each (a million-trial job grew
   past 3.6 GB, issue 21), and its repeats run one after another::
@@ -48,7 +54,7 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
       work = tables * table work + scenarios * policies * SEARCH_SIMULATIONS * S * sum n_i
 
 The limits are generous: every shipped experiment, benchmark and figure stays far below
-them (SHA(512) at 200 samples, the largest, plans with about 0.08 GB and 1.4e8 work).
+them (SHA(512) at 200 samples, the largest, plans with about 0.1 GB and 1.4e8 work).
 """
 
 from __future__ import annotations
@@ -67,7 +73,10 @@ MAX_ALLOCATIONS = 20_000            # valid allocations of one stage (the planne
 SEARCH_SIMULATIONS = 10             # full simulations of a typical plan search (``choose``)
 PLAN_OPS = 1_000_000                # fixed cost of one plan search (the DP over stages), in cells
 DAG_ELEMENT_BYTES = 200             # a networkx node or edge with its attributes (measured: ~140)
-TABLE_CELLS_PER_TRIAL = 3           # cells per trial, GPU count and sample of a planner's table (calibrated above)
+TABLE_CELLS_PER_TRIAL = 4           # cells per trial, GPU count and sample of a plan (calibrated above)
+TABLE_CELLS_PER_INSTANCE = 2        # per instance of the widest allocation and sample (its INIT draws)
+TABLE_CELLS_PER_STAGE = 16          # per stage and sample (times, costs, sync and scale draws)
+SPOT_CELLS_PER_INSTANCE = 40        # per instance and sample on a spot market that reclaims (incarnations)
 REHEARSAL_TRIAL_BYTES = 4096        # one trial in a rehearsal (1e6 trials grew past 3.6 GB: ~3.6 KB)
 REHEARSAL_TRIAL_S = 0.005           # seconds of one trial in one rehearsal (200 of SHA(32) took ~45 s)
 MAX_REHEARSAL_S = 3600.0            # a rehearsal, repeats included, longer than this is refused
@@ -124,9 +133,18 @@ def check_table(trials: Sequence[int], candidates: Sequence[Sequence[int]] | Non
            samples, memory=table_memory_cells(trials, gpu_counts, max_instances), work=work)
 
 
-def table_memory_cells(trials: Sequence[int], gpu_counts: int, max_instances: int) -> int:
-    """Cells per sample the planner's table holds at its peak (see the module docstring)."""
-    return TABLE_CELLS_PER_TRIAL * sum(trials) * gpu_counts + max_instances
+def table_memory_cells(trials: Sequence[int], gpu_counts: int, max_instances: int, spot: bool = False) -> int:
+    """Cells per sample a plan holds at its peak (see the module docstring); ``spot``: on a
+    spot market that may reclaim."""
+    return (TABLE_CELLS_PER_TRIAL * sum(trials) * gpu_counts + TABLE_CELLS_PER_INSTANCE * max_instances
+            + TABLE_CELLS_PER_STAGE * len(trials) + (SPOT_CELLS_PER_INSTANCE * max_instances if spot else 0))
+
+
+def check_plan(trials: Sequence[int], gpu_counts: int, max_instances: int, samples: int, spot: bool) -> None:
+    """Refuse a plan too large for memory before its first table is drawn, counting what the
+    table's own check (``check_table``) cannot know: the spot market's incarnations."""
+    _check(f"planning {_trials(trials)}{' on spot' if spot else ''} ({gpu_counts:,} GPU counts per trial)", samples,
+           memory=table_memory_cells(trials, gpu_counts, max_instances, spot), work=0)
 
 
 def check_rehearsal(trials: Sequence[int], repeat: int = 1) -> None:
@@ -199,6 +217,7 @@ def _gb(nbytes: float) -> str:
 
 
 __all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_REHEARSAL_S", "MAX_WORK",
-           "PLAN_OPS", "REHEARSAL_TRIAL_BYTES", "REHEARSAL_TRIAL_S", "SEARCH_SIMULATIONS", "TABLE_CELLS_PER_TRIAL",
-           "check_dag", "check_rehearsal", "check_samples_seed", "check_simulation", "check_sweep", "check_table",
+           "PLAN_OPS", "REHEARSAL_TRIAL_BYTES", "REHEARSAL_TRIAL_S", "SEARCH_SIMULATIONS", "SPOT_CELLS_PER_INSTANCE",
+           "TABLE_CELLS_PER_INSTANCE", "TABLE_CELLS_PER_STAGE", "TABLE_CELLS_PER_TRIAL",
+           "check_dag", "check_plan", "check_rehearsal", "check_samples_seed", "check_simulation", "check_sweep", "check_table",
            "queue_work", "table_memory_cells", "table_work"]

@@ -127,9 +127,6 @@ class Request:
         """The instance types the job may run on: its own, or every type of the catalog under ``auto``."""
         return list(self.catalog.instance_types) if self.auto_instance_type else [self.instance_type]
 
-    def with_(self, **changes: Any) -> Request:
-        return replace(self, **changes)
-
 
 def resolve(experiment_path: str, overrides: Overrides | Mapping[str, Any] | None = None) -> Request:
     """Turn an experiment file plus the command line's ``overrides`` into a ``Request``.
@@ -274,6 +271,23 @@ def _idle_warnings(req: Request) -> list[str]:
     return out[:1]
 
 
+def check_plan_size(req: Request) -> None:
+    """Refuse a plan on one type too large for memory before its first table is drawn, spot
+    market included (``limits.check_plan``; ``auto`` sizes each type's table as it goes)."""
+    from rubberband.limits import check_plan
+    from rubberband.profiles.by_gpu import model_of
+    from rubberband.simulator import instances_needed
+
+    if req.auto_instance_type:
+        return
+    cloud = req.cloud
+    model = model_of(req.models, cloud) if isinstance(req.models, Mapping) else req.models
+    widest = max(instances_needed(s.num_trials, s.num_trials * model.max_gpus, cloud.gpus_per_instance)
+                 for s in req.spec.stages)
+    spot = req.market != Market.ON_DEMAND and cloud.spot.at_risk and cloud.spot_price_usd_per_hour is not None
+    check_plan(req.spec.trials, model.max_gpus - model.min_gpus + 1, widest, req.samples, spot)
+
+
 def _dropped_deadline(req: Request) -> tuple[str, ...]:
     """A budget plan keeps no deadline but one asked for with ``--deadline``: say so when the
     experiment has one (a run would otherwise drop it without a word)."""
@@ -300,6 +314,7 @@ def plan_request(req: Request, *, confidence: float | None | str = "request", co
 
     conf = req.confidence if confidence == "request" else confidence
     deadline = req.deadline_s
+    check_plan_size(req)
     if deadline is None and req.budget_usd is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
     kwargs: dict[str, Any] = dict(policy=req.policy, samples=req.samples, seed=req.seed,

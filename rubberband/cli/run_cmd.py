@@ -136,7 +136,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         budget = check_budget(args.budget, exp.spec, plan_model(exp, plan), plan.cloud)
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
-    if not args.json:       # the cluster's start (Ray's head, the autoscaler) takes seconds before any event
+    if not args.json and sys.stderr.isatty():     # the cluster's start (Ray's head, the autoscaler) takes seconds
         print(f"starting a {args.provider} cluster for {plan.instance_type} x{max(plan.instances)} at most; "
               "the run's events follow once it is up", file=sys.stderr, flush=True)
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from rubberband.cli.main import main
+
 from .helpers import ROOT, assert_one_line_error, run
 
 DEMO = str(ROOT / "experiments" / "demo.yaml")
@@ -47,11 +49,22 @@ def test_run_budget_below_the_cheapest_plan_gets_plans_error(capsys, no_executio
     assert no_execution == []
 
 
-def test_a_local_run_says_it_is_starting_its_cluster_before_the_first_event(capsys, no_execution):
-    # issue 21: the first seconds of a local run (Ray's head, the autoscaler) were silent.
-    code, _, err = run(capsys, "run", DEMO, "--provider", "local", "--samples", "50")
-    assert no_execution and "stopped before execution" in err
+def test_a_local_run_says_it_is_starting_its_cluster_before_the_first_event(capsys, no_execution, monkeypatch):
+    # issue 21: the first seconds of a local run (Ray's head, the autoscaler) were silent on a terminal.
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    code = main(["run", DEMO, "--provider", "local", "--samples", "50"])
+    err = tty.getvalue()
+    assert code == 2 and no_execution and "stopped before execution" in err
     starting = [line for line in err.splitlines() if line.startswith("starting a local cluster")]
     assert len(starting) == 1 and "local.2gpu" in starting[0], err
-    _, _, err = run(capsys, "run", DEMO, "--provider", "local", "--samples", "50", "--json")
-    assert "starting a local cluster" not in err
+    tty.truncate(0)
+    main(["run", DEMO, "--provider", "local", "--samples", "50", "--json"])
+    assert "starting a local cluster" not in tty.getvalue()
