@@ -63,9 +63,10 @@ def gantt_figure(timeline: Timeline, title: str = "", init_s=None):
         init_end = _init_end(span, by_id, init_s)
         if init_end > span.launched_s:
             ax.barh(y, init_end - span.launched_s, left=span.launched_s, color="#aaaaaa", height=0.8)
-        if span.ready_s > init_end:
+        wait_end = _wait_end(span, by_id, init_end)
+        if wait_end > init_end:
             waits = True
-            ax.barh(y, span.ready_s - init_end, left=init_end, color=WAIT, height=0.8)
+            ax.barh(y, wait_end - init_end, left=init_end, color=WAIT, height=0.8)
         spot = span.market == SPOT
         ax.barh(y, span.released_s - span.ready_s, left=span.ready_s, color="none",
                 edgecolor=SPOT_EDGE if spot else "#555555", height=0.8, linewidth=0.9 if spot else 0.5)
@@ -127,6 +128,15 @@ def _init_end(span, by_id, init_s) -> float:
     if init_s is not None and getattr(init_s, "is_constant", False):
         return min(span.ready_s, span.launched_s + float(init_s.mean))
     return span.launched_s
+
+
+def _wait_end(span, by_id, init_end: float) -> float:
+    """Until when a replacement initialised by ``init_end`` waits for the instance it replaces
+    to be reclaimed (its trials resume there): that reclaim, within its own life; else no wait."""
+    old = by_id.get(span.replaces) if span.replaces is not None else None
+    if old is None or old.reclaimed_s is None:
+        return init_end
+    return max(init_end, min(old.reclaimed_s, span.released_s))
 
 
 def draw_gantt(timeline: Timeline, path: str, title: str = "", init_s=None) -> None:

@@ -97,7 +97,7 @@ def _waited(timeline):
     """Replacements that were initialised (30 s after launch) well before the instance they replace was reclaimed."""
     spans = {s.instance: s for s in timeline.instances}
     return [s for s in timeline.instances if s.replaces is not None and not s.cancelled
-            and spans[s.replaces].reclaimed_s > s.launched_s + 31
+            and spans[s.replaces].reclaimed_s is not None and spans[s.replaces].reclaimed_s > s.launched_s + 31
             and (s.reclaimed_s is None or s.reclaimed_s > spans[s.replaces].reclaimed_s)]
 
 
