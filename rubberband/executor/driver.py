@@ -53,9 +53,9 @@ from typing import Any
 from rubberband.errors import ProviderError, SpecError
 from rubberband.executor.ports import Clock, ClusterPort, Node, TrialRunnerPort, WallClock
 from rubberband.executor.search_space import sample_configs
+from rubberband.nodes import NodeType
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
-from rubberband.providers.node_types import NodeType
 from rubberband.scheduler import (
     MAX_TRIAL_RESTARTS,  # noqa: F401 - re-exported for callers
     ComputeReplan,

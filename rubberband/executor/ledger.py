@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rubberband.errors import SpecError
+from rubberband.nodes import MARKETS, SPOT
 from rubberband.profiles.cloud import BillingModel, CloudProfile
 from rubberband.providers.base import Release
-from rubberband.providers.node_types import MARKETS, SPOT
 from rubberband.simulator.model import billed_seconds
 
 

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rubberband.providers.node_types import NodeType
+from rubberband.nodes import NodeType
 
 # What the driver asks the cluster for: how many instances of each node type (an instance
 # type on a market). Several instance types per stage fit the same shape.

@@ -13,8 +13,8 @@ from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, Notice, Request, TrainResult
 from rubberband.executor.spot_notice import NoticeBoard, NoticeWatcher
 from rubberband.executor.worker import DDPWorker
+from rubberband.nodes import INSTANCE_PREFIX, NodeType, counts, describe
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent
-from rubberband.providers.node_types import NodeType, counts, describe
 
 try:
     import ray
@@ -22,8 +22,6 @@ try:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("the executor needs Ray: pip install 'rubberband[ray,torch]'") from exc
-
-INSTANCE_PREFIX = "rb-instance-"
 
 
 def keep_oldest(nodes: Sequence[Node], target: Request) -> list[str]:
@@ -300,7 +298,7 @@ class RayClusterPort:
     """The cluster port over a Ray cluster autoscaled by ``request_resources``, by node type.
 
     Each instance is a Ray node with ``gpus_per_instance`` GPUs, a unique resource
-    ``rb-instance-<n>`` and its node type's slot resource (``providers.node_types``); nodes
+    ``rb-instance-<n>`` and its node type's slot resource (``rubberband.nodes``); nodes
     are ordered oldest first by ``<n>``. The request is one bundle of a type's slot per
     wanted instance of that type, plus one per noticed instance still up (so its replacement
     is launched beside it); a noticed instance stops counting shortly before its reclaim

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError
+from rubberband.nodes import NodeType, node_types
 from rubberband.providers.base import Clouds, ProviderEvent, Room, clouds_of, cluster_types
-from rubberband.providers.node_types import NodeType, node_types
 
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 STATE_ROOT = Path(os.environ.get("RUBBERBAND_STATE_DIR", Path.home() / ".rubberband")) / "local"

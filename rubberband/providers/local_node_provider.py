@@ -29,9 +29,9 @@ import numpy as np
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
+from rubberband.nodes import SPOT
 from rubberband.profiles.distributions import parse_distribution
 from rubberband.providers.base import ProviderEvent, Release
-from rubberband.providers.node_types import SPOT
 from rubberband.providers.spot_emulation import MetadataServer, Reclaimer, SpotEmulation, schedule
 
 INSTANCE_RESOURCE_PREFIX = "rb-instance-"

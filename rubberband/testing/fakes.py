@@ -16,7 +16,7 @@ from typing import Any
 
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, Notice, TrainResult, done_now
-from rubberband.providers.node_types import NodeType, counts, describe
+from rubberband.nodes import NodeType, counts, describe, instance_name
 
 
 class FakeClock:
@@ -115,7 +115,7 @@ class FakeCluster:
         if missing:
             for node_type in missing:
                 self.launched += 1
-                name = f"rb-instance-{self.launched}"
+                name = instance_name(self.launched)
                 self._event("request", name, t, node_type=node_type.ray_name, market=node_type.market,
                             instance_type=node_type.instance_type)
                 self._event("running", name, t + self.provision_s)

@@ -9,7 +9,7 @@ import pytest
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node
 from rubberband.executor.ray_runner import RayClusterPort
-from rubberband.providers.node_types import NodeType
+from rubberband.nodes import NodeType
 
 OD, SPOT = NodeType("local.2gpu"), NodeType("local.2gpu", "spot")
 

@@ -1,4 +1,4 @@
-"""Node types: what the executor asks a provider for — an instance type on a market.
+"""Node types and instances: what the executor asks a provider for — an instance type on a market.
 
 A stage holds ``s`` spot and ``o`` on-demand instances of one type (DESIGN §4.1); each
 (instance type, market) pair is one Ray node type of the cluster (``p3.2xlarge`` and
@@ -19,6 +19,15 @@ SPOT = "spot"
 ON_DEMAND = "on-demand"
 MARKETS = (ON_DEMAND, SPOT)
 SLOT_PREFIX = "rb-slot-"
+# Every instance a provider launches is named ``rb-instance-<n>`` (n counts from 1 per run): the
+# executor's name for it, a Ray custom resource its node carries, and the ``instance`` of its
+# provider events and ``release.json`` entries.
+INSTANCE_PREFIX = "rb-instance-"
+
+
+def instance_name(n: int) -> str:
+    """The ``n``-th instance of a run: ``rb-instance-<n>``."""
+    return f"{INSTANCE_PREFIX}{n}"
 
 
 @dataclass(frozen=True, order=True)
