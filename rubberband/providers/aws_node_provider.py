@@ -1,8 +1,9 @@
 """Ray node provider of the `aws` provider: every node is an EC2 instance launched with boto3.
 
 Loaded by Ray's autoscaler (``provider: {type: external, module: ...}``) in the head node's
-monitor process, like ``LocalNodeProvider``, whose bookkeeping it shares (node ids, the
-``rb-instance-<n>`` resource, ``release.json``, the event log). What it adds:
+monitor process, like ``LocalNodeProvider``; both specialise ``RubberbandNodeProvider``
+(``providers.node_provider``: node ids, the ``rb-instance-<n>`` resource, ``release.json``,
+the event log). What it adds:
 
 - ``run_instances`` with the node config of the user's Ray cluster YAML (AMI, subnets, security
   groups, IAM instance profile), on the node type's market (spot adds ``InstanceMarketOptions``),
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import time
 
-from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
+from rubberband.nodes import INSTANCE_PREFIX, SPOT
 from rubberband.providers.aws import (
     GONE_STATES,
     TAG_CLUSTER,
@@ -44,13 +45,13 @@ from rubberband.providers.aws import (
     worker_user_data,
 )
 from rubberband.providers.base import ProviderEvent, Release
-from rubberband.providers.local_node_provider import INSTANCE_RESOURCE_PREFIX, LocalNodeProvider
+from rubberband.providers.node_provider import INSTANCE_TAG, RubberbandNodeProvider
 
 EC2_ID_TAG = "ec2-instance-id"     # on a node's provider tags, once its instance is launched
 STOPPED_STATES = ("stopping", "stopped")     # a spot reclaim with InstanceInterruptionBehavior stop
 
 
-class AwsNodeProvider(LocalNodeProvider):
+class AwsNodeProvider(RubberbandNodeProvider):
     """EC2 instances through boto3, mirrored by local raylets when EC2 is an emulator."""
 
     def __init__(self, provider_config, cluster_name):
@@ -76,23 +77,21 @@ class AwsNodeProvider(LocalNodeProvider):
         # Against an emulator, wait out the cloud's queueing the profile describes (scaled);
         # against EC2 the queue is real and the wait is EC2's own.
         time.sleep(provision if self._mirror else 0.0)
-        with self.lock:
-            gone = node_id not in self._nodes
-        if gone:     # released before anything was launched
+        if not self._known(node_id):     # released before anything was launched
             self._event(event=ProviderEvent.TERMINATED, node_id=node_id, instance=instance, reason=Release.CANCELLED)
             return
-        node_type = tags[TAG_RAY_USER_NODE_TYPE]
+        node_type = self._node_type(tags)
         launch_config = self._node_configs.get(node_type, self._node_config)
         price = self._types.get(node_type, {}).get("price_usd_per_hour") or self._price
         ec2_tags = {TAG_RUN: self._run_id, TAG_CLUSTER: self.cluster_name, TAG_INSTANCE: instance,
                     TAG_PRICE: f"{price:.6g}", TAG_MARKET: self._market(tags), TAG_RAY_CLUSTER: self.cluster_name,
-                    TAG_RAY_USER_NODE_TYPE: tags[TAG_RAY_USER_NODE_TYPE], "Name": f"rb-{self._run_id}-{instance[len(INSTANCE_RESOURCE_PREFIX):]}"}
+                    TAG_RAY_USER_NODE_TYPE: node_type, "Name": f"rb-{self._run_id}-{instance[len(INSTANCE_PREFIX):]}"}
         user_data = None
         if not self._mirror:
             gpus = int(resources.get("GPU", 0))
             extra = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory", "object_store_memory")}
             setup = self._setup_by_type.get(node_type, self._setup)
-            user_data = worker_user_data(setup, self._head_address, node_id, tags[TAG_RAY_USER_NODE_TYPE], gpus, extra)
+            user_data = worker_user_data(setup, self._head_address, node_id, node_type, gpus, extra)
 
         def report(err: LaunchError) -> None:
             self._event(event=ProviderEvent.LAUNCH_ERROR, node_id=node_id, instance=instance, code=err.code,
@@ -101,8 +100,7 @@ class AwsNodeProvider(LocalNodeProvider):
                         instance_type=launch_config.get("InstanceType"))
 
         def cancelled() -> bool:
-            with self.lock:
-                return node_id not in self._nodes
+            return not self._known(node_id)
 
         try:
             ec2 = self._ec2.launch(launch_config, ec2_tags, client_token=f"{self._run_id}-{instance}",
@@ -111,20 +109,17 @@ class AwsNodeProvider(LocalNodeProvider):
         except Exception as exc:
             # Given up. Capacity may come back (the autoscaler asks again); a config mistake
             # (bad AMI, missing instance profile, no permission) will not: the executor stops.
-            with self.lock:
-                self._nodes.pop(node_id, None)
+            self._forget(node_id, quiet=True)
             self._event(event=ProviderEvent.LAUNCH_FAILED, node_id=node_id, instance=instance, error=safe_error(exc),
                         code=getattr(exc, "code", type(exc).__name__), fatal=not getattr(exc, "retryable", False))
             return
         ec2_id = ec2["InstanceId"]
         with self.lock:
-            alive = node_id in self._nodes
-            if alive:
-                self._nodes[node_id]["tags"][EC2_ID_TAG] = ec2_id
+            alive = self._tag(node_id, EC2_ID_TAG, ec2_id)
             # Logged under the lock: a release of this node is logged after it, never before.
             self._event(event=ProviderEvent.RUNNING, node_id=node_id, instance=instance, ec2_id=ec2_id, region=self._region,
                         instance_type=ec2.get("InstanceType"),
-                        market="spot" if ec2.get("InstanceLifecycle") == "spot" else "on-demand", t_ec2=launch_time(ec2))
+                        market=SPOT if ec2.get("InstanceLifecycle") == "spot" else "on-demand", t_ec2=launch_time(ec2))
         if not alive:    # released while launching: never leave it running
             self._terminate_ec2(node_id, instance, ec2_id, reason=Release.RELEASED)
             return
@@ -163,7 +158,7 @@ class AwsNodeProvider(LocalNodeProvider):
             # Still launching: the boot thread sees the node gone, terminates whatever it
             # launched and logs it (or logs that nothing was launched).
             return
-        self._terminate_ec2(node_id, entry["tags"].get("rb-instance"), ec2_id, reason=Release.RELEASED)
+        self._terminate_ec2(node_id, entry["tags"].get(INSTANCE_TAG), ec2_id, reason=Release.RELEASED)
 
     # --- watch ---------------------------------------------------------------------------
     def _drop(self, node_id, reason, t_ec2=None):
@@ -171,7 +166,7 @@ class AwsNodeProvider(LocalNodeProvider):
         entry = self._forget(node_id, quiet=True)
         if entry is None:
             return
-        instance, ec2_id = entry["tags"].get("rb-instance"), entry["tags"].get(EC2_ID_TAG)
+        instance, ec2_id = entry["tags"].get(INSTANCE_TAG), entry["tags"].get(EC2_ID_TAG)
         if reason == Release.LOST and ec2_id:
             # The machine's raylet died: the instance is no use to the cluster and still bills.
             self._terminate_ec2(node_id, instance, ec2_id, reason=Release.LOST)
@@ -183,8 +178,7 @@ class AwsNodeProvider(LocalNodeProvider):
         if now - self._last_check < 1.0:
             return
         self._last_check = now
-        with self.lock:
-            watched = {entry["tags"][EC2_ID_TAG]: nid for nid, entry in self._nodes.items() if EC2_ID_TAG in entry["tags"]}
+        watched = self._tagged(EC2_ID_TAG)
         if not watched:
             return
         try:
@@ -201,16 +195,18 @@ class AwsNodeProvider(LocalNodeProvider):
                 # A spot instance stopped by EC2 still holds its volumes: finish it off.
                 entry = self._forget(watched[ec2_id], quiet=True)
                 if entry is not None:
-                    self._terminate_ec2(watched[ec2_id], entry["tags"].get("rb-instance"), ec2_id,
+                    self._terminate_ec2(watched[ec2_id], entry["tags"].get(INSTANCE_TAG), ec2_id,
                                         reason=Release.INTERRUPTED)
                 continue
             self._drop(watched[ec2_id], reason=Release.INTERRUPTED, t_ec2=termination_time(inst) or now)
 
-    def non_terminated_nodes(self, tag_filters):
+    def _update(self):
         for ec2_id, (node_id, instance, reason) in list(self._retry_terminate.items()):
             self._terminate_ec2(node_id, instance, ec2_id, reason)
-        self._terminate_released()
+        super()._update()
+
+    def _watch(self):
         self._check_ec2()
-        for nid in self._lost_raylets():
-            self._drop(nid, reason=Release.LOST)
-        return FakeMultiNodeProvider.non_terminated_nodes(self, tag_filters)
+
+    def _lost(self, node_id):
+        self._drop(node_id, reason=Release.LOST)

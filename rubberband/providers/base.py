@@ -49,6 +49,14 @@ class Release(enum.StrEnum):
     CANCELLED = "cancelled"        # released before anything was launched
 
 
+# The file protocol between the executor and a cluster's node provider, both in the run's
+# provider state directory: the provider appends each ``ProviderEvent`` to the event log (one
+# JSON object a line); the executor lists the instances it releases in the release file (a JSON
+# list of instance names, rewritten whole), and the provider terminates them.
+EVENTS_FILE = "events.jsonl"
+RELEASE_FILE = "release.json"
+
+
 # What a cluster launches: one instance type's profile, or every type a run's plan uses (the
 # plan's own first); and how many instances it may hold, in all or per instance type.
 Clouds = CloudProfile | Sequence[CloudProfile]

@@ -22,7 +22,15 @@ from typing import Any
 
 from rubberband.errors import ProviderError
 from rubberband.nodes import NodeType, node_types
-from rubberband.providers.base import Clouds, ProviderEvent, Room, clouds_of, cluster_types
+from rubberband.providers.base import (
+    EVENTS_FILE,
+    RELEASE_FILE,
+    Clouds,
+    ProviderEvent,
+    Room,
+    clouds_of,
+    cluster_types,
+)
 
 FAKE_HEAD_NODE_ID = "fffffffffffffffffffffffffffffffffffffffffffffffffff00000"
 STATE_ROOT = Path(os.environ.get("RUBBERBAND_STATE_DIR", Path.home() / ".rubberband")) / "local"
@@ -120,11 +128,11 @@ class LocalCluster:
 
     @property
     def events_path(self) -> Path:
-        return self.run_dir / "provider" / "events.jsonl"
+        return self.run_dir / "provider" / EVENTS_FILE
 
     @property
     def release_file(self) -> Path:
-        return self.run_dir / "provider" / "release.json"
+        return self.run_dir / "provider" / RELEASE_FILE
 
     @property
     def requires_ready(self) -> bool:
