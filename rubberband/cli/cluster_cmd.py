@@ -11,7 +11,7 @@ from rubberband.render import render
 
 
 def _down_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--provider", default="local", help=f"{' or '.join(providers.names())} (default local)")
+    p.add_argument("--provider", default=providers.DEFAULT, help=f"{' or '.join(providers.names())} (default {providers.DEFAULT})")
     p.add_argument("--run-id", help="only this run (default: every run rubberband started)")
     _aws_where_args(p)
 

@@ -20,7 +20,7 @@ from rubberband.providers import base as providers
 
 def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("experiment", help="experiment YAML file (its trainer, search space and instance type)")
-    p.add_argument("--provider", default="local", help=f"where to measure: {' or '.join(providers.names())} (default local)")
+    p.add_argument("--provider", default=providers.DEFAULT, help=f"where to measure: {' or '.join(providers.names())} (default {providers.DEFAULT})")
     p.add_argument("--cluster", metavar="CLUSTER_YAML", help="aws: Ray cluster YAML (default: the experiment's `cluster:`)")
     p.add_argument("--gpus", help="GPUs per trial: powers of two up to the largest given are measured, e.g. 1,2 "
                                   "(default: up to the instance type's GPUs)")

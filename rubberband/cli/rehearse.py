@@ -48,13 +48,16 @@ def wants_rehearsal(args: argparse.Namespace) -> bool:
     Raises:
         SpecError: a sim-only option given to another provider, or ``--repeat`` below 1.
     """
-    if args.provider == "sim":
+    from rubberband.providers import base as providers
+
+    if not providers.get(args.provider, "--provider").starts_cluster:
         if args.repeat is not None and args.repeat < 1:
             raise SpecError(f"--repeat: expected a whole number of rehearsals >= 1, got {args.repeat}")
         return True
     for dest in SIM_ONLY:
         if getattr(args, dest, None) not in (None, False):
-            raise SpecError(f"--{dest.replace('_', '-')}: only a rehearsal takes it; add --provider sim or drop it")
+            rehearsing = [n for n in providers.names() if not providers.get(n).starts_cluster]
+            raise SpecError(f"--{dest.replace('_', '-')}: only a rehearsal takes it; add --provider {rehearsing[0]} or drop it")
     return False
 
 

@@ -31,7 +31,6 @@ from rubberband.cli.rehearse import (
 )
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
-from rubberband.providers.spot_emulation import PLAN_MODEL, require_local
 from rubberband.schema import load_yaml
 from rubberband.units import parse_duration
 
@@ -39,7 +38,7 @@ from rubberband.units import parse_duration
 def _run_args(p: argparse.ArgumentParser) -> None:
     experiment_arg(p)
     measured_args(p)
-    p.add_argument("--provider", default="local", help=f"where to run: {' or '.join(providers.names())} (default local)")
+    p.add_argument("--provider", default=providers.DEFAULT, help=f"where to run: {' or '.join(providers.names())} (default {providers.DEFAULT})")
     p.add_argument("--cluster", metavar="CLUSTER_YAML",
                    help="aws: Ray cluster YAML (region, node type, AMI, subnets, ...); default: the experiment's `cluster:`")
     p.add_argument("--deadline", help="deadline, e.g. 2m (default: the experiment's)")
@@ -61,7 +60,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="scale the emulated provisioning latency (local; aws against an emulator; default 1)")
     p.add_argument("--launch-attempts", type=whole, default=6, help="aws: attempts per instance on capacity errors")
     p.add_argument("--launch-backoff", default="2s", help="aws: first wait between attempts (doubles each time)")
-    p.add_argument("--spot-emulation", nargs="?", const=PLAN_MODEL, metavar="OVERRIDE",
+    p.add_argument("--spot-emulation", nargs="?", const=providers.SPOT_EMULATION_FROM_PLAN, metavar="OVERRIDE",
                    help="local: reclaim the plan's spot instances as its cloud profile's preemption model says "
                         "(notice first, then the node is killed and replaced); OVERRIDE changes the model, e.g. "
                         "rate=2/h,notice=20s (also life=30s: a fixed lifetime, zone=us-east-1a: replay a trace "
@@ -90,11 +89,11 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise SpecError(f"--launch-attempts: must be at least 1, got {args.launch_attempts}")
     backoff = parse_duration(args.launch_backoff, "--launch-backoff")
     if args.spot_emulation is not None:
-        require_local(args.provider)
+        providers.require_spot_emulation(provider)
     if args.latency_scale is not None:
         if not args.latency_scale > 0 or not math.isfinite(args.latency_scale):
             raise SpecError(f"--latency-scale: expected a positive factor, e.g. 0.5, got {args.latency_scale}")
-        if args.provider == "sim":
+        if not provider.starts_cluster:
             raise SpecError("--latency-scale: a rehearsal draws its latencies from the cloud profile; "
                             "drop it, or use --truth-cloud to change them")
     for dest in ("truth_model", "truth_cloud"):

@@ -33,14 +33,14 @@ def check_cluster(exp: Experiment) -> None:
     Raises:
         SpecError: ``cluster: <the file's error>``, when no instance type the job may run on loads.
     """
-    # Reads YAML only: boto3 is imported by the EC2 calls, which validate never makes.
-    from rubberband.providers.aws import load_cluster_config
+    # Reads YAML only: a provider's SDK is imported by its cloud calls, which validate never makes.
+    from rubberband.providers.base import load_cluster_yaml
 
     types = exp.catalog.instance_types if exp.auto_instance_type else [exp.instance_type]
     errors = []
     for name in types:   # `auto` may plan any type of the catalog: one the cluster launches is enough
         try:
-            load_cluster_config(exp.cluster, name)
+            load_cluster_yaml(exp.cluster, name)
             return
         except SpecError as exc:
             errors.append(exc)

@@ -18,7 +18,6 @@ from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import base
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
-from rubberband.providers.spot_emulation import SpotEmulation, require_local, spot_emulation
 
 UNPLANNED = (Release.INTERRUPTED, Release.LOST)    # releases nobody asked for
 REPLAN_GROWTH = 2       # a re-planned run may hold up to this many times the plan's most instances
@@ -29,11 +28,11 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = "local", metric: str | None = None,
+def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = base.DEFAULT, metric: str | None = None,
             mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
-            spot_emulation: str | SpotEmulation | None = None, replan_with: Any = None, safety_net: Any = None,
+            spot_emulation: Any = None, replan_with: Any = None, safety_net: Any = None,
             budget_usd: float | None = None) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
@@ -52,8 +51,9 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
         cluster_config: ``aws`` only: a Ray cluster YAML (path) with ``provider: {type: aws}``.
         launch_attempts, launch_backoff_s: ``aws`` only: how often and how patiently a launch
             that fails for lack of capacity is retried (the backoff doubles each time).
-        spot_emulation: ``local`` only: reclaim the plan's spot instances from its preemption
-            model (``""``), an override such as ``"rate=2/h,notice=20s"``, or a ``SpotEmulation``.
+        spot_emulation: on a provider that emulates reclaims (``local``): reclaim the plan's spot
+            instances from its preemption model (``""``), an override such as
+            ``"rate=2/h,notice=20s"``, or the provider's own emulation object (a ``SpotEmulation``).
         replan_with: the model profile the plan was made from: re-plan the remaining stages at
             every SYNC on it, corrected by the TRAINs seen (``None``: follow the plan as it is),
             within the room the cluster has for each type (``_cluster_room``).
@@ -65,13 +65,13 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     Every instance launched is released when the run ends, fails or is interrupted.
     """
     prov = base.get(provider, "provider")
-    emulation = _emulation(plan, provider, spot_emulation, seed)
+    emulation = None if spot_emulation is None else prov.spot_emulation(spot_emulation, plan.cloud, plan.spot_counts, seed)
     # The provider's configuration must fit the plan before anything is written or launched.
     clouds = plan_clouds(plan)
     config = prov.check(clouds, {t: most + spot for t, (most, spot) in _most_by_type(plan).items()},   # _cluster_room's need
                         base.cluster_yaml_for(prov, cluster_config, where="cluster_config"))
     if emulation is not None:
-        config = emulation       # the local provider's configuration: how it reclaims spot instances
+        config = emulation       # a provider that emulates reclaims is configured by how it reclaims
     from rubberband.executor.worker import load_trainer
 
     trainer_obj = load_trainer(trainer)
@@ -120,14 +120,6 @@ def _cluster_room(plan: Plan, config: Any, replans: bool) -> dict[str, int]:
     return out
 
 
-def _emulation(plan: Plan, provider: str, given: str | SpotEmulation | None, seed: int) -> SpotEmulation | None:
-    """The spot emulation to run with (``None``: none), checked against the plan and provider."""
-    if given is None or isinstance(given, SpotEmulation):
-        return given
-    require_local(provider)
-    return spot_emulation(given, plan.cloud, plan.spot_counts, seed=seed)
-
-
 def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_dir: Path,
            on_event, loop: dict[str, Any]) -> DriverOutcome:
     t_run = time.time()
@@ -137,9 +129,9 @@ def _drive(plan: Plan, session: Session, search_space, metric, mode, seed, run_d
 
     watcher = _ProviderWatcher(session.read_events, on_event)
     watcher.start()
-    emulation = session.config if isinstance(session.config, SpotEmulation) else None
-    if on_event and emulation is not None:
-        on_event("emulation", {"text": emulation.describe()})
+    described = session.provider.describe(session.config)
+    if on_event and described is not None:
+        on_event("emulation", {"text": described})
     try:
         driver = Driver(plan, session.port, session.runner, search_space, metric, mode, seed=seed,
                         checkpoint_dir=run_dir / "checkpoints", on_event=with_spend if on_event else None,

@@ -92,12 +92,10 @@ def cluster_session(provider: str | Provider, cloud: Clouds, max_instances: Room
             signal.signal(signal.SIGTERM, raise_interrupt)     # again: ray.init installs its own
         from rubberband.executor.ray_runner import RayClusterPort, RayTrialRunner
         from rubberband.executor.spot_notice import EC2_METADATA_URL
-        from rubberband.providers.local import cluster_node_types
-
         # Real EC2 workers read their own instance metadata; emulated nodes name their endpoint.
         metadata_url = None if cluster.requires_ready else os.environ.get("RUBBERBAND_SPOT_METADATA_URL", EC2_METADATA_URL)
         clouds = [c for c, _ in cluster_types(cloud, max_instances).values()]
-        session.port = RayClusterPort(clouds[0].gpus_per_instance, cluster_node_types(clouds), events=cluster.read_events,
+        session.port = RayClusterPort(clouds[0].gpus_per_instance, prov.node_types(clouds), events=cluster.read_events,
                                       release_file=str(cluster.release_file), require_ready=cluster.requires_ready,
                                       metadata_url=metadata_url)
         session.runner = RayTrialRunner(trainer, seed=seed)

@@ -7,8 +7,8 @@ EC2 shows the two-minute notice only from inside the instance, at
 Ray actor pinned there), polls every few seconds, and posts the notice to the driver's
 ``NoticeBoard`` (a Ray actor the cluster port creates and hands to each watcher); the port
 reads the board. The metadata URL is
-configurable: the local provider's spot emulation serves each node's notice on a fake
-endpoint, so the same watcher runs there.
+configurable: a provider that emulates reclaims serves each node's notice on an endpoint of
+its own, so the same watcher runs there.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import urllib.request
 from datetime import datetime, timezone
 from typing import Any
 
-from rubberband.providers.spot_emulation import ACTION_PATH, TOKEN_PATH
+from rubberband.providers.base import METADATA_ACTION_PATH, METADATA_TOKEN_PATH
 
 log = logging.getLogger("rubberband.executor")
 
@@ -43,11 +43,11 @@ def instance_action(base_url: str, timeout_s: float = 2.0) -> dict[str, Any] | N
         OSError: the metadata service cannot be reached or answers an error other than 404.
     """
     base = base_url.rstrip("/")
-    put = urllib.request.Request(base + TOKEN_PATH, method="PUT",
+    put = urllib.request.Request(base + METADATA_TOKEN_PATH, method="PUT",
                                  headers={"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_S)})
     with urllib.request.urlopen(put, timeout=timeout_s) as resp:
         token = resp.read().decode()
-    get = urllib.request.Request(base + ACTION_PATH, headers={"X-aws-ec2-metadata-token": token})
+    get = urllib.request.Request(base + METADATA_ACTION_PATH, headers={"X-aws-ec2-metadata-token": token})
     try:
         with urllib.request.urlopen(get, timeout=timeout_s) as resp:
             return json.loads(resp.read().decode())

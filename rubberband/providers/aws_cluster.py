@@ -29,8 +29,17 @@ from rubberband.providers.aws import (
     terminate_rubberband_instances,
     termination_time,
 )
-from rubberband.providers.base import Clouds, ProviderEvent, Release, Room, clouds_of, cluster_types
-from rubberband.providers.local import LocalCluster, cluster_node_types
+from rubberband.providers.base import (
+    Clouds,
+    ProviderBase,
+    ProviderEvent,
+    Release,
+    Room,
+    clouds_of,
+    cluster_node_types,
+    cluster_types,
+)
+from rubberband.providers.local import LocalCluster
 
 PROVIDER = "aws"
 
@@ -303,11 +312,15 @@ def _region_of(path: str) -> str:
 
 
 
-class AwsProvider:
+class AwsProvider(ProviderBase):
     """The `aws` provider: EC2 instances launched by Ray's autoscaler (``providers.base.Provider``)."""
 
     name = PROVIDER
     cluster_yaml = True
+
+    def load_cluster_yaml(self, path: str | Path, instance_type: str) -> AwsClusterConfig:
+        """Reads YAML only: boto3 is imported by the EC2 calls, which loading never makes."""
+        return load_cluster_config(path, instance_type)
 
     def check(self, cloud: Clouds, max_instances: Room, cluster: str | Path | AwsClusterConfig) -> AwsClusterConfig:
         cfg = cluster if isinstance(cluster, AwsClusterConfig) else \

@@ -8,6 +8,11 @@ instances), records every instance's life in an event log (``ProviderEvent``, wi
 or stops (``down``) whatever rubberband left running. The executor requests instances through
 Ray's autoscaler and releases chosen ones by listing them in the cluster's ``release_file``.
 
+Each provider owns what is its own: whether it launches from a Ray cluster YAML and how it
+reads one, the node types of its cluster, whether it emulates spot reclaims and how
+(``--spot-emulation``), and whether it starts a Ray cluster at all (``sim`` rehearses in virtual
+time); the executor and the CLI ask the provider, never a provider's module.
+
 Registering a provider is one line: ``register("name", "package.module:Factory")`` (imported
 on first use, so the CLI never pays for a provider's SDK it does not use).
 """
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rubberband.errors import SpecError
+from rubberband.nodes import NodeType, node_types
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.schema import did_you_mean
 
@@ -55,6 +61,12 @@ class Release(enum.StrEnum):
 # list of instance names, rewritten whole), and the provider terminates them.
 EVENTS_FILE = "events.jsonl"
 RELEASE_FILE = "release.json"
+
+
+# Where a spot instance reads its interruption notice: EC2's instance-metadata paths (IMDSv2
+# token first), which a provider that emulates reclaims serves as well.
+METADATA_TOKEN_PATH = "/latest/api/token"
+METADATA_ACTION_PATH = "/latest/meta-data/spot/instance-action"
 
 
 # What a cluster launches: one instance type's profile, or every type a run's plan uses (the
@@ -114,10 +126,31 @@ class Cluster(Protocol):
 
 @runtime_checkable
 class Provider(Protocol):
-    """What a provider offers the executor, the profiler and ``down``/``status``."""
+    """What a provider offers the executor, the profiler, the CLI and ``down``/``status``
+    (``ProviderBase`` gives the defaults of everything but the cluster's life)."""
 
     name: str
     cluster_yaml: bool      # launches from a Ray cluster YAML (``--cluster``, the experiment's ``cluster:``)
+    starts_cluster: bool    # runs a job on a Ray cluster it starts (else it rehearses it in virtual time)
+    emulates_spot: bool     # reclaims spot instances itself (``--spot-emulation``)
+
+    def load_cluster_yaml(self, path: str | Path, instance_type: str) -> Any:
+        """Read a Ray cluster YAML as this provider launches from it, for ``instance_type``
+        (``validate`` reads the experiment's ``cluster:`` so, before any plan exists)."""
+
+    def node_types(self, cloud: Clouds) -> list[NodeType]:
+        """The node types a run's cluster offers the executor (``rubberband.nodes``)."""
+
+    def spot_emulation(self, given: Any, cloud: CloudProfile, spot_instances: tuple[int, ...], seed: int) -> Any:
+        """The provider's configuration for reclaiming a plan's spot instances itself
+        (``given``: the ``--spot-emulation`` text, or an emulation already built).
+
+        Raises:
+            SpecError: the provider emulates no reclaims, or ``given`` does not fit the plan.
+        """
+
+    def describe(self, config: Any) -> str | None:
+        """One line about a run's configuration worth printing as it starts (``None``: none)."""
 
     def check(self, cloud: Clouds, max_instances: Room, cluster: Any) -> Any:
         """Check the provider's configuration against the plan (each of its instance types, see
@@ -141,11 +174,90 @@ class Provider(Protocol):
         ``instances``, ``usd_per_hour`` and ``spent_usd``."""
 
 
+def cluster_node_types(cloud: Clouds) -> list[NodeType]:
+    """The node types of a run's cluster: each instance type on-demand, and on spot when the
+    type has a spot price."""
+    return [t for c in clouds_of(cloud) for t in node_types(c.instance_type, c.spot_price_usd_per_hour is not None)]
+
+
+class ProviderBase:
+    """The defaults of a provider (see ``Provider``): no cluster YAML, a Ray cluster of each
+    instance type on-demand and on spot, no emulated reclaims, nothing to describe."""
+
+    name: str
+    cluster_yaml = False
+    starts_cluster = True
+    emulates_spot = False
+
+    def load_cluster_yaml(self, path: str | Path, instance_type: str) -> Any:
+        raise SpecError(f"cluster: the {self.name} provider takes no Ray cluster YAML")
+
+    def node_types(self, cloud: Clouds) -> list[NodeType]:
+        return cluster_node_types(cloud)
+
+    def spot_emulation(self, given: Any, cloud: CloudProfile, spot_instances: tuple[int, ...], seed: int) -> Any:
+        require_spot_emulation(self)
+
+    def describe(self, config: Any) -> str | None:
+        return None
+
+
+# `--spot-emulation` given alone: reclaim by the plan's own preemption model.
+SPOT_EMULATION_FROM_PLAN = "model"
+SPOT_EMULATION_FLAG = "--spot-emulation"
+
+
+def require_spot_emulation(provider: Provider) -> None:
+    """Refuse ``--spot-emulation`` on a provider that emulates no reclaims.
+
+    Raises:
+        SpecError: one line naming the flag and the providers that do emulate them.
+    """
+    if provider.emulates_spot:
+        return
+    emulating = [n for n in names() if get(n).emulates_spot]
+    raise SpecError(f"{SPOT_EMULATION_FLAG}: only the {' or '.join(emulating)} provider emulates reclaims (the "
+                    f"{provider.name} provider's spot instances are reclaimed by the cloud, or by its own model); "
+                    f"drop the flag or run with --provider {emulating[0]}")
+
+
+def load_cluster_yaml(path: str | Path, instance_type: str) -> Any:
+    """``path`` read as a Ray cluster YAML by the provider that launches from one (the first
+    registered that reads it), for ``instance_type``.
+
+    Raises:
+        SpecError: the error of the first provider that takes a cluster YAML.
+    """
+    errors = []
+    for name in names():
+        provider = get(name)
+        if provider.cluster_yaml:
+            try:
+                return provider.load_cluster_yaml(path, instance_type)
+            except SpecError as exc:
+                errors.append(exc)
+    if not errors:
+        raise SpecError("cluster: no provider launches from a Ray cluster YAML; remove `cluster:`")
+    raise errors[0]
+
+
+def _sim() -> Provider:
+    """The ``sim`` provider: rehearsal in virtual time; it starts no Ray cluster."""
+    from rubberband.providers.sim import SimProvider
+
+    class Sim(SimProvider, ProviderBase):
+        starts_cluster = False
+
+    return Sim()
+
+
+DEFAULT = "local"       # the provider a command runs on when none is named
+
 # name -> "module:Factory" (imported on first use) or a factory.
 _REGISTRY: dict[str, str | Callable[[], Provider]] = {
     "local": "rubberband.providers.local:LocalProvider",
     "aws": "rubberband.providers.aws_cluster:AwsProvider",
-    "sim": "rubberband.providers.sim:SimProvider",      # rehearsal in virtual time (no Ray cluster)
+    "sim": _sim,      # rehearsal in virtual time (no Ray cluster)
 }
 _LOADED: dict[str, Provider] = {}
 

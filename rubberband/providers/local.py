@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.nodes import NodeType, node_types
 from rubberband.providers.base import (
     EVENTS_FILE,
     RELEASE_FILE,
     Clouds,
+    ProviderBase,
     ProviderEvent,
     Room,
-    clouds_of,
+    cluster_node_types,
     cluster_types,
 )
 
@@ -40,17 +40,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def node_type_name(instance_type: str) -> str:
-    """Ray node type names may not contain dots."""
-    return instance_type.replace(".", "_")
-
-
-def cluster_node_types(cloud: Clouds) -> list[NodeType]:
-    """The node types of a run's cluster: each instance type on-demand, and on spot when the
-    type has a spot price."""
-    return [t for c in clouds_of(cloud) for t in node_types(c.instance_type, c.spot_price_usd_per_hour is not None)]
 
 
 def autoscaling_config(cluster: str, cloud: Clouds, max_instances: Room, port: int, state_dir: str,
@@ -324,11 +313,20 @@ def down_all(provider: str = "local", run_id: str | None = None) -> list[dict[st
     return stopped
 
 
-class LocalProvider:
+class LocalProvider(ProviderBase):
     """The `local` provider: Ray nodes on this machine with logical GPUs (``providers.base.Provider``)."""
 
     name = "local"
-    cluster_yaml = False
+    emulates_spot = True
+
+    def spot_emulation(self, given: Any, cloud: Any, spot_instances: tuple[int, ...], seed: int) -> Any:
+        """``given``: a ``SpotEmulation``, or ``--spot-emulation``'s text (``providers.spot_emulation``)."""
+        from rubberband.providers.spot_emulation import SpotEmulation, spot_emulation
+
+        return given if isinstance(given, SpotEmulation) else spot_emulation(given, cloud, spot_instances, seed=seed)
+
+    def describe(self, config: Any) -> str | None:
+        return config.describe() if config is not None else None
 
     def check(self, cloud: Clouds, max_instances: Room, cluster: Any) -> None:
         return None

@@ -35,14 +35,17 @@ from typing import Any
 import numpy as np
 
 from rubberband.errors import SpecError
+from rubberband.providers.base import (
+    METADATA_ACTION_PATH,
+    METADATA_TOKEN_PATH,
+    SPOT_EMULATION_FLAG,
+    SPOT_EMULATION_FROM_PLAN,
+)
 from rubberband.schema import did_you_mean
 from rubberband.units import parse_duration
 
-ACTION_PATH = "/latest/meta-data/spot/instance-action"
-TOKEN_PATH = "/latest/api/token"
-FLAG = "--spot-emulation"
+FLAG = SPOT_EMULATION_FLAG
 OVERRIDE_KEYS = ("rate", "life", "zone", "notice", "max")
-PLAN_MODEL = "model"      # `--spot-emulation` alone: the plan's own preemption model
 EXAMPLE = "e.g. --spot-emulation rate=2/h,notice=20s"
 SHIPPED_TRACES = Path(__file__).resolve().parents[2] / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
 
@@ -95,17 +98,6 @@ def _duration(value: str, key: str, zero: bool = False) -> float:
     return parse_duration(value, f"{FLAG}: {key}")
 
 
-def require_local(provider: str) -> None:
-    """Only the local provider emulates reclaims.
-
-    Raises:
-        SpecError: for any other provider, naming the flag and the fix.
-    """
-    if provider != "local":
-        raise SpecError(f"{FLAG}: only the local provider emulates reclaims (the {provider} provider's spot instances "
-                        "are reclaimed by the cloud, or by its own model); drop the flag or run with --provider local")
-
-
 def spot_emulation(override: str | None, cloud: Any, spot_instances: tuple[int, ...], seed: int = 0) -> SpotEmulation:
     """The emulation for a plan: its cloud's spot model, with ``override`` (``key=value,...``:
     ``rate=2/h``, ``life=30s``, ``zone=us-east-1a``, ``notice=20s``, ``max=1``) applied
@@ -119,7 +111,7 @@ def spot_emulation(override: str | None, cloud: Any, spot_instances: tuple[int, 
         raise SpecError(f"{FLAG}: the plan holds no spot instances, so there is nothing to reclaim; plan on spot "
                         "(--market spot or auto, or `market: spot` in the experiment) or drop the flag")
     given: dict[str, str] = {}
-    for part in ("" if override == PLAN_MODEL else override or "").split(","):
+    for part in ("" if override == SPOT_EMULATION_FROM_PLAN else override or "").split(","):
         if not part.strip():
             continue
         key, eq, value = part.partition("=")
@@ -241,7 +233,7 @@ class MetadataServer:
             def do_PUT(self):  # noqa: N802 - http.server's name
                 name, path = self._split()
                 server.requests.append(("PUT", self.path))
-                if path != TOKEN_PATH or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
+                if path != METADATA_TOKEN_PATH or not self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
                     return self._answer(400)
                 token = secrets.token_hex(16)
                 server.tokens.add(token)
@@ -253,7 +245,7 @@ class MetadataServer:
                 if self.headers.get("X-aws-ec2-metadata-token") not in server.tokens:
                     return self._answer(401)
                 action = server.actions.get(name)
-                if path != ACTION_PATH or action is None:
+                if path != METADATA_ACTION_PATH or action is None:
                     return self._answer(404, "Not Found")
                 self._answer(200, json.dumps(action), "application/json")
 

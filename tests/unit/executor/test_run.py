@@ -171,7 +171,8 @@ def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_pa
     @contextlib.contextmanager
     def session(prov, clouds, room, run_dir, **kw):
         rooms.append(room)
-        yield SimpleNamespace(port=None, runner=None, config=kw["config"], read_events=lambda: [], stopped_at=None)
+        yield SimpleNamespace(provider=prov, port=None, runner=None, config=kw["config"], read_events=lambda: [],
+                              stopped_at=None)
 
     monkeypatch.setattr(run, "Driver", Driver)
     monkeypatch.setattr(run, "cluster_session", session)

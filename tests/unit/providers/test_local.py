@@ -4,7 +4,8 @@ import pytest
 
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import CloudCatalog
-from rubberband.providers.local import autoscaling_config, cluster_node_types
+from rubberband.providers.base import cluster_node_types
+from rubberband.providers.local import autoscaling_config
 
 CATALOG = "cloud_profiles/local/local.yaml"
 
