@@ -14,7 +14,8 @@ reads one, the node types of its cluster, whether it emulates spot reclaims and 
 time); the executor and the CLI ask the provider, never a provider's module.
 
 Registering a provider is one line: ``register("name", "package.module:Factory")`` (imported
-on first use, so the CLI never pays for a provider's SDK it does not use).
+on first use, so the CLI never pays for a provider's SDK it does not use); a provider
+subclasses ``ProviderBase`` for the defaults of what it does not offer.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ def load_cluster_yaml(path: str | Path, instance_type: str) -> Any:
 
 
 def _sim() -> Provider:
-    """The ``sim`` provider: rehearsal in virtual time; it starts no Ray cluster."""
+    """The ``sim`` provider (``providers.sim``) with the defaults of ``ProviderBase``: rehearsal in
+    virtual time, so it starts no Ray cluster."""
     from rubberband.providers.sim import SimProvider
 
     class Sim(SimProvider, ProviderBase):
