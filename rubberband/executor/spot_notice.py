@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from rubberband.providers.base import METADATA_ACTION_PATH, METADATA_TOKEN_PATH
@@ -32,7 +32,7 @@ TOKEN_TTL_S = 300
 
 def parse_time(text: str) -> float:
     """EC2's notice time (``2026-11-26T12:00:00Z``) as a Unix timestamp."""
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def instance_action(base_url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:

@@ -577,7 +577,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                                     tuple(iter_samples), tuple(startup), done_repeats[m])
                      for m, (iter_samples, startup) in estimates.items())
     trainer_name = req.trainer.split(":")[-1]
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     profile_doc: dict[str, Any] = {
         "name": exp.model.name,
         "description": f"{trainer_name} on {provider} {cloud.instance_type}, measured by `rubberband profile`",

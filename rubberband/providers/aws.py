@@ -28,7 +28,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -77,7 +77,7 @@ OWNED_NODE_CONFIG_KEYS = ("MinCount", "MaxCount", "UserData", "ClientToken")
 
 
 def _iso(t: datetime) -> float:
-    return t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp()
+    return t.replace(tzinfo=t.tzinfo or UTC).timestamp()
 
 
 @dataclass
@@ -425,7 +425,7 @@ def termination_time(instance: dict[str, Any]) -> float | None:
     m = re.search(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (GMT|UTC)\)", instance.get("StateTransitionReason") or "")
     if not m:
         return None
-    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
 def instance_summary(instance: dict[str, Any], region: str, now: float | None = None,

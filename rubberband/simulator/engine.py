@@ -296,10 +296,10 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
-    start = HeldInstances.of(held_at_start)
-    if start is not None:
-        start.check_type(cloud)
-    held_od, held_sp = start.of_type(types[0]) if start is not None else (0, 0)
+    held_now = HeldInstances.of(held_at_start)
+    if held_now is not None:
+        held_now.check_type(cloud)
+    held_od, held_sp = held_now.of_type(types[0]) if held_now is not None else (0, 0)
     check_simulation(spec.trials, [s.allocation for s in shapes],
                      max(sum(n) for n in launches(held, spot, types, (held_od, held_sp))), samples)
     if draws is None:

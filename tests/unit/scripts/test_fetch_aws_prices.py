@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 from rubberband.profiles import CloudCatalog, CloudProfile
 
 REPO = Path(__file__).resolve().parents[3]
-NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 11, 25, 12, 0, tzinfo=dt.UTC)
 TODAY = dt.date(2026, 11, 25)
 
 
