@@ -354,10 +354,13 @@ class AwsProvider(ProviderBase):
 def _ec2_call(fn):
     """Run an EC2 query; turn a missing SDK, a missing credential or an AWS error into one line."""
     try:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
     except ImportError:
         raise SpecError("--provider aws: boto3 is not installed; pip install 'rubberband[aws]'") from None
     try:
         return fn()
+    except NoCredentialsError:
+        raise ProviderError("aws: no AWS credentials found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+                            "AWS_PROFILE (or run `aws configure`)") from None
     except (BotoCoreError, ClientError) as exc:
         raise ProviderError(f"aws: {safe_error(exc)}") from None

@@ -78,4 +78,6 @@ def test_down_on_aws_without_credentials_is_one_line(capsys, monkeypatch, tmp_pa
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.chdir(tmp_path)          # no runs/ of an earlier run to find
     assert main(["down", "--provider", "aws"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "credentials")
+    err = capsys.readouterr().err
+    assert_one_line_error(err, "credentials")
+    assert "AWS_PROFILE" in err and "aws configure" in err      # the line names the fix

@@ -514,7 +514,7 @@ def test_the_progress_lines_of_a_packed_stage_say_how_many_trials_share_a_gpu():
     Driver(packed, fakes.cluster, fakes.runner, GRID, "loss", clock=fakes.clock, on_event=printer).run()
     stages = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "] stage " in line]
     assert stages == ["stage 0: 4 trials x 2 iters, 1 GPU(s)/trial, 2 trials per GPU on 1 instance(s)",
-                      "stage 1: 1 trials x 2 iters, 1 GPU(s)/trial on 1 instance(s)"]
+                      "stage 1: 1 trial x 2 iters, 1 GPU(s)/trial on 1 instance(s)"]
 
 
 def test_a_lost_instance_of_a_packed_stage_resumes_both_trials_of_its_gpu_packed_on_the_replacement():
