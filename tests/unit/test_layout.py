@@ -90,3 +90,26 @@ def test_packages_import_each_other_without_cycles():
 
     for package in sorted(edges):
         visit(package, [])
+
+
+# --- the README's Layout names every package and top-level module ---------------------------
+def _readme_layout() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
+    assert section, "README.md has no `## Layout` section"
+    return section.group(1)
+
+
+def test_readme_layout_lists_every_package():
+    packages = sorted(p.parent.name for p in (ROOT / "rubberband").glob("*/__init__.py"))
+    listed = set(re.findall(r"^rubberband/(\w+)\s", _readme_layout(), re.MULTILINE))
+    assert [p for p in packages if p not in listed] == [], "add the package to README.md's Layout"
+    assert sorted(listed) == packages, "README.md's Layout lists a package that is not there"
+
+
+def test_readme_layout_lists_every_top_level_module():
+    modules = sorted(p.name for p in (ROOT / "rubberband").glob("*.py") if p.name != "__init__.py")
+    entry = re.search(r"^rubberband/\*\.py\s(.*?)(?=^\S)", _readme_layout(), re.MULTILINE | re.DOTALL)
+    assert entry, "README.md's Layout has no `rubberband/*.py` entry for the top-level modules"
+    listed = set(re.findall(r"\b(\w+\.py)\b", entry.group(1)))
+    assert [m for m in modules if m not in listed] == [], "add the module to README.md's Layout (rubberband/*.py)"
