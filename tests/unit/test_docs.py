@@ -93,3 +93,10 @@ def test_the_profile_shapes_in_design_load():
     assert len(models) == 1 and len(clouds) == 1
     assert models[0].latency(4).mean == pytest.approx((2.2 + 0.7) / 2)       # log2-interpolated between 2 and 8
     assert clouds[0].spot.rate_per_hour == 0.3 and clouds[0].G == 4
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+def test_mermaid_diagrams_have_no_statement_breaks_in_their_text(doc):
+    """Mermaid ends a statement at ``;``: one inside a message or a note cuts the diagram."""
+    blocks = re.findall(r"^```mermaid\n(.*?)^```", doc.read_text(), re.MULTILINE | re.DOTALL)
+    assert [line for b in blocks for line in b.splitlines() if ";" in line] == []
