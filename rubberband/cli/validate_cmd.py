@@ -73,7 +73,8 @@ def spot_model(spot) -> str:
     """A spot market's preemption model in a few words."""
     notice = f", {spot.notice_s:g}s notice"
     if spot.trace is not None:
-        return f"replayed availability trace of zone {spot.trace.zone}{notice}"
+        # DESIGN §4.1: the whole zone goes at once, so a trace market ignores notice_s.
+        return f"replayed availability trace of zone {spot.trace.zone} (the zone goes at once: no notice)"
     if spot.advisor is not None:
         return f"Spot Advisor {spot.advisor} ({spot.rate_per_hour:g} reclaims/instance-h){notice}"
     if spot.modelled:

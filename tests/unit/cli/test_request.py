@@ -48,7 +48,7 @@ def test_validate_prints_the_job_as_resolved(capsys):
     code, out, err = run(capsys, "validate", SPOT)
     assert code == 0, err
     assert "market         auto (spot or on-demand per stage)" in out
-    assert "spot model     replayed availability trace of zone us-west-2a, 120s notice" in out
+    assert "spot model     replayed availability trace of zone us-west-2a (the zone goes at once: no notice)" in out
     assert "zone           us-west-2a" in out
     assert "deadline       2h00m00s (7200s), P(meet) >= 0.9" in out
     assert "market on-demand" not in out
