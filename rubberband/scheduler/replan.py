@@ -36,6 +36,19 @@ The plan changes only when
 * the new plan meets the constraint and costs at least ``SAVING_THRESHOLD`` (10%) less,
 
 which keeps it from flapping on noise.
+
+**Warm start.** The new plan is searched on the job's own table, not a fresh one: at start
+the Replanner builds the ``StageTable`` the plan was compiled on (its spec, profile, type,
+market, samples, seed and ``max_instances``: the same random numbers, one stream per stage
+of the whole job), and at each SYNC takes its tail, ``table.tail(first, held,
+model=corrected)`` (``plan/table.py``): the remaining stages alone, from the instances held,
+with their draws read again, never drawn (the stage means too while the factor is 1). It
+keeps that tail for the next SYNC. The search on it is the one ``compile_plan`` makes on a
+table built from scratch with those draws, so the plan is the same; and the current plan
+is simulated on the same draws, so the two are compared on common random numbers. A plan
+``compile_plan`` would search on another table (a type per stage, ``market="auto"``, packing
+under the optimal policy, or a market the safety net moved the job to) is re-planned by
+``compile_plan`` itself, on fresh streams of the remaining stages.
 """
 
 from __future__ import annotations
@@ -44,10 +57,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from rubberband.errors import InfeasibleDeadlineError
+from rubberband.errors import InfeasibleDeadlineError, SpecError
 from rubberband.plan import compile_plan, plan_allocation
-from rubberband.plan.compile import profile_gpu
+from rubberband.plan.compile import (
+    check_max_instances,
+    packing_counts,
+    plan_on_table,
+    profile_gpu,
+    type_cap,
+)
 from rubberband.plan.plan import Plan
+from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator import HeldInstances, simulate
@@ -105,6 +125,46 @@ class Replanner:
         self.prior_weight, self.threshold = prior_weight, threshold
         self._sum = 0.0
         self._n = 0
+        self._table, self._table_first = self._job_table(), 0     # the table of stages _table_first..
+
+    @property
+    def table(self) -> StageTable | None:
+        """The table the next re-plan starts from (its stage 0 is the job's stage
+        ``table_first``), or ``None`` when ``compile_plan`` builds one afresh at each SYNC."""
+        return self._table
+
+    @property
+    def table_first(self) -> int:
+        return self._table_first
+
+    def _job_table(self) -> StageTable | None:
+        """The table the plan was compiled on (the same random numbers), to re-plan from
+        (``None`` where ``compile_plan`` would search another: several types or markets)."""
+        plan = self.plan
+        if plan.type_clouds and set(plan.type_clouds) != {plan.cloud.instance_type}:
+            return None
+        markets = {Market.SPOT if n else Market.ON_DEMAND for n in plan.spot_counts}
+        if markets - {plan.cloud.market}:
+            return None
+        try:
+            caps = check_max_instances(self.max_instances, plan.cloud)
+            return StageTable(plan.spec, self.model, plan.cloud, samples=self.samples, seed=self.seed,
+                              held_at_start=plan.held_at_start, max_instances=type_cap(caps, plan.cloud))
+        except SpecError:     # e.g. a stage the cluster's room cannot hold: compile_plan says so at the SYNC
+            return None
+
+    def _warm_table(self, first: int, held: HeldInstances, model: ModelProfile, market, policy: str,
+                    several: bool) -> StageTable | None:
+        """The table of stages ``first..`` from the one kept (its tail), where ``compile_plan``
+        would search a plain table of the plan's type and market; kept for the next SYNC."""
+        table = self._table
+        cloud = self.plan.cloud
+        if (table is None or several or market is not cloud.market or first < self._table_first
+                or (policy == "optimal" and packing_counts(model, cloud))):
+            return None
+        self._table = table.tail(first - self._table_first, held, model=model)
+        self._table_first = first
+        return self._table
 
     def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1) -> None:
         """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial (packed: ``trials_per_gpu``
@@ -150,10 +210,6 @@ class Replanner:
         packing = list(packing or self.plan.packing)
         several = len(set(types)) > 1 or types[0] != cloud.instance_type
         held = HeldInstances(instances[sync], spot[sync], types[sync])     # what stage ``sync`` holds now
-        old = simulate(sub, allocation[first:], model, {**self.plan.type_clouds, cloud.instance_type: cloud}
-                       if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
-                       spot_instances=spot[first:], trials_per_gpu=packing[first:],
-                       instance_types=types[first:] if several else None, held_at_start=held)
         if market is None:
             # A market-auto plan's cloud says on-demand even when every stage is on spot: a plan
             # holding spot is re-planned on spot and on-demand both (only the safety net forces
@@ -162,11 +218,20 @@ class Replanner:
             market = cloud.market if cloud.market is Market.SPOT and not mixed else "auto" if any(spot) else cloud.market
         policy = self.plan.policy if self.plan.policy != "manual" else "optimal"
         catalog = _catalog(self.plan.type_clouds, model)
+        table = None if catalog else self._warm_table(first, held, model, market, policy, several)
+        old = simulate(sub, allocation[first:], model, {**self.plan.type_clouds, cloud.instance_type: cloud}
+                       if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
+                       draws=table.draws if table is not None else None, spot_instances=spot[first:],
+                       trials_per_gpu=packing[first:], instance_types=types[first:] if several else None,
+                       held_at_start=held)
         try:
-            new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
-                               seed=self.seed, confidence=self.plan.confidence,
-                               instance_type="auto" if catalog else None, market=market, held_at_start=held,
-                               max_instances=self.max_instances)
+            if table is not None:
+                new = plan_on_table(table, remaining, policy, self.plan.confidence)
+            else:
+                new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
+                                   seed=self.seed, confidence=self.plan.confidence,
+                                   instance_type="auto" if catalog else None, market=market, held_at_start=held,
+                                   max_instances=self.max_instances)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
                                   held_at_start=held)

@@ -365,9 +365,10 @@ def test_hyperband_brackets_sample_fresh_trials():
 SLOW_ITER_S = {1: 0.25, 2: 0.125, 4: 0.0625}
 
 
-def slow_run(replan: bool, deadline_s: float = 58.0):
+def slow_run(replan: bool, deadline_s: float = 56.0):
     """SHA (32,1),(4,40) planned on the profile (one 2-GPU instance meets the deadline), run by
-    a trainer twice as slow as profiled."""
+    a trainer twice as slow as profiled. At 56 s the plan kept misses the deadline at the SYNC
+    by a second more than the re-planning tolerance (at 58 s it was 5 ms, on one stream)."""
     profile = ModelProfile.from_dict({"name": "fake", "iter_latency_s": {
         m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
     cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
@@ -381,10 +382,10 @@ def slow_run(replan: bool, deadline_s: float = 58.0):
 
 def test_a_slower_trainer_is_re_planned_at_the_sync_onto_more_instances_and_meets_the_deadline():
     plan, fixed, _ = slow_run(replan=False)
-    assert plan.instances == (1, 1) and plan.predicted.mean_jct_s < 58.0
-    assert fixed.ended_at - fixed.started_at > 58.0 and fixed.replans == []
+    assert plan.instances == (1, 1) and plan.predicted.mean_jct_s < 56.0
+    assert fixed.ended_at - fixed.started_at > 56.0 and fixed.replans == []
     _, replanned, fakes = slow_run(replan=True)
-    assert replanned.ended_at - replanned.started_at <= 58.0
+    assert replanned.ended_at - replanned.started_at <= 56.0
     (record,) = replanned.replans
     assert (record.sync, record.old_allocation, record.new_allocation) == (0, (2,), (4,))
     assert record.line().startswith("sync 0: 1.85x slower than profiled; stage 1 re-planned 2→4 GPUs")
@@ -546,7 +547,7 @@ def test_a_re_plan_runs_off_the_loop_which_keeps_watching_the_cluster_meanwhile(
         m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
     cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
                                  "provision_latency_s": 2.0, "init_latency_s": 11.5})
-    plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, 58.0, samples=100)
+    plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, 56.0, samples=100)
     fakes = make_fakes(2, SLOW_ITER_S, provision_s=2.0, init_s=11.5, pace=lambda step: 2.0)
     in_flight = threading.Event()
     polled_meanwhile = []
