@@ -116,12 +116,13 @@ class Replan:
 class Replanner:
     """The estimator and the re-planning rule of the module docstring, for one job."""
 
-    def __init__(self, plan: Plan, model: ModelProfile, samples: int = 200, seed: int = 0,
+    def __init__(self, plan: Plan, model: ModelProfile, samples: int | None = None, seed: int = 0,
                  prior_weight: float = PRIOR_WEIGHT, threshold: float = SAVING_THRESHOLD,
                  max_instances: int | dict[str, int] | None = None):
         self.plan, self.model = plan, model
         self.max_instances = max_instances      # the cluster's room per type (``None``: no limit)
-        self.samples, self.seed = samples, seed
+        # The plan's own samples by default: its table's, which the re-plans are searched on.
+        self.samples, self.seed = plan.samples if samples is None else samples, seed
         self.prior_weight, self.threshold = prior_weight, threshold
         self._sum = 0.0
         self._n = 0
@@ -153,7 +154,7 @@ class Replanner:
         except SpecError:     # e.g. a stage the cluster's room cannot hold: compile_plan says so at the SYNC
             return None
 
-    def _warm_table(self, first: int, held: HeldInstances, model: ModelProfile, market, policy: str,
+    def _warm_table(self, first: int, held: HeldInstances, model: ModelProfile, market: Market | str, policy: str,
                     several: bool) -> StageTable | None:
         """The table of stages ``first..`` from the one kept (its tail), where ``compile_plan``
         would search a plain table of the plan's type and market; kept for the next SYNC."""
