@@ -5,8 +5,9 @@ draws of the remaining stages plans, and keeps the tail for the next SYNC."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import CloudProfile, ExperimentSpec, InfeasibleDeadlineError, ModelProfile
 from rubberband.plan import compile_plan
 from rubberband.plan.compile import plan_on_table
 from rubberband.plan.plan import Plan
@@ -103,3 +104,43 @@ def test_a_plan_over_several_types_re_plans_cold_through_compile_plan():
         assert replanner.table is None
     else:       # the search kept one type: its table is the plan's
         assert replanner.table is not None and replanner.table.cloud.instance_type == plan.instance_type
+
+
+def reference(replanner: Replanner, plan: Plan, job: StageTable, sync: int, now: float) -> tuple | None:
+    """The re-planning rule (module docstring of ``replan.py``) on the full search of the
+    remaining stages' table with the job's draws: the allocation to switch to, or ``None``."""
+    first, remaining_s = sync + 1, plan.deadline_s - now
+    held = HeldInstances(plan.instances[sync], 0, CLOUD.instance_type)
+    table = StageTable(remaining(first), replanner.corrected(), CLOUD, samples=SAMPLES, seed=plan.seed,
+                       draws=job.draws[first:], held_at_start=held)
+    old = table.simulate(plan.allocation[first:], plan.instances[first:])
+    try:
+        new = plan_on_table(table, remaining_s, plan.policy)
+    except InfeasibleDeadlineError:
+        new = None
+    if new is not None and (new.allocation, new.instances) == (plan.allocation[first:], plan.instances[first:]):
+        return None
+    old_ok = old.mean_jct_s <= remaining_s + 0.02 * plan.deadline_s
+    new_ok = new is not None and new.predicted.mean_jct_s <= remaining_s
+    if not old_ok:
+        return "must"          # the full search's own business: not cut
+    if new_ok and old.mean_cost_usd - new.predicted.mean_cost_usd >= 0.10 * old.mean_cost_usd:
+        return new.allocation
+    return None
+
+
+@pytest.mark.parametrize("pace", [0.5, 0.7, 0.9, 1.0, 1.2])
+def test_the_cut_search_of_a_plan_that_keeps_its_promise_decides_as_the_full_one(pace):
+    plan = compile_plan(SPEC, MODEL, CLOUD, 900, samples=SAMPLES)
+    job = StageTable(SPEC, MODEL, CLOUD, samples=SAMPLES, seed=plan.seed)
+    decided = []
+    for now in (60.0, 120.0, 180.0):
+        replanner = Replanner(plan, MODEL, samples=SAMPLES)
+        for _ in range(8):
+            replanner.observe(1, 2, 2.0 + 2 * 40.0 * pace)
+        expected = reference(replanner, plan, job, 0, now)
+        found = replanner.replan(0, now, list(plan.allocation), list(plan.instances), [0] * 4)
+        if expected != "must":
+            assert (found[0].allocation if found else None) == expected, (pace, now)
+            decided.append(expected)
+    assert decided, "no case where the plan kept its promise"
