@@ -38,6 +38,12 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
     out = tmp_path / "profiles" / "tiny.yaml"
     # The least budget it accepts (issue 21: less is refused): one repeat of the first GPU count,
     # and the two launches, are all it does.
+    # The region expects a 0.5 s INIT, far below a real Ray node's start: the least budget then
+    # ends inside the first repeat however fast this machine is, so stopping early is certain.
+    text = region.read_text()
+    init = yaml.safe_load(text)["defaults"]["init_latency_s"]
+    assert f"mean: {init['mean']}" in text
+    region.write_text(text.replace(f"mean: {init['mean']}", "mean: 0.5", 1))
     shipped = region.read_text()
     least = check_request(exp, gpus=[1, 2], iters=2, repeats=3).min_seconds
     result = profile(exp, gpus=[1, 2], iters=2, repeats=3, max_seconds=least, out=out, runs_dir=tmp_path / "runs")
