@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.executor.ports import Clock, ClusterPort, Node, TrialRunnerPort, WallClock
+from rubberband.executor.ports import ChunkInterrupted, Clock, ClusterPort, Node, TrialRunnerPort, WallClock
 from rubberband.executor.search_space import sample_configs
 from rubberband.nodes import NodeType
 from rubberband.plan.plan import Plan
@@ -149,7 +149,7 @@ class Driver:
     corrected by the TRAINs seen (``None``: follow the plan). ``safety_net``: the same profile
     for the spot safety net's estimate (``None``: none). ``budget_usd``: a hard budget.
     ``settle_s``: how long a failed gang whose instances look alive waits before it is taken
-    for a gang failure rather than a lost instance.
+    for a gang failure rather than a lost instance. ``wait_for_resumes``: see ``_must_wait``.
     """
 
     def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
@@ -157,7 +157,8 @@ class Driver:
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
-                 budget_usd: float | None = None, settle_s: float = 0.0, max_instances: Any = None):
+                 budget_usd: float | None = None, settle_s: float = 0.0, max_instances: Any = None,
+                 wait_for_resumes: bool = True):
         replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances) \
             if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
@@ -175,6 +176,10 @@ class Driver:
         # How long a gang failure on instances that still look alive waits for the cluster to
         # notice they died (Ray marks a node dead only after missed heartbeats).
         self.settle_s = settle_s
+        # A trial resuming on an instance not up yet: block until it is (a real cluster: its
+        # workers warm first), or wait among the other trials' chunks (a virtual clock, where
+        # blocking in ``wait_nodes`` would stop everyone's time until the instance is up).
+        self.wait_for_resumes = wait_for_resumes
         self.trials: dict[str, TrialState] = {}
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
@@ -200,6 +205,7 @@ class Driver:
         self.claims: dict[str, tuple] = {}               # trial -> the slots the scheduler last gave it
         self.budget_left: float | None = None            # the scheduler's, at the last stage boundary
         self._sync_stage = -1
+        self.chunk: dict[Any, int] = {}                  # pending future -> its iterations
         self.replanning: dict[Any, int] = {}             # re-plan future -> its token (off the loop)
         self.wake_at: float | None = None
         self.done: JobDone | None = None
@@ -264,6 +270,7 @@ class Driver:
         self.running.discard(trial.id)
         for future in [f for f, t in self.pending.items() if t == trial.id]:
             del self.pending[future]
+            self.chunk.pop(future, None)
         if trial.gang is not None:
             try:
                 self.runner.stop(trial.gang)
@@ -327,20 +334,19 @@ class Driver:
 
     def _must_wait(self) -> bool:
         """Whether nothing can go on until the instances requested are up."""
-        return bool(self.unready) and (not self.pending or self.scaling or bool(self.resuming))
+        return bool(self.unready) and (not self.pending or self.scaling or (self.wait_for_resumes and bool(self.resuming)))
 
     def _result(self, future: Any) -> None:
         tid = self.pending.pop(future)
+        n = self.chunk.pop(future, 1)
         trial = self.trials[tid]
         try:
             res = self.runner.result(future)
         except Exception as exc:  # the gang died: its instance went away, or the gang itself
+            self._interrupted(trial, exc)
             self._lost_gang(trial, exc)
             return
-        self._save_checkpoint(trial, res.checkpoint)
-        trial.step = res.step
-        trial.iters_done += 1
-        self.iter_s.setdefault(tid, []).extend(res.iter_times)
+        self._done(trial, res, n)
         if res.gpu_ids:
             self.gpu_ids[tid] = res.gpu_ids
         if res.digests and len(res.digests) > 1:
@@ -348,7 +354,6 @@ class Driver:
             trial.ranks_in_sync = trial.ranks_in_sync and all(
                 d is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(a)) for a, b in zip(d, first))
                 for d in res.digests)
-        self.left[tid] -= 1
         if self.left[tid] > 0:
             if self.doomed.intersection(trial.instances):
                 if self.unready:      # the replacement it may move to: wait for it
@@ -359,7 +364,7 @@ class Driver:
                 if trial.gang is not gang or tid not in self.running:
                     return            # it moved (a new TRAIN started) or the job stopped
                 del self.resuming[tid]
-            self.pending[self.runner.train(trial.gang, 1)] = tid
+            self._train(trial)
             return
         if self.metric not in res.metrics:
             raise SpecError(f"metric: the trainer reports {sorted(res.metrics)}, not {self.metric!r}; set `metric:` to one of them")
@@ -380,6 +385,33 @@ class Driver:
         self._emit("trial", trial=tid, stage=stage, metric=trial.metric, step=trial.step)
         self._feed(TrainFinished(tid, trial.iters_done, trial.metric))
 
+    def _done(self, trial: TrialState, res: Any, n: int) -> None:
+        """``n`` more iterations of ``trial`` trained and checkpointed (``res``)."""
+        self._save_checkpoint(trial, res.checkpoint)
+        trial.step = res.step
+        trial.iters_done += n
+        self.left[trial.id] -= n
+        self.iter_s.setdefault(trial.id, []).extend(res.iter_times)
+
+    def _interrupted(self, trial: TrialState, exc: Exception) -> None:
+        """Keep what a chunk cut short by a lost instance completed (``ChunkInterrupted.done``)."""
+        if isinstance(exc, ChunkInterrupted) and exc.done is not None:
+            self._done(trial, exc.done, len(exc.done.iter_times))
+
+    def _absorb(self, trial: TrialState) -> None:
+        """A trial that shares a lost instance: the iterations its chunk cut short completed
+        (a runner that trains several per chunk says so as it fails), before its gang stops."""
+        for future in [f for f, t in self.pending.items() if t == trial.id]:
+            done, _ = self.runner.wait([future], 0.0)
+            if not done:
+                continue
+            try:
+                self.runner.result(future)
+            except ChunkInterrupted as exc:
+                self._interrupted(trial, exc)
+            except Exception:          # failed with nothing kept: its checkpoint is its last chunk's
+                pass
+
     def _lost_gang(self, trial: TrialState, exc: Exception) -> None:
         """A gang failed: the instances it lost go to the scheduler (``InstanceLost``), or, when
         they all live, the failure itself (``TrialFailed``)."""
@@ -394,6 +426,8 @@ class Driver:
         lost, alive = self._vanished([i for i in instances if i in self.name])
         victims = [trial] + [t for t in self.trials.values()
                              if t is not trial and t.gang is not None and set(t.instances) & set(lost)]
+        for t in victims[1:]:
+            self._absorb(t)
         progress = {inst: {t.id: t.iters_done for t in victims if inst in (instances if t is trial else t.instances)}
                     for inst in lost}
         for t in victims:
@@ -583,10 +617,10 @@ class Driver:
         if old is not None and old in self.doomed and old not in self.gone:
             self.cluster.replace(old)        # one more of its type now, while it still runs
             self._emit("replace", instance=old)
-        elif d.replaces is None:
-            if not self._wait_stage:         # else the stage's scale-up asks for it before it waits
-                self.cluster.scale_to(self._want(), stage=self.stage)
-        # A replacement for a lost instance: the standing request already asks for it.
+        elif not self._wait_stage:           # else the stage's scale-up asks for it before it waits
+            # (a replacement for a lost instance: the standing request asks for it already; the
+            # same request again tells a virtual cluster when)
+            self.cluster.scale_to(self._want(), stage=self.stage)
 
     def _start(self, d: StartTrial) -> None:
         trial = self._trial(d.trial)
@@ -596,7 +630,14 @@ class Driver:
             self.began[d.trial] = (d.stage, self._now())
             self._emit("start", trial=d.trial, stage=d.stage)
         self.running.add(d.trial)
-        self.pending[self.runner.train(trial.gang, 1)] = d.trial
+        self.runner.begin_train(trial.gang, d.stage)
+        self._train(trial)
+
+    def _train(self, trial: TrialState) -> None:
+        """Train ``trial``'s next chunk: as many of its iterations left as the runner takes at once."""
+        n = max(1, min(self.runner.chunk_iters(self.left[trial.id]), self.left[trial.id]))
+        future = self.runner.train(trial.gang, n)
+        self.pending[future], self.chunk[future] = trial.id, n
 
     def _gang(self, trial: TrialState, slots: tuple, share: int = 1) -> None:
         """Give ``trial`` a gang on ``slots`` at ``share`` trials per GPU: its own if it runs there,
@@ -658,6 +699,10 @@ class Driver:
     def _sync(self, i: int) -> None:
         """The SYNC barrier: the stage's trials have reported, so rank (the scheduler) and go on."""
         self._sync_stage = i
+        sync_s = self.runner.sync_s(i)
+        if sync_s > 0:           # a virtual runner's SYNC takes its drawn time; what happened meanwhile first
+            self.clock.sleep(sync_s)
+            self._watch()
         self._feed(SyncDone(i))
 
     def _record_stage(self, d: StageEnded) -> None:

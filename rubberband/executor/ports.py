@@ -7,12 +7,16 @@ and EC2.
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rubberband.errors import ProviderError
 from rubberband.nodes import NodeType
 
 # What the driver asks the cluster for: how many instances of each node type (an instance
@@ -88,6 +92,60 @@ class WallClock:
         return self._pool.submit(work)
 
 
+class VirtualClock:
+    """Virtual time, for rehearsals (the ``sim`` backend) and unit tests: ``now`` moves only when
+    told (``advance``, ``advance_to``, ``sleep``), and what a port scheduled with ``call_at``
+    happens as time passes it, in time order (ties: in the order scheduled); ``next_at`` says
+    when the next thing is due, so a port that waits can stop there. ``submit`` runs work at
+    once, at this very instant (deterministic)."""
+
+    def __init__(self, start: float = 0.0):
+        self.t = float(start)
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))
+
+    def submit(self, work: Callable[[], Any]) -> Future:
+        return done_now(work)
+
+    def call_at(self, at: float, happen: Callable[[], None]) -> None:
+        """Run ``happen()`` when time reaches ``at`` (at once if it has)."""
+        heapq.heappush(self._due, (float(at), next(self._seq), happen))
+
+    def next_at(self) -> float:
+        """When the next scheduled happening is due (``inf``: none)."""
+        return self._due[0][0] if self._due else math.inf
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back ({seconds} s)")
+        return self.advance_to(self.t + seconds)
+
+    def advance_to(self, at: float) -> float:
+        """Move to ``at`` (never back), running every happening due by then at its own time."""
+        while self._due and self._due[0][0] <= at:
+            when, _, happen = heapq.heappop(self._due)
+            self.t = max(self.t, when)
+            happen()
+        self.t = max(self.t, at)
+        return self.t
+
+
+class ChunkInterrupted(ProviderError):
+    """A chunk of iterations cut short by the loss of an instance, after ``done`` (its completed,
+    checkpointed iterations; ``None``: none). A runner that trains several iterations per chunk
+    (a virtual one: ``TrialRunnerPort.chunk_iters``) raises it so that the driver keeps them."""
+
+    def __init__(self, message: str, done: TrainResult | None = None):
+        super().__init__(message)
+        self.done = done
+
+
 class ClusterPort(Protocol):
     """Grows and shrinks the set of instances, by node type; nodes are listed oldest first.
 
@@ -124,6 +182,14 @@ class TrialRunnerPort(Protocol):
     stage (``trials_per_gpu`` k > 1) starts 1-GPU trials that take ``1/k`` of the GPU serving
     the scheduler's GPU index ``gpus[0]`` on their instance; ``warm`` readies workers of the
     stage's share.
+
+    Three hooks let a virtual runner (the ``sim`` backend) keep the model's time where a real
+    cluster's time is real: ``begin_train`` says a trial's TRAIN of stage ``stage`` starts (or
+    resumes) on a gang (a virtual runner draws its iteration latency and owes its start-up);
+    ``chunk_iters`` how many of the ``left`` iterations to train in one chunk (a real runner:
+    1, each iteration ending in a checkpoint; a virtual one: all, ending the chunk where the
+    instance is reclaimed, as ``ChunkInterrupted``); ``sync_s`` how long a stage's SYNC takes
+    beyond what the driver does (a real runner: 0).
     """
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
@@ -137,3 +203,6 @@ class TrialRunnerPort(Protocol):
     def release_instance(self, instance: str) -> None: ...
     def forget_dead(self, alive: Sequence[str]) -> None: ...
     def shutdown(self) -> None: ...
+    def begin_train(self, gang: Any, stage: int) -> None: ...
+    def chunk_iters(self, left: int) -> int: ...
+    def sync_s(self, stage: int) -> float: ...

@@ -201,6 +201,17 @@ class RayTrialRunner:
         for inst in list(self.gpus):
             self.release_instance(inst)
 
+    # The model's time is real here: one iteration per chunk (each ends in a checkpoint), no
+    # draws at a TRAIN's start, and a SYNC takes what the driver's barrier takes.
+    def begin_train(self, gang: Gang, stage: int) -> None:
+        return None
+
+    def chunk_iters(self, left: int) -> int:
+        return 1
+
+    def sync_s(self, stage: int) -> float:
+        return 0.0
+
     # --- gangs ---------------------------------------------------------------------------
     def _take(self, instance: str, share: int, slot: int | None) -> tuple[Worker, bool]:
         """An idle worker for a trial ``share`` to a GPU on ``instance`` (packed: on the GPU

@@ -15,31 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.executor.ports import Node, Notice, TrainResult, done_now
+from rubberband.executor.ports import Node, Notice, TrainResult, VirtualClock
 from rubberband.nodes import NodeType, counts, describe, instance_name
 
 
-class FakeClock:
-    """Manual time. Calling it returns ``now()``, so it can be a ``Driver``'s ``clock``."""
+class FakeClock(VirtualClock):
+    """The ports' ``VirtualClock``, starting at 1000 s; calling it returns ``now()``."""
 
     def __init__(self, start: float = 1000.0):
-        self.t = float(start)
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(max(seconds, 0.0))
-
-    def submit(self, work):
-        """Virtual time: the work is done at once, at this very instant."""
-        return done_now(work)
-
-    def advance(self, seconds: float) -> float:
-        if seconds < 0:
-            raise ValueError(f"a clock cannot go back ({seconds} s)")
-        self.t += seconds
-        return self.t
+        super().__init__(start)
 
     def __call__(self) -> float:
         return self.t
@@ -418,6 +402,15 @@ class FakeRunner:
         return TrainResult(step=new_step, iter_times=[iter_s] * future.iters,
                            metrics=self.metrics(gang.config, new_step),
                            checkpoint=encode_checkpoint(future.trial, new_step))
+
+    def begin_train(self, gang: FakeGang, stage: int) -> None:
+        return None
+
+    def chunk_iters(self, left: int) -> int:
+        return 1          # each iteration a chunk, ending in a checkpoint, as on a real cluster
+
+    def sync_s(self, stage: int) -> float:
+        return 0.0
 
     def stop(self, gang: FakeGang) -> None:
         self._record("stop", gang.trial)
