@@ -51,7 +51,15 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import ProviderError, SpecError
-from rubberband.executor.ports import ChunkInterrupted, Clock, ClusterPort, Node, TrialRunnerPort, WallClock
+from rubberband.executor.ports import (
+    ChunkInterrupted,
+    Clock,
+    ClusterPort,
+    Node,
+    Notice,
+    TrialRunnerPort,
+    WallClock,
+)
 from rubberband.executor.search_space import sample_configs
 from rubberband.nodes import NodeType
 from rubberband.plan.plan import Plan
@@ -209,6 +217,8 @@ class Driver:
         self.replanning: dict[Any, int] = {}             # re-plan future -> its token (off the loop)
         self.wake_at: float | None = None
         self.done: JobDone | None = None
+        self.unheard: list[Notice] = []                  # notices of instances not named yet
+        self.early: set[str] = set()                     # instances named at a notice, not up yet
         self.started = 0.0
         self._configs: dict[int, list[dict[str, Any]]] = {}
         self._wait_stage = False
@@ -291,6 +301,12 @@ class Driver:
             if not self.pending and self.replanning:     # a SYNC waits for its re-plan: keep watching
                 wait_futures(list(self.replanning), timeout=self.poll_s, return_when=FIRST_COMPLETED)
                 self._watch()
+                continue
+            if not self.pending and self.early:        # the scheduler waits for a noticed instance to come up
+                waiting = len(self.early)
+                self._watch()
+                if len(self.early) == waiting and not self.pending:
+                    self.runner.wait([], self.poll_s)
                 continue
             if not self.pending:
                 raise ProviderError(f"stage {self.stage}: the scheduler waits for an event that never comes")
@@ -446,6 +462,7 @@ class Driver:
 
     def _instance_lost(self, inst: str, progress: dict[str, int]) -> None:
         self.gone.add(inst)
+        self.early.discard(inst)
         self.doomed.discard(inst)
         lost = self.name[inst]
         for tid in [t for t, slots in self.claims.items() if any(n == lost for n, _ in slots)]:
@@ -454,14 +471,9 @@ class Driver:
 
     def _watch(self) -> None:
         """Spot notices, instances that vanished, and requested ones that came up meanwhile."""
-        for notice in self.cluster.notices():
-            inst = notice.instance
-            if inst in self.doomed or inst in self.gone or inst not in self.name:
-                continue
-            self.doomed.add(inst)
-            log.info("instance %s will be reclaimed in %.0fs", inst, notice.reclaim_at - self.clock.now())
-            self._emit("notice", instance=inst, reclaim_at=notice.reclaim_at, at=self.clock.now())
-            self._feed(ReclaimNotice(self.name[inst]))
+        self._hear()
+        if self.early and self.done is None:
+            self._early_ready()
         if self.done is not None:
             return
         nodes = self.cluster.nodes()
@@ -471,6 +483,46 @@ class Driver:
             self._instance_lost(inst, {})       # its trials' futures will fail: handled there
         if self.unready and self.done is None:
             self._map_ready(nodes)
+
+    def _hear(self) -> None:
+        """Spot notices: each noticed instance the driver knows goes to the scheduler. A notice of
+        one not named yet (it came up, or was noticed, before the driver mapped it) waits until
+        it is named (``_map_ready``), or is forgotten at its reclaim."""
+        heard, self.unheard = self.unheard + self.cluster.notices(), []
+        for notice in heard:
+            inst = notice.instance
+            if inst in self.doomed or inst in self.gone:
+                continue
+            if inst not in self.name and not self._name_early(notice):
+                if notice.reclaim_at > self.clock.now():
+                    self.unheard.append(notice)
+                continue
+            self.doomed.add(inst)
+            log.info("instance %s will be reclaimed in %.0fs", inst, notice.reclaim_at - self.clock.now())
+            self._emit("notice", instance=inst, reclaim_at=notice.reclaim_at, at=self.clock.now())
+            self._feed(ReclaimNotice(self.name[inst]))
+
+    def _name_early(self, notice: Notice) -> bool:
+        """Name a noticed instance still initialising after a requested one of its type (when the
+        cluster says its type); it is reported ready from the cluster's ``ready`` event."""
+        k = next((k for k, (_, t) in enumerate(self.unready) if t == notice.node_type), None)
+        if notice.node_type is None or k is None:
+            return False
+        name, t = self.unready.pop(k)
+        self.real[name], self.name[notice.instance], self.types[notice.instance] = notice.instance, name, t
+        self.early.add(notice.instance)
+        return True
+
+    def _early_ready(self) -> None:
+        """Instances named early (``_name_early``) that came up: the scheduler hears they are ready."""
+        events = self.cluster.events()
+        up = {e["instance"]: e for e in events if e.get("event") == "ready" and e.get("instance") in self.early}
+        for inst, e in up.items():
+            self.early.discard(inst)
+            if inst in self.gone or self.done is not None:
+                continue
+            launched = next((x["t"] for x in events if x.get("instance") == inst and x.get("event") == "running"), e["t"])
+            self._feed(InstanceReady(self.name[inst], e.get("gpus", 0), launched - self.started))
 
     def _vanished(self, instances: Sequence[str]) -> tuple[list[str], set[str]]:
         """Which of ``instances`` the cluster no longer has, waiting up to ``settle_s`` for it to
@@ -495,10 +547,12 @@ class Driver:
             until = self.started + self.wake_at if self.wake_at is not None else None
             nodes = self.cluster.wait_nodes(want, max(deadline - self.clock.now(), 0.0), until=until)
             self.doomed.intersection_update(self.cluster.doomed())
-            if nodes is None:           # the wake came first
-                self.wake_at = None
-                self._feed(Tick())
-                if self.done is not None or not self.unready:
+            if nodes is None:           # the wake came first, or news (a notice) the driver must hear now
+                if self.wake_at is not None and self._now() >= self.wake_at - 1e-6:
+                    self.wake_at = None
+                    self._feed(Tick())
+                self._watch()
+                if self.done is not None or not self._must_wait():       # the scheduler goes on meanwhile
                     return
                 if self._want() != want:
                     deadline = self.clock.now() + self.node_timeout_s
@@ -519,8 +573,10 @@ class Driver:
         self._map_ready(nodes)
 
     def _map_ready(self, nodes: Sequence[Node]) -> None:
-        """Name the nodes not seen before after the requested instances of their type, in order."""
-        events = None
+        """Name the nodes not seen before after the requested instances of their type, in order;
+        the scheduler hears of a notice among them before it hears they are ready (it places
+        nothing on a noticed instance)."""
+        events, ready = None, []
         for node in nodes:
             if node.name in self.name or node.name in self.gone:
                 continue
@@ -533,7 +589,12 @@ class Driver:
                 events = self.cluster.events()
             launched = next((e["t"] for e in events if e.get("instance") == node.name and e.get("event") == "running"),
                             self.clock.now())
-            self._feed(InstanceReady(name, node.gpus, launched - self.started))
+            ready.append(InstanceReady(name, node.gpus, launched - self.started))
+        if ready:
+            self._hear()
+        for event in ready:
+            if self.done is None:
+                self._feed(event)
 
     # --- applying decisions --------------------------------------------------------------------
     def _apply(self, decisions: list) -> None:
@@ -604,11 +665,14 @@ class Driver:
         return {} if self.budget_left is None else {"budget_left_usd": self.budget_left}
 
     def _flush_stage_wait(self) -> None:
-        """A stage asks for its instances and waits for them before its first TRAIN."""
+        """A stage asks for its instances and waits for them before its first TRAIN (unless the
+        scheduler started it at once: what it waits for then is a replacement, which comes
+        while its trials train)."""
         if self._wait_stage and self.done is None:
             self._wait_stage = False
             self.cluster.scale_to(self._want(), stage=self.stage)
-            self._wait_for_nodes()
+            if self.scaling or not self.unready:   # (a stage that started at once waits for a replacement among its chunks)
+                self._wait_for_nodes()
 
     def _request(self, d: RequestInstances) -> None:
         t = self._node_type(d.market, d.instance_type)

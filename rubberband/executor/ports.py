@@ -35,10 +35,16 @@ class Node:
 
 @dataclass(frozen=True)
 class Notice:
-    """A spot interruption notice: ``instance`` will be reclaimed at ``reclaim_at`` (clock time)."""
+    """A spot interruption notice: ``instance`` will be reclaimed at ``reclaim_at`` (clock time).
+
+    ``node_type``: given by a cluster that notices instances still initialising (the ``sim``
+    backend): the driver names such an instance at once after a requested one of its type, so
+    its replacement is asked at the notice (DESIGN §4.1), and reports it ready from the
+    cluster's ``ready`` event."""
 
     instance: str
     reclaim_at: float
+    node_type: NodeType | None = None
 
 
 @dataclass
