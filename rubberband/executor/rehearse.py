@@ -1,7 +1,8 @@
 """Rehearsals: a plan run in virtual time on the ``sim`` backend, reported as a real run is.
 
-The ``sim`` backend (``rubberband.providers.sim``) plays the cloud and the trainers against
-the scheduler's decisions; this module turns one rehearsal into the ``RunResult`` a real run
+The ``sim`` backend (``rubberband.providers.sim``) plays the cloud and the trainers as the
+executor's ports, in virtual time, and the executor's ``Driver`` applies the scheduler's
+decisions to them as in a real run; this module turns one rehearsal into the ``RunResult`` a real run
 reports (the ledger priced by the executor's own ``Ledger``, stages predicted vs actual),
 repeats it over seeds with progress, and summarises the repeats (P(meet), JCT and cost). The
 CLI (``rubberband run EXP --provider sim``, ``rubberband.cli.rehearse``) only parses and
@@ -24,23 +25,6 @@ from rubberband.plan.plan import Plan
 # tracemalloc on SHA(512, 4, 4096, 2) (~2.5 kB a TRAIN) and rounded up.
 REHEARSAL_TRAIN_BYTES = 4096
 REHEARSAL_ITER_BYTES = 16
-
-
-def _engine(name: str):
-    """The rehearsal engine by name (``ENGINES``)."""
-    from rubberband.providers import sim
-
-    engines = {"driver": sim.rehearse_driven, "scheduler": sim.rehearse_once}
-    if name not in engines:
-        raise SpecError(f"engine: unknown rehearsal engine {name!r}; use one of {', '.join(engines)}")
-    return engines[name]
-
-
-# How a rehearsal applies the scheduler's decisions: ``driver``, the executor's ``Driver`` on the
-# ``sim`` backend's virtual ports (what a real run does); ``scheduler``, the ``sim`` backend's own
-# loop (the older path, kept while the driver's is checked against it).
-ENGINES = ("driver", "scheduler")
-DEFAULT_ENGINE = "scheduler"
 
 
 def check_rehearsal(plan: Plan, repeat: int = 1) -> None:
@@ -67,8 +51,7 @@ def check_rehearsal(plan: Plan, repeat: int = 1) -> None:
 
 
 def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
-             replan_with=None, safety_net=None, budget_usd: float | None = None,
-             engine: str = DEFAULT_ENGINE) -> RunResult:
+             replan_with=None, safety_net=None, budget_usd: float | None = None) -> RunResult:
     """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
     re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given,
     with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget.
@@ -76,19 +59,21 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
     """
+    from rubberband.providers.sim import rehearse_once
+
     check_rehearsal(plan)
-    run = _engine(engine)(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
+    run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
                         budget_usd=budget_usd)
     return result_of(plan, run, seed, metric)
 
 
 def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mode: str = "min",
                   metric: str = "metric", replan_with=None, safety_net=None, budget_usd: float | None = None,
-                  progress: Callable[[int, int], None] | None = None,
-                  engine: str = DEFAULT_ENGINE) -> tuple[list[RunResult], list[dict[str, Any]]]:
+                  progress: Callable[[int, int], None] | None = None) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """One rehearsal per seed (``rehearse``'s arguments), after ``check_rehearsal``; ``progress(done,
     total)`` is called after each. Returns each one's ``RunResult`` and its ``run_dict``."""
-    rehearse_once = _engine(engine)
+    from rubberband.providers.sim import rehearse_once
+
     check_rehearsal(plan, len(seeds))
     results, runs = [], []
     for k, seed in enumerate(seeds):

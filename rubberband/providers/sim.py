@@ -1,18 +1,20 @@
-"""The ``sim`` provider: a virtual-clock cluster that rehearses a plan with the real scheduler.
+"""The ``sim`` provider: the executor's cluster and trial-runner ports in virtual time.
 
-``SimCluster`` plays the cloud and the trainers in virtual time and feeds what happens to
-the same ``rubberband.scheduler.Scheduler`` that decides a real run. Every latency is drawn
-from a *truth* model exactly as DESIGN §4 and §4.1 define it (by default the planning
-profiles; rehearse a wrong profile by passing another):
+A rehearsal runs the real ``rubberband.executor.driver.Driver`` — the one module that
+applies the scheduler's decisions, in local and aws runs too — on ``SimClusterPort`` and
+``SimRunnerPort``, which play the cloud and the trainers on a ``VirtualClock``. Every latency
+is drawn from a *truth* model exactly as DESIGN §4 and §4.1 define it (by default the
+planning profiles; rehearse a wrong profile by passing another):
 
-* a scale-up (the non-replacement ``RequestInstances`` of one answer) draws one SCALE from
+* a scale-up (the instances one request to the cluster launches) draws one SCALE from
   ``provision_latency_s``; each new instance is billed from the SCALE's end and ready after
-  its own ``init_latency_s`` draw;
+  its own ``init_latency_s`` draw; a replacement draws its own SCALE;
 * a TRAIN node lasts ``trial_startup_s + k * L``, with ``L`` and the start-up drawn once per
   trial and stage from the truth's ``iter_latency_s(m)`` (a slow trial stays slow, also
-  after a reclaim);
-* a SYNC lasts one ``sync_s`` draw;
-* a plan with an instance type per stage: each request draws from its type's profile (SCALE,
+  after a reclaim); the runner trains it as one chunk (``chunk_iters``: all that is left), so
+  a virtual TRAIN is one timed event, not ``k`` checkpoints;
+* a SYNC lasts one ``sync_s`` draw (``SimRunnerPort.sync_s``: the driver lets that time pass);
+* a plan with an instance type per stage: each launch draws from its type's profile (SCALE,
   INIT, spot market, GPUs per instance) and is billed at its type's prices; a packed stage
   (``StartTrial.trials_per_gpu`` k > 1) draws ``L`` from ``packed_latency(k)`` and bills a
   TRAIN per function for ``1/k`` GPU (``docs/model.md``);
@@ -21,8 +23,14 @@ profiles; rehearse a wrong profile by passing another):
   nothing new on a noticed instance and releases it at a SYNC); with a ``trace`` the
   zone's availability is replayed from a random offset: a request waits for capacity, and
   every spot instance goes when the zone does (no notice helps). A trial interrupted at ``r``
-  keeps its completed iterations and loses the one in progress. Multi-node trace counts
-  (how many may be held at once) are not modelled: a trace is all-or-none here.
+  keeps its completed iterations and loses the one in progress (its chunk ends at ``r`` with
+  ``ChunkInterrupted``). Multi-node trace counts (how many may be held at once) are not
+  modelled: a trace is all-or-none here.
+
+Where the driver's way on a real cluster and the model part, the model is kept: a trial on a
+noticed instance trains on until the reclaim (one chunk; the driver's move at a checkpoint
+needs per-iteration chunks), and a notice of an instance still initialising reaches the
+driver at once (``Notice.node_type``), so its replacement is asked at the notice.
 
 Metrics come from a seeded synthetic learning curve per trial, so promotion is exercised:
 a trial draws a quality ``q ~ Beta(2, 2)``, an asymptote ``A = 0.55 + 0.4 q`` and a time
@@ -33,13 +41,11 @@ minimises.
 
 The provider is registered beside ``local`` and ``aws`` so that ``--provider sim`` is
 known everywhere; it starts no Ray cluster (``start`` says so): ``rubberband run EXP
---provider sim`` rehearses through ``rubberband.executor.rehearse``. Like the driver, it knows
-the scheduler only by its decisions and its final ``report()``.
+--provider sim`` rehearses through ``rubberband.executor.rehearse``.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
@@ -57,33 +63,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.providers.node_types import counts, describe
-from rubberband.scheduler import (
-    ComputeReplan,
-    InstanceLost,
-    InstanceReady,
-    JobDone,
-    ReclaimNotice,
-    ReleaseInstances,
-    Replan,
-    Replanner,
-    ReplanReady,
-    RequestInstances,
-    ResizeTrial,
-    RetireInstances,
-    RunSync,
-    SafetyNet,
-    SafetySwitch,
-    Scheduler,
-    SchedulerReport,
-    StageEnded,
-    StageStarted,
-    StartTrial,
-    StopTrial,
-    SyncDone,
-    Tick,
-    TrainFinished,
-    Wake,
-)
+from rubberband.scheduler import SchedulerReport
 
 # Stream ids of the rehearsal's random components (one generator each, from the seed).
 _SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET, _CURVE = range(8)
@@ -143,265 +123,6 @@ class SimRun:
     seed: int
     reclaims: int = 0
     stopped: str | None = None       # the one-line reason the job stopped early (the budget)
-
-
-@dataclass
-class _Train:
-    token: int
-    stage: int
-    start_s: float
-    iters: int
-    step0: int
-    latency: float
-    startup: float
-    nodes: frozenset[str]
-    gpus: int
-    share: float          # GPUs it is billed for per function: ``gpus``, or ``1/k`` packed
-
-
-class SimCluster:
-    """A cluster in virtual time (see the module docstring) driving one ``Scheduler``."""
-
-    def __init__(self, plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
-                 seed: int = 0,
-                 mode: str = "min", replan_with: ModelProfile | None = None,
-                 safety_net: ModelProfile | None = None, budget_usd: float | None = None):
-        """
-        Args:
-            plan: the plan to run (its cloud's prices are what instances are billed at).
-            model: the truth model: TRAIN, start-up and SYNC latencies are drawn from it (a
-                mapping of GPU model to profile: each stage from its type's GPU model's).
-            cloud: the truth cloud (SCALE, INIT latencies, the spot market) of the plan's type;
-                default ``plan.cloud``. A plan with a type per stage draws each other type's
-                from its own profile (``plan.type_clouds``); a mapping of type name to profile
-                gives the truth of several.
-            seed: one seed for every draw of the rehearsal and the learning curves.
-            mode: ``min`` or ``max``: what the scheduler ranks by.
-            replan_with: the profile the plan was made from: re-plan at every SYNC on it,
-                corrected by what the rehearsal shows (``None``: follow the plan as it is).
-            safety_net: the profile the plan was made from: run the scheduler's spot safety
-                net estimating with it (and the plan's cloud); ``None``: no safety net.
-            budget_usd: the scheduler's hard budget (``None``: none).
-        """
-        self.plan, self.model = plan, model
-        # Each type's planning profile (what its instances are billed at) and truth (what is drawn).
-        self.priced = {c.instance_type: c for c in (plan.cloud, *plan.type_clouds.values(), *plan.stage_clouds)}
-        truth = dict(cloud) if isinstance(cloud, Mapping) else {(cloud or plan.cloud).instance_type: cloud or plan.cloud}
-        self.truth = {**self.priced, **truth}
-        self.cloud = self.truth[plan.instance_type]
-        self.seed = int(seed)
-        replanner = Replanner(plan, replan_with, seed=plan.seed) if replan_with is not None else None
-        net = None
-        if safety_net is not None and math.isfinite(plan.deadline_s):
-            net = SafetyNet(safety_net, plan.cloud, plan.deadline_s)
-        self.scheduler = Scheduler(plan, mode, replanner, safety_net=net, budget_usd=budget_usd)
-        self.curves = LearningCurves(seed, mode)
-        self._rng = {c: np.random.default_rng(np.random.SeedSequence(self.seed, spawn_key=(c,)))
-                     for c in (_SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET)}
-        # Where in the zone's traces the job starts: one point in time for every type, as in
-        # ``simulate`` (its fraction of each type's trace, the model's ``trace_offsets``).
-        self._offset_u = float(self._rng[_OFFSET].random())
-        self._heap: list[tuple[float, int, str, Any]] = []
-        self._seq = itertools.count()
-        self.now = 0.0
-        self.instances: dict[str, SimInstance] = {}
-        self._trains: dict[str, _Train] = {}
-        self._draws: dict[tuple[str, int], tuple[float, float]] = {}
-        self._tokens = itertools.count()
-        self.train_runs: list[dict[str, Any]] = []
-        self.windows: list[tuple[float, float]] = []
-        self._stage_start = 0.0
-        self._wake = 0             # the token of the one Tick due (a later Wake replaces it)
-        self.reclaims = 0
-        self.done = False
-        self.stopped: str | None = None
-        self._types: dict[int, str] = {}          # stage -> its instance type (StageStarted: re-plans included)
-        self._steps: dict[str, int] = {}          # trial -> the step it trained to (checkpointed)
-
-    # --- the loop --------------------------------------------------------------------------------
-    def run(self, max_events: int = 10_000_000) -> SimRun:
-        """Run the plan to its end; return what happened."""
-        self._apply(self.scheduler.start(0.0))
-        for _ in range(max_events):
-            if self.done:
-                break
-            if not self._heap:
-                raise SpecError("sim: the rehearsal stalled: the scheduler waits for an event that never comes "
-                                "(spot capacity never returns?)")
-            t, _, kind, data = heapq.heappop(self._heap)
-            event = self._event(kind, data, t)
-            if event is None:
-                continue
-            self.now = t
-            self._apply(self.scheduler.on(event, t))
-        else:
-            raise SpecError(f"sim: more than {max_events} events; the rehearsal does not end")
-        return SimRun(self.now, list(self.instances.values()), self.train_runs, self.windows, self.scheduler.report(),
-                      self.seed, self.reclaims, self.stopped)
-
-    def _push(self, t: float, kind: str, data: Any) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), kind, data))
-
-    def _event(self, kind: str, data: Any, t: float):
-        """The scheduler event a queued happening turns into, or ``None`` if it no longer applies."""
-        if kind in ("ready", "notice", "lost"):
-            inst = self.instances[data]
-            if inst.released_s is not None:
-                return None
-            if kind == "ready":
-                return InstanceReady(data, self._cloud(inst.instance_type).gpus_per_instance, inst.launched_s)
-            if kind == "notice":
-                return ReclaimNotice(data)
-            inst.released_s, inst.release_reason = t, "interrupted"
-            self.reclaims += 1
-            progress = {}
-            for trial, run in list(self._trains.items()):
-                if data in run.nodes:
-                    done = math.floor(max(t - run.start_s - run.startup, 0.0) / run.latency) if run.latency > 0 else run.iters
-                    progress[trial] = self._steps[trial] = run.step0 + min(done, run.iters)
-                    self._record(trial, run, t, min(done, run.iters))
-                    del self._trains[trial]
-            return InstanceLost(data, progress)
-        if kind == "train":
-            trial, token = data
-            run = self._trains.get(trial)
-            if run is None or run.token != token:
-                return None
-            del self._trains[trial]
-            self._record(trial, run, t, run.iters)
-            step = self._steps[trial] = run.step0 + run.iters
-            return TrainFinished(trial, step, self.curves.metric(trial, step))
-        if kind == "sync":
-            self.windows.append((self._stage_start, t))
-            self._stage_start = t
-            return SyncDone(data)
-        if kind == "tick":
-            return Tick() if data == self._wake else None
-        if kind == "replan":               # done at the instant it was asked for: virtual time stays deterministic
-            token, compute = data
-            return ReplanReady(token, compute())
-        raise SpecError(f"sim: unknown happening {kind!r}")
-
-    def _record(self, trial: str, run: _Train, end: float, iters: int) -> None:
-        self.train_runs.append({"trial": trial, "stage": run.stage, "gpus": run.share, "start_s": run.start_s,
-                                "end_s": end, "iters": iters, "iter_s": [run.latency] * iters})
-
-    # --- decisions --------------------------------------------------------------------------------
-    def _apply(self, decisions: list) -> None:
-        scale = None      # one SCALE per scale-up: the answer's first non-replacement request draws it
-        for d in decisions:
-            if isinstance(d, RequestInstances):
-                provision = self._cloud(d.instance_type).provision_latency_s
-                if d.replaces is None:
-                    if scale is None:
-                        scale = float(provision.sample(self._rng[_SCALE], 1)[0])
-                    self._launch(d, scale)
-                else:
-                    self._launch(d, float(provision.sample(self._rng[_SCALE], 1)[0]))
-            elif isinstance(d, ReleaseInstances):
-                for name in d.names:
-                    self._release(name)
-            elif isinstance(d, StartTrial):
-                self._train(d)
-            elif isinstance(d, StopTrial):
-                self._trains.pop(d.trial, None)
-            elif isinstance(d, StageStarted):
-                self._types[d.stage] = d.instance_type
-                self.priced.setdefault(d.instance_type, d.cloud)      # a type a re-plan brought in
-                self.truth.setdefault(d.instance_type, d.cloud)
-            elif isinstance(d, (ResizeTrial, Replan, SafetySwitch, StageEnded, RetireInstances)):
-                pass         # a move at a SYNC is instantaneous in the model (DESIGN §4); the rest is the scheduler's
-            elif isinstance(d, ComputeReplan):
-                self._push(self.now, "replan", (d.token, d.compute))
-            elif isinstance(d, Wake):
-                self._wake += 1
-                self._push(max(d.at_s, self.now), "tick", self._wake)
-            elif isinstance(d, RunSync):
-                sync = self._model(d.stage).sync_s
-                self._push(self.now + float(sync.sample(self._rng[_SYNC], 1)[0]), "sync", d.stage)
-            elif isinstance(d, JobDone):
-                self.done, self.stopped = True, d.stopped
-                if d.stopped and self._stage_start < self.now:      # the stage it stopped in
-                    self.windows.append((self._stage_start, self.now))
-            else:
-                raise SpecError(f"sim: unknown decision {d!r}")
-
-    def _model(self, stage: int) -> ModelProfile:
-        """The truth profile stage ``stage`` runs by: its type's GPU model's, when there are several."""
-        return model_of(self.model, self._cloud(self._types[stage]), f"instance_types[{stage}]")
-
-    def _cloud(self, itype: str) -> CloudProfile:
-        """The truth profile of an instance type (one a re-plan brought in: its planning profile)."""
-        return self.truth[itype]
-
-    def _offset(self, itype: str) -> float:
-        trace = self._cloud(itype).spot.trace
-        return self._offset_u * trace.duration_s if trace else 0.0
-
-    def _zone_next(self, t: float, up: bool, itype: str) -> float:
-        trace, offset = self._cloud(itype).spot.trace, self._offset(itype)
-        return float(trace.next_change(t + offset, up=up)) - offset
-
-    def _launch(self, d: RequestInstances, scale: float) -> None:
-        spot, itype = d.market is Market.SPOT, d.instance_type
-        cloud = self._cloud(itype)
-        market, priced = cloud.spot, self.priced.get(itype, cloud)
-        granted = self._zone_next(self.now, True, itype) if spot and market.trace else self.now
-        price = priced.price(d.market)
-        for name in d.names:
-            launched = granted + scale
-            ready = launched + float(cloud.init_latency_s.sample(self._rng[_INIT], 1)[0])
-            down = math.inf
-            if spot and market.trace is not None:
-                down = self._zone_next(launched, False, itype)
-            elif spot and market.rate_per_hour > 0:
-                down = launched + float(self._rng[_LIFE].standard_exponential()) * 3600.0 / market.rate_per_hour
-            self.instances[name] = SimInstance(name, d.market, itype, d.stage, self.now, launched, ready, down,
-                                               price_usd_per_hour=float(price))
-            if ready < down:
-                self._push(ready, "ready", name)
-            if math.isfinite(down):
-                notice = down if market.trace is not None else max(down - market.notice_s, launched)
-                self._push(notice, "notice", name)
-                self._push(down, "lost", name)
-
-    def _release(self, name: str) -> None:
-        inst = self.instances[name]
-        if inst.released_s is not None:
-            return
-        if inst.launched_s > self.now:      # still provisioning: cancelled, never billed
-            inst.released_s, inst.release_reason = self.now, "cancelled"
-        else:
-            inst.released_s, inst.release_reason = self.now, "released"
-
-    def _train(self, d: StartTrial) -> None:
-        nodes = frozenset(n for n, _ in d.slots)
-        for n in nodes:
-            inst = self.instances[n]
-            if inst.released_s is not None or inst.ready_s > self.now:
-                raise SpecError(f"sim: trial {d.trial} was placed on instance {n}, which is not up")
-        m, k = len(d.slots), d.trials_per_gpu
-        key = (d.trial, d.stage)
-        if key not in self._draws:      # once per trial and stage: a slow trial stays slow after a reclaim
-            model = self._model(d.stage)
-            dist = model.packed_latency(k) if k > 1 else model.latency(m)
-            self._draws[key] = (float(dist.sample(self._rng[_TRAIN], 1)[0]),
-                                float(model.trial_startup_s.sample(self._rng[_STARTUP], 1)[0]))
-        latency, startup = self._draws[key]
-        step0 = self._steps.get(d.trial, 0)
-        run = _Train(next(self._tokens), d.stage, self.now, d.iters, step0, latency, startup, nodes, m, m / k)
-        self._trains[d.trial] = run
-        self._push(self.now + startup + d.iters * latency, "train", (d.trial, run.token))
-
-
-def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
-                  seed: int = 0,
-                  mode: str = "min", replan_with: ModelProfile | None = None,
-                  safety_net: ModelProfile | None = None, budget_usd: float | None = None) -> SimRun:
-    """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's),
-    re-planning on ``replan_with`` (the planning profile) when given, with the spot safety net
-    estimating on ``safety_net`` (the planning profile) and a hard budget when asked."""
-    return SimCluster(plan, model, cloud, seed, mode, replan_with, safety_net, budget_usd).run()
 
 
 def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
@@ -475,7 +196,7 @@ class SimWorld:
     def cloud(self, itype: str) -> CloudProfile:
         if itype not in self.truth:
             raise SpecError(f"sim: no profile of instance type {itype!r} to rehearse it; "
-                            "rehearse with the scheduler's own loop (engine 'scheduler')")
+                            "pass its truth profile in `cloud` (a mapping of instance type to profile)")
         return self.truth[itype]
 
     def zone_next(self, t: float, up: bool, itype: str) -> float:
@@ -786,11 +507,14 @@ class SimRunnerPort:
         return None
 
 
-def rehearse_driven(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
+def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
                     seed: int = 0, mode: str = "min", replan_with: ModelProfile | None = None,
                     safety_net: ModelProfile | None = None, budget_usd: float | None = None) -> SimRun:
-    """``rehearse_once`` with the decisions applied by the executor's ``Driver`` through the
-    virtual ports (``SimClusterPort``, ``SimRunnerPort``), as a real run applies them."""
+    """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's):
+    the executor's ``Driver`` applies the scheduler's decisions through the virtual ports
+    (``SimClusterPort``, ``SimRunnerPort``) as a real run applies them, re-planning on
+    ``replan_with`` (the planning profile) when given, with the spot safety net estimating on
+    ``safety_net`` (the planning profile) and a hard budget when asked."""
     from rubberband.executor.driver import Driver
 
     world = SimWorld(plan, model, cloud, seed, mode)

@@ -122,14 +122,12 @@ def cases(samples: int = 4000) -> dict[str, Callable[[], tuple[Plan, object]]]:
     return out
 
 
-def agreement(case: str, seeds: int = 800, samples: int = 4000, engine: str | None = None) -> Agreement:
-    """Rehearse case ``case`` over seeds ``0..seeds-1`` against its simulated prediction (on the
-    rehearsal ``engine``, default ``rehearse``'s)."""
+def agreement(case: str, seeds: int = 800, samples: int = 4000) -> Agreement:
+    """Rehearse case ``case`` over seeds ``0..seeds-1`` against its simulated prediction."""
     from rubberband.executor.rehearse import rehearse
 
     plan, model = cases(samples)[case]()
-    kw = {} if engine is None else {"engine": engine}
-    runs = [rehearse(plan, model, seed=s, **kw) for s in range(seeds)]
+    runs = [rehearse(plan, model, seed=s) for s in range(seeds)]
     jct = np.array([r.actual["jct_s"] for r in runs])
     cost = np.array([r.actual["cost_usd"] for r in runs])
     pred, deadline = plan.predicted, plan.deadline_s
