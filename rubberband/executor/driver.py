@@ -189,6 +189,7 @@ class Driver:
         # blocking in ``wait_nodes`` would stop everyone's time until the instance is up).
         self.wait_for_resumes = wait_for_resumes
         self.trials: dict[str, TrialState] = {}
+        self.order: dict[str, int] = {}                  # trial -> when the driver first saw it
         self.stages: list[StageRecord] = []
         self.train_runs: list[dict[str, Any]] = []
         self.real: dict[str, str] = {}                   # scheduler name -> instance
@@ -211,6 +212,8 @@ class Driver:
         self.share = 1                                   # trials per GPU of the stage running (packed: > 1)
         self.scaling = False                             # the stage waits for its scale-up (no trial started yet)
         self.claims: dict[str, tuple] = {}               # trial -> the slots the scheduler last gave it
+        self.holder: dict[Any, str] = {}                 # slot -> the trial that claims it
+        self.ganged: set[str] = set()                    # trials that hold a gang
         self.budget_left: float | None = None            # the scheduler's, at the last stage boundary
         self._sync_stage = -1
         self.chunk: dict[Any, int] = {}                  # pending future -> its iterations
@@ -263,6 +266,7 @@ class Driver:
             if bracket not in self._configs:
                 n = self.plan.spec.stages[self.plan.spec.bracket_starts[bracket]].num_trials
                 self._configs[bracket] = sample_configs(self.search_space, n, seed=self.seed + 1000 * bracket)
+            self.order[tid] = len(self.order)
             self.trials[tid] = TrialState(tid, self._configs[bracket][int(tid.rsplit("t", 1)[1])], bracket)
         return self.trials[tid]
 
@@ -286,6 +290,7 @@ class Driver:
                 self.runner.stop(trial.gang)
             finally:
                 trial.gang, trial.instances, trial.slots = None, (), ()
+                self.ganged.discard(trial.id)
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self) -> DriverOutcome:
@@ -447,7 +452,7 @@ class Driver:
         progress = {inst: {t.id: t.iters_done for t in victims if inst in (instances if t is trial else t.instances)}
                     for inst in lost}
         for t in victims:
-            self.claims.pop(t.id, None)          # the scheduler takes their slots back (lost or failed)
+            self._unclaim(t.id)                  # the scheduler takes their slots back (lost or failed)
             self.resuming[t.id] = instances if t is trial else t.instances
             t.restarts += 1
             log.warning("trial %s lost its gang (%s); resuming from its checkpoint at step %s", t.id, reason[:300], t.step)
@@ -465,8 +470,8 @@ class Driver:
         self.early.discard(inst)
         self.doomed.discard(inst)
         lost = self.name[inst]
-        for tid in [t for t, slots in self.claims.items() if any(n == lost for n, _ in slots)]:
-            del self.claims[tid]
+        for tid in {t for (n, _), t in self.holder.items() if n == lost}:
+            self._unclaim(tid)
         self._feed(InstanceLost(self.name[inst], progress))
 
     def _watch(self) -> None:
@@ -478,9 +483,11 @@ class Driver:
             return
         nodes = self.cluster.nodes()
         alive = {n.name for n in nodes} | set(self.cluster.doomed())
-        busy = {i for t in self.trials.values() if t.gang is not None for i in t.instances}
-        for inst in [i for i in self.name if i not in self.gone and i not in alive and i not in busy]:
-            self._instance_lost(inst, {})       # its trials' futures will fail: handled there
+        missing = [i for i in self.name if i not in self.gone and i not in alive]
+        if missing:
+            busy = {i for t in self.ganged for i in self.trials[t].instances}
+            for inst in [i for i in missing if i not in busy]:
+                self._instance_lost(inst, {})       # its trials' futures will fail: handled there
         if self.unready and self.done is None:
             self._map_ready(nodes)
 
@@ -617,7 +624,7 @@ class Driver:
                 self._gang(trial, d.slots, d.trials_per_gpu)
             elif isinstance(d, StopTrial):
                 trial = self._trial(d.trial)
-                self.claims.pop(d.trial, None)
+                self._unclaim(d.trial)
                 self._stop_gang(trial)
                 if d.eliminated:
                     trial.eliminated_after = self.stage
@@ -648,10 +655,17 @@ class Driver:
 
     def _claim(self, tid: str, slots: tuple) -> None:
         """The scheduler gave ``slots`` to ``tid``: whoever held them before no longer does."""
-        taken = set(slots)
-        for other in [t for t, s in self.claims.items() if t != tid and taken.intersection(s)]:
-            del self.claims[other]
+        for other in {self.holder[s] for s in slots if self.holder.get(s, tid) != tid}:
+            self._unclaim(other)
+        self._unclaim(tid)
         self.claims[tid] = tuple(slots)
+        for s in slots:
+            self.holder[s] = tid
+
+    def _unclaim(self, tid: str) -> None:
+        for s in self.claims.pop(tid, ()):
+            if self.holder.get(s) == tid:
+                del self.holder[s]
 
     def _enter_stage(self, d: StageStarted) -> None:
         self.stage, self.stage_start = d.stage, self._now()
@@ -720,7 +734,7 @@ class Driver:
             self._stop_gang(trial)
         taken = {s for s in slots}
         donor = None
-        for other in self.trials.values():
+        for other in [self.trials[t] for t in sorted(self.ganged, key=self.order.__getitem__)]:
             if other is trial or other.gang is None or other.id in self.running:
                 continue
             mine = set(self.claims.get(other.id, ()))
@@ -730,11 +744,13 @@ class Driver:
                 self._stop_gang(other)       # idle and in the way: its workers go back to the pool
         if donor is not None:
             gang, donor.gang, donor.instances, donor.slots = donor.gang, None, (), ()
+            self.ganged.discard(donor.id)
             trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
         else:
             trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint, trials_per_gpu=share,
                                            gpus=tuple(g for _, g in slots))
         trial.instances, trial.slots, trial.share = wanted, tuple(slots), share
+        self.ganged.add(trial.id)
         left = self.resuming.pop(trial.id, None)
         if left is not None:
             self._emit("resume", trial=trial.id, step=trial.step, left=list(left), instances=list(wanted))

@@ -226,6 +226,8 @@ class SimClusterPort:
     def __init__(self, world: SimWorld):
         self.world, self.clock = world, world.clock
         self.instances: dict[str, SimInstance] = {}
+        self.live: dict[str, None] = {}        # instances not released or reclaimed, oldest first
+        self._nodes: list[Any] | None = None   # ``nodes()`` until something changes
         self.node_type: dict[str, Any] = {}
         self.request: dict[Any, int] = {}
         self.noticed: set[str] = set()
@@ -237,12 +239,9 @@ class SimClusterPort:
         self.reclaims = 0
 
     # --- the truth -------------------------------------------------------------------------
-    def _up(self, name: str) -> bool:
-        inst = self.instances[name]
-        return inst.released_s is None
-
     def usable(self) -> list[str]:
-        return [n for n, i in self.instances.items() if i.released_s is None and n not in self.noticed]
+        """Instances launched and not released, reclaimed or noticed, oldest first."""
+        return [n for n in self.live if n not in self.noticed]
 
     def _launch(self, node_types: list[Any]) -> None:
         """Launch one instance of each of ``node_types``: one SCALE for them all."""
@@ -267,6 +266,8 @@ class SimClusterPort:
             self.instances[name] = SimInstance(name, Market(t.market), itype, self.stage, now, launched, ready, down,
                                                price_usd_per_hour=float(priced.price(Market(t.market))))
             self.node_type[name] = t
+            self.live[name] = None
+            self._nodes = None
             self._events.append({"event": "running", "instance": name, "t": launched})
             if ready < down:                 # the driver wakes when it is up
                 self.clock.call_at(ready, lambda n=name, r=ready, g=cloud.gpus_per_instance: self._up(n, r, g))
@@ -276,6 +277,7 @@ class SimClusterPort:
                 self.clock.call_at(down, lambda n=name: self._reclaimed(n))
 
     def _up(self, name: str, at: float, gpus: int) -> None:
+        self._nodes = None
         self._events.append({"event": "ready", "instance": name, "t": at, "gpus": gpus})
         self._news = True
 
@@ -292,6 +294,8 @@ class SimClusterPort:
         if inst.released_s is not None:
             return
         inst.released_s, inst.release_reason = self.clock.now(), "interrupted"
+        self.live.pop(name, None)
+        self._nodes = None
         self.reclaims += 1
         self.noticed.discard(name)
         if inst.ready_s >= inst.down_s:  # never up, so the driver never heard of it: the standing request relaunches
@@ -307,6 +311,8 @@ class SimClusterPort:
             return
         now = self.clock.now()
         inst.released_s, inst.release_reason = now, "cancelled" if inst.launched_s > now else "released"
+        self.live.pop(name, None)
+        self._nodes = None
         self.noticed.discard(name)
 
     # --- the port ----------------------------------------------------------------------------
@@ -350,8 +356,7 @@ class SimClusterPort:
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         """Release the instances up (ready) not in ``keep``; launches on their way stay."""
         now, kept = self.clock.now(), set(keep)
-        for name in [n for n, i in self.instances.items()
-                     if i.released_s is None and i.ready_s <= now and n not in kept]:
+        for name in [n for n in self.live if self.instances[n].ready_s <= now and n not in kept]:
             self._release(name)
         self.request = dict(counts(self.node_type[n] for n in self.usable()))
 
@@ -362,9 +367,11 @@ class SimClusterPort:
     def nodes(self) -> list[Any]:
         from rubberband.executor.ports import Node
 
-        now = self.clock.now()
-        return [Node(n, self.world.cloud(self.instances[n].instance_type).gpus_per_instance, self.node_type[n])
-                for n in self.usable() if self.instances[n].ready_s <= now]
+        if self._nodes is None:
+            now = self.clock.now()
+            self._nodes = [Node(n, self.world.cloud(self.instances[n].instance_type).gpus_per_instance,
+                                self.node_type[n]) for n in self.usable() if self.instances[n].ready_s <= now]
+        return list(self._nodes)
 
     def notices(self) -> list[Any]:
         out, self._notices = self._notices, []
@@ -379,6 +386,7 @@ class SimClusterPort:
         if instance in self.noticed:
             return
         self.noticed.add(instance)
+        self._nodes = None
         self._reconcile()
 
     def shutdown(self) -> None:
