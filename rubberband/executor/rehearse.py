@@ -1,6 +1,6 @@
 """Rehearsals: a plan run in virtual time on the ``sim`` backend, reported as a real run is.
 
-The ``sim`` backend (``rubberband.providers.sim``) plays the cloud and the trainers as the
+The ``sim`` backend (``rubberband.executor.sim``) plays the cloud and the trainers as the
 executor's ports, in virtual time, and the executor's ``Driver`` applies the scheduler's
 decisions to them as in a real run; this module turns one rehearsal into the ``RunResult`` a real run
 reports (the ledger priced by the executor's own ``Ledger``, stages predicted vs actual),
@@ -59,7 +59,7 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
     """
-    from rubberband.providers.sim import rehearse_once
+    from rubberband.executor.sim import rehearse_once
 
     check_rehearsal(plan)
     run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
@@ -72,7 +72,7 @@ def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mo
                   progress: Callable[[int, int], None] | None = None) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """One rehearsal per seed (``rehearse``'s arguments), after ``check_rehearsal``; ``progress(done,
     total)`` is called after each. Returns each one's ``RunResult`` and its ``run_dict``."""
-    from rubberband.providers.sim import rehearse_once
+    from rubberband.executor.sim import rehearse_once
 
     check_rehearsal(plan, len(seeds))
     results, runs = [], []

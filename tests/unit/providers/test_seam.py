@@ -10,11 +10,10 @@ PACKAGE = ROOT / "rubberband"
 PROVIDERS = PACKAGE / "providers"
 SEAM = {"rubberband.providers", "rubberband.providers.base"}     # what the rest of rubberband may import
 RAY_PRIVATE_PROVIDER = "ray.autoscaler._private"
-# Known, and to go: the rehearsal (the library's and the CLI's truth check) reaches the sim
-# backend's module directly; it should ask the registry's provider (or sim's virtual-clock
-# ports should live beside the executor's ports, with only the registry entry in providers/).
-KNOWN = {("rubberband/executor/rehearse.py", "rubberband.providers.sim"),
-         ("rubberband/cli/rehearse.py", "rubberband.providers.sim")}
+# Known, and to go: the CLI's truth check reaches the sim backend's module directly; it should
+# ask the registry's provider. (The rehearsal itself runs the executor's driver on the
+# virtual-clock ports in ``rubberband.executor.sim``.)
+KNOWN = {("rubberband/cli/rehearse.py", "rubberband.providers.sim")}
 
 
 def _sources():

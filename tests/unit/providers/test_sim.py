@@ -21,10 +21,11 @@ from rubberband import (
 )
 from rubberband.cli.rehearse import rehearse
 from rubberband.config import load_experiment
+from rubberband.executor.sim import LearningCurves, rehearse_once
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.spot import SpotMarket
-from rubberband.providers.sim import LearningCurves, check_truth, rehearse_once
+from rubberband.providers.sim import check_truth
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -191,7 +192,7 @@ def test_a_high_reclaim_rate_misses_the_deadline_without_the_safety_net_and_meet
 
 def test_a_budget_stops_a_rehearsal_cleanly_within_it(resnet101):
     exp = resnet101
-    from rubberband.providers.sim import rehearse_once
+    from rubberband.executor.sim import rehearse_once
 
     plan = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, exp.cloud, 1200.0, samples=50, seed=0)
     full = rehearse(plan, exp.model, seed=0, mode=exp.mode)
@@ -210,8 +211,8 @@ def test_a_spot_reclaim_re_plans_the_stages_after_it(resnet101):
     """A truth 25% slower and 4 reclaims per instance-hour: the first reclaim of stage 0
     (seed 28) comes before its SYNC, and re-plans stages 1-3 right then, at the pace seen so far."""
     exp = resnet101
+    from rubberband.executor.sim import rehearse_once
     from rubberband.plan import compile_plan
-    from rubberband.providers.sim import rehearse_once
 
     slow = exp.model.replace(iter_latency_s={g: Normal(d.mean * 1.25, d.std * 1.25) for g, d in exp.model.iter_latency_s.items()})
     cloud = exp.catalog.get("p3.8xlarge", Market.SPOT,

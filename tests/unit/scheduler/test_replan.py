@@ -12,10 +12,10 @@ import pytest
 from rubberband import CloudProfile, ExperimentSpec, ModelProfile
 from rubberband.cli.rehearse import rehearse
 from rubberband.config import load_experiment
+from rubberband.executor.sim import rehearse_once
 from rubberband.plan import compile_plan, plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.cloud import CloudCatalog, Market
-from rubberband.providers.sim import rehearse_once
 from rubberband.scheduler import (
     ComputeReplan,
     InstanceReady,
