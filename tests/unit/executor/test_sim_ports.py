@@ -1,0 +1,74 @@
+"""The ``sim`` backend's virtual-clock ports (``rubberband.executor.sim``): time passes only as
+asked, what the truth schedules happens at its time, and a TRAIN cut by a reclaim keeps the
+iterations it completed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband.executor.ports import ChunkInterrupted, VirtualClock
+from rubberband.executor.sim import SimClusterPort, SimRunnerPort, SimWorld
+from rubberband.nodes import NodeType
+from rubberband.plan import plan_allocation
+from rubberband.profiles import Constant
+
+MODEL = ModelProfile({1: Constant(8.0), 2: Constant(4.5)}, Constant(1.0), Constant(0.5), name="const")
+CLOUD = CloudProfile("test.type", 1, 3.06, provision_latency_s=Constant(10.0), init_latency_s=Constant(5.0))
+
+
+def test_a_virtual_clock_runs_what_is_due_in_time_order_as_it_advances():
+    clock, seen = VirtualClock(), []
+    clock.call_at(5.0, lambda: seen.append(("b", clock.now())))
+    clock.call_at(2.0, lambda: seen.append(("a", clock.now())))
+    clock.call_at(5.0, lambda: seen.append(("c", clock.now())))
+    assert clock.next_at() == 2.0
+    clock.advance_to(4.0)
+    assert seen == [("a", 2.0)] and clock.now() == 4.0
+    clock.sleep(10.0)
+    assert seen == [("a", 2.0), ("b", 5.0), ("c", 5.0)] and clock.now() == 14.0
+    assert clock.next_at() == math.inf
+    with pytest.raises(ValueError, match="cannot go back"):
+        clock.advance(-1.0)
+
+
+def _ports():
+    plan = plan_allocation(ExperimentSpec.from_stages([(2, 10)]), [2], MODEL, CLOUD, 3600.0, samples=2)
+    world = SimWorld(plan, MODEL, seed=0)
+    cluster = SimClusterPort(world)
+    return world, cluster, SimRunnerPort(world, cluster)
+
+
+def test_a_scale_up_launches_at_once_and_its_nodes_are_up_after_scale_and_init():
+    world, cluster, _ = _ports()
+    want = {NodeType("test.type"): 2}
+    cluster.scale_to(want, stage=0)
+    nodes = cluster.wait_nodes(want, timeout_s=math.inf)
+    assert world.clock.now() == 15.0 and len(nodes) == 2
+    assert {(i.requested_s, i.launched_s, i.ready_s) for i in cluster.instances.values()} == {(0.0, 10.0, 15.0)}
+
+
+def test_a_train_cut_by_a_reclaim_ends_there_with_the_iterations_it_completed():
+    world, cluster, runner = _ports()
+    want = {NodeType("test.type"): 1}
+    cluster.scale_to(want, stage=0)
+    (node,) = cluster.wait_nodes(want, timeout_s=math.inf)
+    cluster.instances[node.name].down_s = 15.0 + 1.0 + 3.5 * 8.0       # start-up, then 3.5 iterations
+    gang = runner.start("t000", {}, [node.name], None)
+    runner.begin_train(gang, 0)
+    assert runner.chunk_iters(10) == 10
+    chunk = runner.train(gang, 10)
+    done, _ = runner.wait([chunk], math.inf)
+    assert done == [chunk] and world.clock.now() == 44.0
+    with pytest.raises(ChunkInterrupted, match="reclaimed") as cut:
+        runner.result(chunk)
+    assert cut.value.done.step == 3 and cut.value.done.iter_times == [8.0] * 3
+    # Resumed on the same draws: the slow trial stays slow, and only the start-up is paid again.
+    gang = runner.start("t000", {}, [node.name], None)
+    cluster.instances[node.name].down_s = math.inf
+    runner.begin_train(gang, 0)
+    chunk = runner.train(gang, 7)
+    runner.wait([chunk], math.inf)
+    assert world.clock.now() == 44.0 + 1.0 + 7 * 8.0 and runner.result(chunk).step == 10
