@@ -131,7 +131,7 @@ class SimRun:
 
 class SimWorld:
     """What the virtual cluster and runner share: the clock, the truth profiles, the seeded draws
-    (one generator per component, as ``SimCluster``), the learning curves and the records a
+    (one generator per component, as the sim backend always drew them), the learning curves and the records a
     ``SimRun`` is built from."""
 
     def __init__(self, plan: Plan, model: ModelProfile | Mapping[str, ModelProfile],

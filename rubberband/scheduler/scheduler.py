@@ -69,8 +69,8 @@ into events for ``on(event, now)``: a ready node (``InstanceReady``), a spot not
 vanished node (``ReclaimNotice``, ``InstanceLost`` with each interrupted trial's
 checkpointed step), a dead gang (``TrialFailed``; more than ``MAX_TRIAL_RESTARTS`` of one
 trial raise ``ProviderError``, as the driver does), a finished chunk of iterations
-(``TrainFinished``) and the end of the barrier (``SyncDone``). The ``sim`` backend
-(``rubberband.providers.sim``) drives the same object in virtual time. Every decision
+(``TrainFinished``) and the end of the barrier (``SyncDone``). Rehearsals (``--provider sim``)
+drive it through the same driver, over the virtual-clock ports of ``rubberband.executor.sim``. Every decision
 follows an event, so no clock tick is needed: ``now`` is passed with each event. At the end
 ``report()`` gives the frozen ``SchedulerReport``; the scheduler's state is private.
 """
