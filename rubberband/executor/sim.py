@@ -109,7 +109,8 @@ class SimInstance:
 
     @property
     def billed(self) -> bool:
-        """Whether it was ever launched (a request cancelled while provisioning never is)."""
+        """Whether it was ever launched (a request cancelled while provisioning never is, nor one
+        whose trace zone was gone by the end of its SCALE)."""
         return self.release_reason != "cancelled"
 
 
@@ -225,7 +226,8 @@ class SimClusterPort:
             self.node_type[name] = t
             self.live[name] = None
             self._nodes = None
-            self._events.append({"event": "running", "instance": name, "t": launched})
+            if down > launched:              # one whose zone is gone by then never runs (_reclaimed)
+                self._events.append({"event": "running", "instance": name, "t": launched})
             if ready < down:                 # the driver wakes when it is up
                 self.clock.call_at(ready, functools.partial(self._up, name, ready, cloud.gpus_per_instance))
             if math.isfinite(down):
@@ -249,10 +251,13 @@ class SimClusterPort:
         inst = self.instances[name]
         if inst.released_s is not None:
             return
-        inst.released_s, inst.release_reason = self.clock.now(), "interrupted"
+        # DESIGN §4.1: a zone gone by the end of the SCALE takes the instance back the moment it
+        # would start: it never ran, so it is neither billed (not even the minimum) nor a reclaim.
+        never_ran = inst.down_s <= inst.launched_s
+        inst.released_s, inst.release_reason = self.clock.now(), "cancelled" if never_ran else "interrupted"
         self.live.pop(name, None)
         self._nodes = None
-        self.reclaims += 1
+        self.reclaims += 0 if never_ran else 1
         self.noticed.discard(name)
         if inst.ready_s >= inst.down_s:  # never up, so the driver never heard of it: the standing request relaunches
             self._reconcile()
