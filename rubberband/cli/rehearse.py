@@ -75,9 +75,9 @@ def truth_of(args: argparse.Namespace, exp, plan):
     Raises:
         SpecError: naming ``--truth-model`` or ``--truth-cloud`` for a file that cannot be the truth.
     """
+    from rubberband.executor.rehearse import check_truth
     from rubberband.profiles.cloud import OVERRIDABLE
     from rubberband.profiles.model import ModelProfile
-    from rubberband.providers.sim import check_truth
     from rubberband.schema import check_mapping, load_yaml
 
     model = exp.model_for_planning      # by default each type runs by its GPU model's own profile

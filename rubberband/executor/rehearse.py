@@ -19,12 +19,34 @@ import numpy as np
 from rubberband.errors import SpecError
 from rubberband.executor.report import RunResult
 from rubberband.plan.plan import Plan
+from rubberband.profiles.model import ModelProfile
 
 # What a rehearsal holds per TRAIN (a trial's stage: the scheduler's and the backend's records,
 # the ledger's, the report's) and per iteration it trained (its time), measured with
 # tracemalloc on SHA(512, 4, 4096, 2) (~2.5 kB a TRAIN) and rounded up.
 REHEARSAL_TRAIN_BYTES = 4096
 REHEARSAL_ITER_BYTES = 16
+
+
+def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
+    """A truth model must describe the planned model and cover every GPU count (and trials
+    per GPU, packed) the plan uses.
+
+    Raises:
+        SpecError: naming ``where``, for another model or a missing GPU count.
+    """
+    if model.name != planned.name:
+        raise SpecError(f"{where}: profile {model.name!r} is of another model than the plan's {planned.name!r}; "
+                        "give a profile of the same model (its `name:`)")
+    missing = sorted({m for m in plan.gpus_per_trial if not model.covers(m)})
+    if missing:
+        raise SpecError(f"{where}: profile {model.name!r} covers {model.min_gpus}..{model.max_gpus} GPUs per trial, "
+                        f"but the plan runs trials on {', '.join(map(str, missing))} GPUs; add those counts to it")
+    unpacked = sorted({k for k in plan.packing if k > 1 and k not in model.packed_iter_latency_s})
+    if unpacked:
+        raise SpecError(f"{where}: profile {model.name!r} has no packed_iter_latency_s for "
+                        f"{', '.join(map(str, unpacked))} trials per GPU, which the plan packs; add them to it")
+    return model
 
 
 def check_rehearsal(plan: Plan, repeat: int = 1) -> None:

@@ -1,7 +1,8 @@
-"""The ``sim`` provider: ``--provider sim`` in the registry, and the check of a rehearsal's truth model.
+"""The ``sim`` provider: ``--provider sim`` in the registry.
 
 A rehearsal starts no cluster: the executor's ``Driver`` runs on virtual-clock ports
-(``rubberband.executor.sim``), through ``rubberband.executor.rehearse``.
+(``rubberband.executor.sim``), through ``rubberband.executor.rehearse`` (which also checks
+a rehearsal's truth model: ``check_truth``).
 """
 
 from __future__ import annotations
@@ -10,30 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rubberband.errors import SpecError
-from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
-from rubberband.profiles.model import ModelProfile
-
-
-def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
-    """A truth model must describe the planned model and cover every GPU count (and trials
-    per GPU, packed) the plan uses.
-
-    Raises:
-        SpecError: naming ``where``, for another model or a missing GPU count.
-    """
-    if model.name != planned.name:
-        raise SpecError(f"{where}: profile {model.name!r} is of another model than the plan's {planned.name!r}; "
-                        "give a profile of the same model (its `name:`)")
-    missing = sorted({m for m in plan.gpus_per_trial if not model.covers(m)})
-    if missing:
-        raise SpecError(f"{where}: profile {model.name!r} covers {model.min_gpus}..{model.max_gpus} GPUs per trial, "
-                        f"but the plan runs trials on {', '.join(map(str, missing))} GPUs; add those counts to it")
-    unpacked = sorted({k for k in plan.packing if k > 1 and k not in model.packed_iter_latency_s})
-    if unpacked:
-        raise SpecError(f"{where}: profile {model.name!r} has no packed_iter_latency_s for "
-                        f"{', '.join(map(str, unpacked))} trials per GPU, which the plan packs; add them to it")
-    return model
 
 
 class SimProvider:

@@ -21,11 +21,11 @@ from rubberband import (
 )
 from rubberband.cli.rehearse import rehearse
 from rubberband.config import load_experiment
+from rubberband.executor.rehearse import check_truth
 from rubberband.executor.sim import LearningCurves, rehearse_once
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.spot import SpotMarket
-from rubberband.providers.sim import check_truth
 
 ROOT = Path(__file__).resolve().parents[3]
 
