@@ -4,7 +4,8 @@ instance types and packed trials)."""
 from __future__ import annotations
 
 from rubberband.errors import SpecError
-from rubberband.simulator.trace import SPOT, Timeline
+from rubberband.simulator.dag import SPOT
+from rubberband.simulator.trace import Timeline
 from rubberband.units import format_duration
 
 RECLAIM = "#d62728"       # reclaims, lost work and the line to the replacement
@@ -78,8 +79,8 @@ def gantt_figure(timeline: Timeline, title: str = "", init_s=None):
     for trial in timeline.trials:
         height = 0.8 / lanes[trial.stage]
         for instance in trial.instances:
-            y = instance - 0.4 + (trial.lane + 0.5) * height
-            ax.barh(y, trial.end_s - trial.start_s, left=trial.start_s, height=0.85 * height,
+            lane_y = instance - 0.4 + (trial.lane + 0.5) * height
+            ax.barh(lane_y, trial.end_s - trial.start_s, left=trial.start_s, height=0.85 * height,
                     color=colors(trial.stage % 10), alpha=0.7, edgecolor="black", linewidth=0.2)
             if trial.lost_from_s is not None:
                 ax.barh(y, trial.end_s - trial.lost_from_s, left=trial.lost_from_s, height=0.85 * height,

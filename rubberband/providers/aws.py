@@ -143,7 +143,7 @@ def load_cluster_config(path: str | Path, instance_type: str | Sequence[str] | N
     Raises ``SpecError`` naming the file, the field and the fix for anything rubberband cannot run.
     """
     data = load_yaml(path, "cluster YAML")
-    wanted = [instance_type] if instance_type is None or isinstance(instance_type, str) else list(dict.fromkeys(instance_type))
+    wanted: list[str | None] = [instance_type] if instance_type is None or isinstance(instance_type, str) else list(dict.fromkeys(instance_type))
     try:
         cfgs = [_cluster_config(data, str(path), name, wanted) for name in wanted]
     except SpecError as exc:
@@ -337,7 +337,7 @@ class Ec2:
         subnets = conf.pop("SubnetIds", None) or ([conf.pop("SubnetId")] if conf.get("SubnetId") else [])
         user_tags = conf.pop("TagSpecifications", [])
         tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
-        specs = [{"ResourceType": "instance", "Tags": list(tag_list)}]
+        specs: list[dict[str, Any]] = [{"ResourceType": "instance", "Tags": list(tag_list)}]
         for spec in user_tags:
             if spec.get("ResourceType") == "instance":
                 specs[0]["Tags"] += [t for t in spec.get("Tags", []) if t.get("Key") not in tags]

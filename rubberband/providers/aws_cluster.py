@@ -299,7 +299,8 @@ def _auth_of(path: str) -> tuple[str, dict[str, str]]:
     from rubberband.schema import load_yaml
 
     data = load_yaml(path, "cluster YAML")
-    provider = data.get("provider") if isinstance(data.get("provider"), dict) else {}
+    given = data.get("provider")
+    provider: dict[str, Any] = given if isinstance(given, dict) else {}
     region = provider.get("region")
     if not isinstance(region, str):
         raise SpecError(f"{path}: provider.region: missing; add the AWS region")

@@ -84,7 +84,7 @@ def clouds_of(cloud: Clouds) -> list[CloudProfile]:
 def cluster_types(cloud: Clouds, max_instances: Room) -> dict[str, tuple[CloudProfile, int]]:
     """Each instance type a cluster launches (the plan's first) with its profile and how many
     of it the cluster may hold (``max_instances`` itself when it is one number)."""
-    out = {}
+    out: dict[str, tuple[CloudProfile, int]] = {}
     for c in clouds_of(cloud):
         room = max_instances if isinstance(max_instances, int) else max_instances.get(c.instance_type)
         if room is None:
@@ -208,7 +208,7 @@ SPOT_EMULATION_FROM_PLAN = "model"
 SPOT_EMULATION_FLAG = "--spot-emulation"
 
 
-def require_spot_emulation(provider: Provider) -> None:
+def require_spot_emulation(provider: Provider | ProviderBase) -> None:
     """Refuse ``--spot-emulation`` on a provider that emulates no reclaims.
 
     Raises:

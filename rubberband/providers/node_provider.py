@@ -45,6 +45,8 @@ INSTANCE_TAG = "rb-instance"      # a node's provider tag: its instance name
 class RubberbandNodeProvider(FakeMultiNodeProvider):
     """Ray's fake multi-node provider with instance names, an event log and the release file."""
 
+    _nodes: dict[str, dict[str, Any]]      # Ray's books: node id -> {"tags": ..., "node": ... or None}
+
     def __init__(self, provider_config, cluster_name, start_node=None):
         """Ray's autoscaler passes ``provider_config`` and ``cluster_name``. ``start_node(node_id,
         node_config, tags, resources, labels)`` starts a node's raylet and returns Ray's node

@@ -8,10 +8,10 @@ a rehearsal's truth model: ``check_truth``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import CloudProfile
+from rubberband.providers.base import Clouds, Room
 
 
 class SimProvider:
@@ -20,11 +20,11 @@ class SimProvider:
     name = "sim"
     cluster_yaml = False
 
-    def check(self, cloud: CloudProfile, max_instances: int, cluster: Any) -> Any:
+    def check(self, cloud: Clouds, max_instances: Room, cluster: Any) -> Any:
         return None
 
-    def start(self, run_id: str, run_dir: Path, cloud: CloudProfile, max_instances: int, config: Any, *,
-              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float):
+    def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: Any, *,
+              seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> NoReturn:
         raise SpecError("provider: sim rehearses in virtual time and starts no Ray cluster; "
                         "run `rubberband run EXP --provider sim` instead")
 

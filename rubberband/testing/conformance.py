@@ -22,6 +22,7 @@ import numpy as np
 
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
+from rubberband.profiles.model import ModelProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "experiments" / "resnet101_cifar10.yaml"
@@ -76,9 +77,11 @@ def _spot(exp, rate: float, notice: float, itype: str = "p3.8xlarge"):
 
 def _exact(plan: Plan, model, samples: int) -> Plan:
     """``plan`` with its instances and prediction simulated as it now says (types, packing, markets)."""
-    from rubberband.plan import simulate_plan
+    from rubberband.simulator import simulate
 
-    result = simulate_plan(replace(plan, instances=None), model, samples=samples, seed=0)
+    # Instances left to the simulator: the fewest that fit what the plan now says.
+    result = simulate(plan.spec, plan.allocation, model, samples=samples, seed=0,
+                      **{**plan.simulation_args(), "instances": None})
     return replace(plan, instances=result.instances, predicted=result,
                    gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages))
 
@@ -107,8 +110,9 @@ def cases(samples: int = 4000) -> dict[str, Callable[[], tuple[Plan, object]]]:
     }
     for rate in (2.0, 5.0):
         for notice in (0.0, 120.0, 600.0):
-            out[f"spot {rate:g}/h, notice {notice:g} s"] = \
-                lambda rate=rate, notice=notice: (on(_spot(exp, rate, notice)), exp.model)
+            def spot_case(rate: float = rate, notice: float = notice) -> tuple[Plan, ModelProfile]:
+                return on(_spot(exp, rate, notice)), exp.model
+            out[f"spot {rate:g}/h, notice {notice:g} s"] = spot_case
     out["spot trace us-west-2b"] = lambda: (on(exp.catalog.get("p3.8xlarge", Market.SPOT, exp.cloud_overrides)
                                                  .in_zone("us-west-2b", str(TRACES))), exp.model)
     out["mixed 5/h, 120 s: spot 4,3,2,1"] = lambda: (on(_spot(exp, 5.0, 120.0), spot_instances=(4, 3, 2, 1)), exp.model)
