@@ -8,7 +8,9 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
+from typing import Any, TextIO
 
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel
@@ -214,3 +216,38 @@ def floats(text: str, field: str) -> list[float]:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise SpecError(f"{field}: expected comma-separated numbers, got {text!r}") from None
+
+
+class StatusLine:
+    """One stderr line that overwrites itself (a long command's progress), shown only once the
+    work has taken ``after_s``, redrawn at most every ``every_s`` unless forced; silent with
+    ``--json`` or when the stream is not a terminal. Use as a context manager: the line is
+    wiped at the end, so what follows prints on a clean screen."""
+
+    def __init__(self, args: argparse.Namespace, after_s: float, every_s: float, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic, tty: bool | None = None):
+        self.stream = stream or sys.stderr
+        self.on = not getattr(args, "json", False) and (self.stream.isatty() if tty is None else tty)
+        self.clock, self.after_s, self.every_s = clock, after_s, every_s
+        self.start = self.last = clock()
+        self.width = 0
+
+    def due(self, now: float, force: bool = False) -> bool:
+        """Whether a line may be drawn at ``now`` (``force``: even sooner than ``every_s``)."""
+        return self.on and now - self.start >= self.after_s and (
+            not self.width or force or now - self.last >= self.every_s)
+
+    def show(self, text: str, now: float) -> None:
+        """Draw ``text`` over the previous line."""
+        self.last = now
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = max(self.width, len(text))
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()

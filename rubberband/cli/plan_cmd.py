@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 
 from rubberband.cli.common import (
+    StatusLine,
     command,
     dollars,
     emit,
@@ -54,18 +54,14 @@ PROGRESS_AFTER_S = 2.0
 PROGRESS_EVERY_S = 0.1
 
 
-class ProgressLine:
+class ProgressLine(StatusLine):
     """The planner's progress on one stderr line that overwrites itself ("planning: stage 3 of
     10, 1,204 candidates kept"), once planning has taken ``PROGRESS_AFTER_S``; silent with
     ``--json`` or when stderr is not a terminal. Use as a context manager: the line is wiped
     when planning ends, so the tables print on a clean screen."""
 
     def __init__(self, args: argparse.Namespace, clock=time.monotonic):
-        self.stream = sys.stderr
-        self.on = not getattr(args, "json", False) and self.stream.isatty()
-        self.clock = clock
-        self.start = self.last = clock()
-        self.width = 0
+        super().__init__(args, PROGRESS_AFTER_S, PROGRESS_EVERY_S, clock=clock)
         self.step: tuple = ()
         self.where = ""     # where an outer loop is: "budget probe 3, zone us-west-2b (2 of 3)"
 
@@ -76,22 +72,10 @@ class ProgressLine:
     def __call__(self, p) -> None:
         now = self.clock()
         step = (self.where, p.step)     # a new step (or probe, or zone) always shows: the work it names may take long
-        if not self.on or now - self.start < PROGRESS_AFTER_S or (
-                self.width and now - self.last < PROGRESS_EVERY_S and step == self.step):
+        if not self.due(now, force=step != self.step):
             return
-        self.last, self.step = now, step
-        text = f"planning: {self.where + ', ' if self.where else ''}{p.describe()}"
-        self.stream.write("\r" + text.ljust(self.width))
-        self.stream.flush()
-        self.width = max(self.width, len(text))
-
-    def __enter__(self) -> ProgressLine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.width:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
+        self.step = step
+        self.show(f"planning: {self.where + ', ' if self.where else ''}{p.describe()}", now)
 
 
 def plan_from_args(args: argparse.Namespace, req: Request, confidence: float | None | str = "request",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 
+from rubberband.cli.common import StatusLine
 from rubberband.errors import SpecError
 from rubberband.executor.rehearse import rehearse, rehearse_runs, result_of, run_dict, summary
 
@@ -102,36 +102,18 @@ PROGRESS_AFTER_S = 2.0      # rehearsals quicker than this show no progress
 PROGRESS_EVERY_S = 0.5
 
 
-class RepeatProgress:
+class RepeatProgress(StatusLine):
     """``rehearsing: 37 of 200`` on one stderr line that overwrites itself, once rehearsing has
     taken ``PROGRESS_AFTER_S`` (as the planner's progress line); silent with ``--json`` or
     when stderr is not a terminal, wiped when the rehearsals end."""
 
     def __init__(self, args: argparse.Namespace, stream=None, clock=time.monotonic, tty: bool | None = None):
-        self.stream = stream or sys.stderr
-        self.on = not getattr(args, "json", False) and (self.stream.isatty() if tty is None else tty)
-        self.clock = clock
-        self.start = self.last = clock()
-        self.width = 0
+        super().__init__(args, PROGRESS_AFTER_S, PROGRESS_EVERY_S, stream=stream, clock=clock, tty=tty)
 
     def __call__(self, done: int, total: int) -> None:
         now = self.clock()
-        if not self.on or done >= total or now - self.start < PROGRESS_AFTER_S or \
-                (self.width and now - self.last < PROGRESS_EVERY_S):
-            return
-        self.last = now
-        text = f"rehearsing: {done:,} of {total:,} (sim, {now - self.start:.0f}s)"
-        self.stream.write("\r" + text.ljust(self.width))
-        self.stream.flush()
-        self.width = max(self.width, len(text))
-
-    def __enter__(self) -> RepeatProgress:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.width:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
+        if done < total and self.due(now):
+            self.show(f"rehearsing: {done:,} of {total:,} (sim, {now - self.start:.0f}s)", now)
 
 
 def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None = None) -> int:
