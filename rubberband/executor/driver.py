@@ -148,6 +148,7 @@ class DriverOutcome:
     budget_usd: float | None = None
     budget_left_usd: float | None = None
     report: SchedulerReport | None = None       # the scheduler's own, at the end
+    timeline: list[dict[str, Any]] = field(default_factory=list)   # the driver's events: {t, event, ...}
 
 
 class Driver:
@@ -223,11 +224,13 @@ class Driver:
         self.unheard: list[Notice] = []                  # notices of instances not named yet
         self.early: set[str] = set()                     # instances named at a notice, not up yet
         self.started = 0.0
+        self.timeline: list[dict[str, Any]] = []         # every event the driver emitted, seconds since the start
         self._configs: dict[int, list[dict[str, Any]]] = {}
         self._wait_stage = False
 
     # --- small helpers -------------------------------------------------------------------------
     def _emit(self, kind: str, **data: Any) -> None:
+        self.timeline.append({"t": round(self._now(), 4), "event": kind, **data})
         self.on_event(kind, data)
 
     def _now(self) -> float:
@@ -339,7 +342,7 @@ class Driver:
         return DriverOutcome(self.trials, self.stages, self.train_runs, self.started, self.clock.now(),
                              best=self.done.best, stopped=self.done.stopped, replans=list(report.replans),
                              switches=list(report.switches), budget_usd=report.budget_usd,
-                             budget_left_usd=report.budget_left_usd, report=report)
+                             budget_left_usd=report.budget_left_usd, report=report, timeline=list(self.timeline))
 
     def _feed(self, event: Event) -> None:
         self._apply(self.sched.on(event, self._now()))

@@ -157,6 +157,7 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
                        "ranks_in_sync": True} for t in report.trials.values()},
         ledger=ledger.to_dict(now=run.jct_s),
         plan=plan.summary(),
+        timeline=run.timeline,
     )
 
 

@@ -54,6 +54,9 @@ class RunResult:
     # What the closed loop reports (deadline_s, met_deadline, replans, safety_net, stopped,
     # budget_usd, budget_left_usd): the same keys as a rehearsal's.
     loop: dict[str, Any] = field(default_factory=dict)
+    # The driver's events in order ({t: seconds since the start, event, ...}): stages, nodes
+    # warm, TRAIN starts, SYNCs, re-plans, notices, replacements.
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def error(self, key: str) -> float:
         """Relative error of the prediction: (actual - predicted) / predicted."""
@@ -64,6 +67,7 @@ class RunResult:
             "run_id": self.run_id, "run_dir": self.run_dir, "best": self.best, "predicted": self.predicted,
             "actual": self.actual, "error": {k: self.error(k) for k in ("jct_s", "cost_usd")},
             "stages": self.stages, "trials": self.trials, "ledger": self.ledger, "plan": self.plan, **self.loop,
+            "timeline": self.timeline,
         }
 
     def save(self, path: str | Path | None = None) -> Path:

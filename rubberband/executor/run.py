@@ -272,6 +272,7 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
               "met_deadline": outcome.stopped is None and jct <= plan.deadline_s + 1e-9,
               "replans": [r.to_dict() for r in outcome.replans], "safety_net": [s.to_dict() for s in outcome.switches],
               "stopped": outcome.stopped, "budget_usd": outcome.budget_usd, "budget_left_usd": outcome.budget_left_usd},
+        timeline=outcome.timeline,
     )
     result.save()
     return result

@@ -52,7 +52,7 @@ import logging
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -126,6 +126,7 @@ class SimRun:
     seed: int
     reclaims: int = 0
     stopped: str | None = None       # the one-line reason the job stopped early (the budget)
+    timeline: list[dict[str, Any]] = field(default_factory=list)    # the driver's events, as a run's
 
 
 # --- the same truth, as the executor's ports: the rehearsal the real ``Driver`` runs ---------------
@@ -497,4 +498,4 @@ def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping
     if out.report is None:
         raise SpecError("sim: the driver returned no scheduler report")
     return SimRun(out.ended_at - out.started_at, list(cluster.instances.values()), world.train_runs, windows,
-                  out.report, world.seed, cluster.reclaims, out.stopped)
+                  out.report, world.seed, cluster.reclaims, out.stopped, out.timeline)

@@ -138,6 +138,40 @@ def to_profile_entry(samples: Sequence[float] | np.ndarray, digits: int = 6) -> 
 MIN_ITER_S = 1e-6
 
 
+def split_timed_trains(short: Sequence[tuple[float, Sequence[float]]], long: Sequence[tuple[float, Sequence[float]]],
+                       k_short: int, k_long: int) -> tuple[list[float], list[float]]:
+    """Per-trial estimates of seconds per iteration and of start-up from TRAIN durations and
+    the iterations the workers timed themselves.
+
+    Each TRAIN is ``(duration, iteration seconds)``. Its untimed part ``o = d - sum(iters)``
+    is the start-up plus whatever each iteration costs outside the worker's timer (reporting,
+    the driver's round trip): with ``u = (mean(o_long) - mean(o_short)) / (k_long -
+    k_short)`` (clipped at 0), each long trial gives ``L_j = mean(iters_j) + u`` and every
+    trial a start-up ``o_i - k_i u``. So ``d = startup + k L`` (DESIGN §4) still holds on
+    average, but ``L`` is read from the timed iterations themselves rather than from the
+    difference of two noisy durations (``split_train_durations``): the short trials' single
+    iteration, and the concurrency noise of whole TRAINs, no longer move it. The run's own
+    timings (the ledger's ``iter_s``, the re-planner's observations) are the same timer.
+
+    Raises:
+        SpecError: ``k_long <= k_short``, no TRAIN on either side, or a TRAIN whose timed
+            iterations are not ``k_short`` / ``k_long`` many.
+    """
+    if k_long <= k_short:
+        raise SpecError(f"iters: the long trials ({k_long}) must run more iterations than the short ones ({k_short})")
+    for side, runs, k in (("short", short, k_short), ("long", long, k_long)):
+        if not runs:
+            raise SpecError(f"no {side} TRAIN durations to estimate from")
+        if any(len(it) != k for _, it in runs):
+            raise SpecError(f"{side} TRAINs: expected {k} timed iterations each")
+    untimed_short = [d - sum(it) for d, it in short]
+    untimed_long = [d - sum(it) for d, it in long]
+    u = max(0.0, (float(np.mean(untimed_long)) - float(np.mean(untimed_short))) / (k_long - k_short))
+    per_trial = [max(MIN_ITER_S, float(np.mean(it)) + u) for _, it in long]
+    startup = [max(0.0, o - k_short * u) for o in untimed_short] + [max(0.0, o - k_long * u) for o in untimed_long]
+    return per_trial, startup
+
+
 def split_train_durations(short: Sequence[float], long: Sequence[float], k_short: int,
                           k_long: int) -> tuple[list[float], list[float]]:
     """Per-trial estimates of seconds per iteration and of start-up from TRAIN durations.

@@ -5,21 +5,26 @@ executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, th
 
 * **cloud latencies**, over ``launches`` (>= 2) instance launches (the first one before the
   model measurements, the others after them, each growing the cluster by one): provisioning,
-  request -> running, from the provider's event log; initialisation, running -> usable: until
+  the driver asking -> running (the autoscaler's lag in noticing the ask, then the provider's
+  request -> running, from its event log); initialisation, running -> usable: until
   its workers are warm (the driver's ``nodes`` event), plus the one-off extra time the first
   trials on those fresh workers take (first model build, first backward pass, ...), which a
   job pays once per new instance and the trial start-up measured on used workers misses;
 * **per GPUs-per-trial count** ``m`` (powers of two up to the requested maximum): TRAIN
   durations of one-stage runs of the driver, with trials of ``k = 1`` and ``k = 1 + iters``
   iterations. ``d = startup + k L`` (DESIGN §4) gives per-trial samples of ``L`` and of the
-  start-up (``fit.split_train_durations``); ``m = 1`` queues ``2 G`` trials on ``G`` GPUs (so
+  start-up: ``L`` from the iterations the workers time themselves, plus any per-iteration
+  time outside their timer (``fit.split_timed_trains``; the run's own timings are the same
+  timer); ``m = 1`` queues ``2 G`` trials on ``G`` GPUs (so
   both a fresh gang and a hand-off are measured), ``m > 1`` runs ``G // m`` gangs at once;
 * **SYNC**: a stage's time outside its TRAIN nodes (ranking, stopping gangs, asking for the
   next stage's instances);
 * **packing** (``max_packing > 1``): seconds per iteration of one trial with ``k = 1, 2, 4,
   ...`` trials on every GPU of the first instance, until throughput stops rising or memory
   runs out (``rubberband.profiler.packing``); written as ``packed_iter_latency_s`` for
-  ``k >= 2``, with ``gpu_memory_gb_per_trial`` where CUDA reports it.
+  ``k >= 2``, scaled so that the packed measurement's ``k = 1`` is the solo ``L`` (the
+  planner compares the two: only the measured throughput ratio may tell it to pack), with
+  ``gpu_memory_gb_per_trial`` where CUDA reports it.
 
 Each latency is fitted with ``fit.fit_latency``; the raw samples are kept under
 ``profiling.samples``. The profiling's own wall time and cost (the provider's instance-seconds
@@ -44,7 +49,7 @@ import yaml
 
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import ProviderError, RubberbandError, SpecError
-from rubberband.profiler.fit import split_train_durations, to_profile_entry
+from rubberband.profiler.fit import split_timed_trains, split_train_durations, to_profile_entry
 from rubberband.profiler.packing import DEFAULT_MAX_K, PackingResult
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rubberband.profiler")
 
 K_SHORT = 1                 # iterations of the short trials; the long ones run K_SHORT + iters
+Train = tuple[float, list[float]]    # one TRAIN: its duration and its iterations' seconds (the worker's timer)
 MIN_LAUNCHES = 2
 HEADER = "# Measured on this machine by `rubberband profile`; rerun it to refresh.\n"
 
@@ -276,7 +282,7 @@ class ProfileResult:
         n_launch = len(self.samples.get("cloud", {}).get("init_latency_s", []))
         lines.append(f"trial start-up                            {describe(self.trial_startup_s)}")
         lines.append(f"sync (per stage)                          {describe(self.sync_s)}")
-        lines.append(f"provisioning (request -> running)         {describe(self.provision_latency_s)} over {n_launch} launches")
+        lines.append(f"provisioning (asked -> running)           {describe(self.provision_latency_s)} over {n_launch} launches")
         lines.append(f"initialisation (running -> usable)        {describe(self.init_latency_s)} over {n_launch} launches")
         for note in self.notes:
             lines.append(f"note: {note}")
@@ -354,13 +360,14 @@ class _Measurement:
         return time.time() - t0
 
     def cloud_samples(self, hot_short_s: float) -> dict[str, list[float]]:
-        """Per launch: ``provision`` (the provider's request -> running) and ``init`` (running
+        """Per launch: ``provision`` (the driver asking -> running: the autoscaler's ``lag``
+        plus the provider's request -> running) and ``init`` (running
         -> usable), where ``init = warm + first_trial``: ``warm`` is running -> warm workers
         and ``first_trial`` how much longer the instance's first trials took than
         ``hot_short_s``, the mean of the same trials on used workers (the one-off cost of a
-        worker's first trial, which ``warm`` does not pay). Also ``lag``, from the driver
-        asking for instances to the provider's request (the autoscaler noticing the request;
-        reported, not fitted)."""
+        worker's first trial, which ``warm`` does not pay). ``lag``, from the driver asking for
+        instances to the provider's request (the autoscaler noticing the request), is also
+        reported on its own."""
         events = self.session.read_events()
         times: dict[str, dict[str, float]] = {}
         for e in events:
@@ -370,10 +377,13 @@ class _Measurement:
             t = times.get(inst, {})
             requested, running = t.get(ProviderEvent.REQUEST), t.get(ProviderEvent.RUNNING)
             if requested is not None and running is not None:
-                out["provision"].append(max(0.0, running - requested))
+                # SCALE runs from the driver asking to the instance running (DESIGN §4): the
+                # autoscaler's lag in noticing the ask is part of it, as it is in a run.
                 asked = [a for a in self.asked if a <= requested]
+                lag = requested - asked[-1] if asked else 0.0
                 if asked:
-                    out["lag"].append(requested - asked[-1])
+                    out["lag"].append(lag)
+                out["provision"].append(max(0.0, running - requested + lag))
             if running is not None:
                 warm = max(0.0, warm_at - running)
                 first = self.first_trials.get(inst)
@@ -406,16 +416,17 @@ class _Measurement:
         self.session.runner.warm([node])     # warm again, so the launches after this time only new instances
         return result
 
-    def gpu_count(self, m: int) -> tuple[list[float], list[float], list[float]]:
-        """One repeat at ``m`` GPUs per trial: (short durations, long durations, sync samples)."""
+    def gpu_count(self, m: int) -> tuple[list[Train], list[Train], list[float]]:
+        """One repeat at ``m`` GPUs per trial: (short TRAINs, long TRAINs, sync samples), each
+        TRAIN as ``(duration, its iterations' seconds as the worker timed them)``."""
         G = self.G
         trials, allocation = (2 * G, G) if m == 1 else (G // m, m * (G // m))
-        out: list[list[float]] = []
+        out: list[list[Train]] = []
         sync: list[float] = []
         for k in (K_SHORT, K_SHORT + self.req.iters):
             outcome = self.run(trials, k, allocation)
             runs = outcome.train_runs
-            out.append([r["end_s"] - r["start_s"] for r in runs])
+            out.append([(r["end_s"] - r["start_s"], list(r.get("iter_s") or [])) for r in runs])
             stage = outcome.stages[0]
             sync.append(max(0.0, (stage.end_s - stage.start_s) - (max(r["end_s"] for r in runs)
                                                                    - min(r["start_s"] for r in runs))))
@@ -476,7 +487,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     run_dir = Path(runs_dir).resolve() / run_id
     t_start = time.time()
     progress(f"starting a {provider} cluster of {cloud.instance_type} for {exp.name}")
-    durations: dict[int, tuple[list[float], list[float]]] = {}
+    durations: dict[int, tuple[list[Train], list[Train]]] = {}
     done_repeats: dict[int, int] = {}
     sync: list[float] = []
     notes: list[str] = []
@@ -527,7 +538,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                     stopped_early = packing_skipped = True
             for count in range(2, req.launches + 1):
                 measurement.launch(count)
-            cloud_samples = measurement.cloud_samples(statistics.fmean(durations[1][0]))
+            cloud_samples = measurement.cloud_samples(statistics.fmean(d for d, _ in durations[1][0]))
             provision, init = cloud_samples["provision"], cloud_samples["init"]
             progress(f"provisioning: {_secs(provision)}; initialisation: {_secs(init)} (running -> warm workers "
                      f"{_secs(cloud_samples['warm'])}, plus first trials' one-off cost {_secs(cloud_samples['first_trial'])}); "
@@ -601,10 +612,16 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     profile_doc["trial_startup_s"] = entries["trial_startup_s"]["fitted"]
     profile_doc["sync_s"] = entries["sync_s"]["fitted"]
     if packing is not None:
-        packed = {c.k: to_profile_entry(c.iter_samples) for c in packing.counts}
+        # The packed counts are timed their own way (all GPUs of one instance at once, after a
+        # warm-up iteration); what they measure is the throughput k trials per GPU give against
+        # one. Scaled so that their k = 1 is the solo latency above, a packed latency keeps that
+        # ratio: compared with the solo one, as the planner compares them, it gains what the
+        # measurement found and nothing the two methods' difference adds.
+        scale, packed = packed_entries(packing, statistics.fmean(estimates[1][0]) if 1 in estimates else None)
         samples["packed_iter_latency_s"] = {k: e["empirical"]["samples"] for k, e in packed.items()}
         profile_doc["profiling"]["packing"] = {
             "mode": packing.mode, "stopped": packing.stopped, "iters": req.iters,
+            "solo_iter_s_as_packed": round(packing.counts[0].mean_s, 6), "scaled_by": round(scale, 4),
             "throughput_vs_alone": {c.k: round(c.throughput / packing.counts[0].throughput, 4) for c in packing.counts},
             "fit": {k: e["fit"] for k, e in packed.items() if k > 1},
         }
@@ -622,7 +639,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     _write_yaml(out_path, HEADER, profile_doc)
     if cloud_path is not None:
         header = (f"# Cloud latencies measured by `rubberband profile` on {provider} {cloud.instance_type} at "
-                  f"{profile_doc['measured_at']}\n# over {len(init)} launches (provisioning: request -> running; "
+                  f"{profile_doc['measured_at']}\n# over {len(init)} launches (provisioning: asked -> running; "
                   f"initialisation: running -> warm workers, plus their first trials' one-off cost).\n# Use these keys as an experiment's `cloud.overrides`.\n")
         _write_yaml(cloud_path, header, overrides)
 
@@ -659,8 +676,22 @@ def _secs(values: Sequence[float]) -> str:
     return ", ".join(f"{x:.2f}s" for x in values) or "-"
 
 
-def _estimate(durations: tuple[list[float], list[float]], iters: int) -> tuple[list[float], list[float]]:
-    return split_train_durations(durations[0], durations[1], K_SHORT, K_SHORT + iters)
+def packed_entries(packing: PackingResult, solo_s: float | None) -> tuple[float, dict[int, dict[str, Any]]]:
+    """``(scale, {k: profile entry})``: the packed counts' samples times ``scale``, which makes
+    the packed measurement's ``k = 1`` equal ``solo_s`` (the solo seconds per iteration the
+    profile writes); ``scale`` is 1 without ``solo_s``."""
+    scale = solo_s / packing.counts[0].mean_s if solo_s else 1.0
+    return scale, {c.k: to_profile_entry([x * scale for x in c.iter_samples]) for c in packing.counts}
+
+
+def _estimate(trains: tuple[list[Train], list[Train]], iters: int) -> tuple[list[float], list[float]]:
+    """Seconds per iteration and start-up samples: from the workers' own iteration timings
+    (``split_timed_trains``) when every TRAIN has them, else from durations alone."""
+    short, long = trains
+    k_long = K_SHORT + iters
+    if all(len(it) == K_SHORT for _, it in short) and all(len(it) == k_long for _, it in long):
+        return split_timed_trains(short, long, K_SHORT, k_long)
+    return split_train_durations([d for d, _ in short], [d for d, _ in long], K_SHORT, k_long)
 
 
 def _trainer_error(exc: BaseException, trainer: str) -> RubberbandError:

@@ -136,3 +136,52 @@ def test_split_keeps_times_positive_and_needs_longer_long_trials():
     ModelProfile.from_dict({"name": "m", "iter_latency_s": {1: entry["fitted"]}, "trial_startup_s": {"dist": "constant", "value": 1}})
     with pytest.raises(SpecError, match="more iterations"):
         split_train_durations([1.0], [2.0], 3, 3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_timed_trains_read_the_iteration_latency_from_the_workers_timer(seed):
+    # Each TRAIN: start-up + per iteration (timed L_i + untimed u). The short trials' single
+    # iteration is noisy (a 1-iteration TRAIN sees its own hiccups); the estimate must not move.
+    from rubberband.profiler.fit import split_timed_trains
+
+    rng = np.random.default_rng(seed)
+    startup, per_iter, untimed, k0, k1 = 0.3, 0.2, 0.01, 1, 5
+
+    def train(k, jitter):
+        iters = list(rng.normal(per_iter, 0.01, k) + rng.normal(0, jitter, k).clip(0))
+        return startup + k * untimed + sum(iters), iters
+
+    short = [train(k0, 0.2) for _ in range(8)]
+    long = [train(k1, 0.0) for _ in range(8)]
+    iter_samples, startup_samples = split_timed_trains(short, long, k0, k1)
+    assert len(iter_samples) == 8 and len(startup_samples) == 16
+    assert np.mean(iter_samples) == pytest.approx(per_iter + untimed, abs=0.01)
+    assert np.mean(startup_samples) == pytest.approx(startup, abs=0.01)
+    # The durations alone, split the old way, are thrown off by the short trials' noise.
+    old, _ = split_train_durations([d for d, _ in short], [d for d, _ in long], k0, k1)
+    assert abs(np.mean(old) - per_iter - untimed) > abs(np.mean(iter_samples) - per_iter - untimed)
+
+
+def test_timed_trains_need_every_iteration_timed():
+    from rubberband.profiler.fit import split_timed_trains
+
+    with pytest.raises(SpecError, match="expected 5 timed iterations"):
+        split_timed_trains([(0.5, [0.2])], [(1.2, [0.2] * 4)], 1, 5)
+    with pytest.raises(SpecError, match="more iterations"):
+        split_timed_trains([(0.5, [0.2])], [(1.2, [0.2])], 1, 1)
+
+
+def test_packed_latencies_keep_the_measured_ratio_against_the_solo_latency():
+    # The packed measurement timed k = 1 at 0.2 s and k = 2 at 0.47 s per trial (packing loses
+    # 15%), while the profile's solo latency is 0.26 s: written unscaled, k = 2 would look like
+    # a 10% gain (2 / 0.47 vs 1 / 0.26) and the planner would pack on it.
+    from rubberband.profiler.measure import packed_entries
+    from rubberband.profiler.packing import PackedCount, PackingResult
+
+    packing = PackingResult("logical", (PackedCount(1, (0.2, 0.2)), PackedCount(2, (0.46, 0.48))), "stopped")
+    scale, entries = packed_entries(packing, 0.26)
+    assert scale == pytest.approx(1.3)
+    mean2 = np.mean(entries[2]["empirical"]["samples"])
+    assert 2 / mean2 == pytest.approx((2 / 0.47) / (1 / 0.2) / 0.26, rel=1e-3)    # ratio 0.851 kept
+    assert 2 / mean2 < 1 / 0.26                                                     # no gain: no packing
+    assert packed_entries(packing, None)[0] == 1.0
