@@ -51,6 +51,7 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
         """Ray's autoscaler passes ``provider_config`` and ``cluster_name``. ``start_node(node_id,
         node_config, tags, resources, labels)`` starts a node's raylet and returns Ray's node
         object (``all_processes``, ``kill_all_processes``); a test passes a fake one."""
+        self._starting: set[str] = set()         # nodes whose raylet is starting (``_ray_node``)
         super().__init__(provider_config, cluster_name)
         self._start_node = start_node or self._ray_node
         self._state_dir = provider_config["state_dir"]
@@ -107,9 +108,11 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
 
     # --- the node books ------------------------------------------------------------------
     def _known(self, node_id) -> bool:
-        """Whether the node is still on the books (not released, reclaimed or lost)."""
-        with self.lock:
-            return node_id in self._nodes
+        """Whether the node is still on the books (not released, reclaimed or lost). Read
+        without the lock (one dict lookup is atomic): another node's raylet starting under it
+        (seconds) must not hold this node's ``running`` back, or its provisioning would look
+        that much longer than the cloud's queueing it emulates."""
+        return node_id in self._nodes or node_id in self._starting
 
     def _tag(self, node_id, key: str, value: str) -> bool:
         """Add a provider tag to a node still on the books; return whether it is."""
@@ -159,6 +162,7 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
         with self.lock:
             saved_next = self._next_node_id
             self._next_node_id = int(node_id[-5:]) - 1
+            self._starting.add(node_id)        # on the books while its entry is out (``_known``)
             placeholder = self._nodes.pop(node_id)
             try:
                 FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
@@ -166,6 +170,7 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
                 self._next_node_id = saved_next
             node = self._nodes.pop(node_id)["node"]
             self._nodes[node_id] = placeholder     # our tags (rb-instance) are a superset of the fake's
+            self._starting.discard(node_id)
         return node
 
     @staticmethod

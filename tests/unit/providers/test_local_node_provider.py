@@ -168,3 +168,28 @@ def test_the_cap_on_reclaims_counts_only_instances_still_up_at_their_notice(tmp_
     time.sleep(0.3)
     ended = [(e["instance"], e["reason"]) for e in events(p) if e["event"] == "terminated"]
     assert ended == [("rb-instance-1", "released"), ("rb-instance-2", "interrupted")]
+
+
+def test_a_slow_raylet_start_does_not_hold_another_nodes_running_back(tmp_path, monkeypatch):
+    # Raylets start one at a time (under the provider's lock), but a node's provisioning ends
+    # when its emulated queueing does: its `running` must not wait for another node's raylet.
+    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
+    count = []
+
+    def slow_start(node_id, node_config, tags, resources, labels):
+        count.append(node_id)
+        time.sleep(0.6)
+        return FakeNode(1000 + len(count))
+
+    p = LocalNodeProvider({"state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0,
+                           "gcs_address": "127.0.0.1:1", "launch_multiple": True}, "rb-test", start_node=slow_start)
+    p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "fake_gpu"}, 2, {"CPU": 1, "GPU": 2}, {})
+    deadline = time.time() + 5
+    while sum(e["event"] == "ready" for e in events(p)) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    log = events(p)
+    running = sorted(e["t"] for e in log if e["event"] == "running")
+    ready = sorted(e["t"] for e in log if e["event"] == "ready")
+    assert len(running) == 2 and len(ready) == 2
+    assert running[1] < ready[0]        # both ran before the first raylet was up; only the raylets queue
+    assert ready[1] - ready[0] >= 0.5
