@@ -81,7 +81,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    room = _cluster_room(plan, config, replan_with is not None)
+    room = _cluster_room(plan, {t: prov.max_workers(config, t) for t in _most_by_type(plan)}, replan_with is not None)
     with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
@@ -106,16 +106,17 @@ def _most_by_type(plan: Plan) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _cluster_room(plan: Plan, config: Any, replans: bool) -> dict[str, int]:
+def _cluster_room(plan: Plan, limits: dict[str, int | None], replans: bool) -> dict[str, int]:
     """How many instances of each instance type the cluster may hold: the most the plan's
     stages of that type hold, one replacement per spot instance (launched while the noticed
     one is still up), and, when the run re-plans, room for REPLAN_GROWTH times the most (a
-    re-plan may move later stages onto more instances), within the cluster's own
-    ``max_workers`` for the type where it has one."""
+    re-plan may move later stages onto more instances), within ``limits``: the cluster's own
+    ``max_workers`` for each type where the provider's configuration sets one
+    (``Provider.max_workers``)."""
     out = {}
     for name, (most, spot) in _most_by_type(plan).items():
         need, room = most + spot, most * (REPLAN_GROWTH if replans else 1) + spot
-        limit = getattr((getattr(config, "types", None) or {}).get(name, config), "max_workers", None)
+        limit = limits.get(name)
         out[name] = max(need, min(room, limit)) if limit else room
     return out
 

@@ -330,6 +330,10 @@ class AwsProvider(ProviderBase):
         check_credentials(cfg)
         return cfg
 
+    def max_workers(self, config: AwsClusterConfig, instance_type: str) -> int | None:
+        worker = config.types.get(instance_type)
+        return worker.max_workers if worker is not None else None
+
     def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: AwsClusterConfig, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> LocalCluster:
         remember_run(run_id, config.region, config.path)     # so `down` looks there, even after a SIGKILL

@@ -158,6 +158,10 @@ class Provider(Protocol):
         ``cluster_types``) before anything starts or is written; return it checked (``start``
         and ``sweep`` get it back)."""
 
+    def max_workers(self, config: Any, instance_type: str) -> int | None:
+        """The most instances of ``instance_type`` the checked configuration lets the cluster
+        hold (a cluster YAML's ``max_workers``), or ``None`` where it sets no limit."""
+
     def start(self, run_id: str, run_dir: Path, cloud: Clouds, max_instances: Room, config: Any, *,
               seed: int, latency_scale: float, launch_attempts: int, launch_backoff_s: float) -> Cluster:
         """Start the run's cluster head (its autoscaler launches instances of each type on request)."""
@@ -200,6 +204,9 @@ class ProviderBase:
         require_spot_emulation(self)
 
     def describe(self, config: Any) -> str | None:
+        return None
+
+    def max_workers(self, config: Any, instance_type: str) -> int | None:
         return None
 
 

@@ -62,7 +62,6 @@ def test_the_status_line_shows_the_budget_left_and_the_loop_prints_its_lines():
 
 
 def test_a_re_planning_run_gets_a_cluster_with_room_to_grow_within_its_max_workers():
-    from types import SimpleNamespace
 
     from rubberband.executor.run import REPLAN_GROWTH, _cluster_room
 
@@ -71,15 +70,14 @@ def test_a_re_planning_run_gets_a_cluster_with_room_to_grow_within_its_max_worke
     plan = plan_allocation(ExperimentSpec.from_stages([(4, 1), (2, 1)]), (4, 2),
                            ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}), cloud, 1e6, samples=1)
     assert max(plan.instances) == 2
-    assert _cluster_room(plan, None, replans=False) == {"fake.gpu": 2}
-    assert _cluster_room(plan, None, replans=True) == {"fake.gpu": 2 * REPLAN_GROWTH}
-    assert _cluster_room(plan, SimpleNamespace(max_workers=3), replans=True) == {"fake.gpu": 3}
-    assert _cluster_room(plan, SimpleNamespace(max_workers=1), replans=True) == {"fake.gpu": 2}   # the plan's own need stands
+    assert _cluster_room(plan, {}, replans=False) == {"fake.gpu": 2}
+    assert _cluster_room(plan, {"fake.gpu": None}, replans=True) == {"fake.gpu": 2 * REPLAN_GROWTH}
+    assert _cluster_room(plan, {"fake.gpu": 3}, replans=True) == {"fake.gpu": 3}
+    assert _cluster_room(plan, {"fake.gpu": 1}, replans=True) == {"fake.gpu": 2}   # the plan's own need stands
 
 
 def test_a_two_type_plan_gets_room_per_type_within_each_worker_types_max_workers():
     import dataclasses
-    from types import SimpleNamespace
 
     from rubberband.executor.run import REPLAN_GROWTH, _cluster_room, plan_clouds
     from rubberband.plan.plan import check_plan
@@ -93,10 +91,9 @@ def test_a_two_type_plan_gets_room_per_type_within_each_worker_types_max_workers
     plan = check_plan(dataclasses.replace(plan, instances=(4, 2, 1), instance_types=("local.1gpu", "local.1gpu", "local.2gpu"),
                                           type_clouds={"local.1gpu": one, "local.2gpu": two}), spec, model, catalog, samples=1)
     assert [c.instance_type for c in plan_clouds(plan)] == ["local.1gpu", "local.2gpu"]
-    assert _cluster_room(plan, None, replans=False) == {"local.1gpu": 4, "local.2gpu": 1}
-    assert _cluster_room(plan, None, replans=True) == {"local.1gpu": 4 * REPLAN_GROWTH, "local.2gpu": REPLAN_GROWTH}
-    limits = SimpleNamespace(types={"local.1gpu": SimpleNamespace(max_workers=5), "local.2gpu": SimpleNamespace(max_workers=1)})
-    assert _cluster_room(plan, limits, replans=True) == {"local.1gpu": 5, "local.2gpu": 1}
+    assert _cluster_room(plan, {}, replans=False) == {"local.1gpu": 4, "local.2gpu": 1}
+    assert _cluster_room(plan, {}, replans=True) == {"local.1gpu": 4 * REPLAN_GROWTH, "local.2gpu": REPLAN_GROWTH}
+    assert _cluster_room(plan, {"local.1gpu": 5, "local.2gpu": 1}, replans=True) == {"local.1gpu": 5, "local.2gpu": 1}
 
 
 def test_a_packed_train_billed_per_function_costs_its_share_of_the_gpu_as_the_model_says():
