@@ -55,6 +55,8 @@ class TrialRun:
     iters: int
     iter_s: list[float] = field(default_factory=list)   # each iteration's compute, as the workers timed it
     instance_type: str | None = None    # what it ran on (None: the ledger's own type)
+    instances: list[str] = field(default_factory=list)   # the instance of each rank, where it finished
+    gpu_ids: list[list[str]] | None = None   # each rank's GPU ids on its instance (None: not reported)
 
 
 @dataclass

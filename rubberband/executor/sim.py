@@ -363,6 +363,7 @@ class SimGang:
     trial: str
     instances: tuple[str, ...]
     share: int
+    gpus: tuple[int, ...] | None = None     # each rank's GPU on its instance, as placed
     stage: int = -1
     latency: float = 0.0
     startup: float = 0.0       # owed by its next chunk (a TRAIN's start)
@@ -399,7 +400,7 @@ class SimRunnerPort:
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
               trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> SimGang:
-        return SimGang(trial, tuple(instances), trials_per_gpu)
+        return SimGang(trial, tuple(instances), trials_per_gpu, None if gpus is None else tuple(gpus))
 
     def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
         gang.trial = trial
@@ -449,7 +450,8 @@ class SimRunnerPort:
         w, L = self.world, chunk.gang.latency
         w.train_runs.append({"trial": chunk.trial, "stage": chunk.stage, "gpus": len(chunk.gang.instances) / chunk.gang.share,
                              "start_s": chunk.start_s, "end_s": chunk.finish_s, "iters": chunk.done,
-                             "iter_s": [L] * chunk.done})
+                             "iter_s": [L] * chunk.done, "instances": list(chunk.gang.instances),
+                             "gpu_ids": None if chunk.gang.gpus is None else [[str(g)] for g in chunk.gang.gpus]})
         step = self._steps[chunk.trial] = self._steps.get(chunk.trial, 0) + chunk.done
         if chunk.cut:
             done = TrainResult(step, [L] * chunk.done, {}) if chunk.done else None
