@@ -13,7 +13,7 @@ from rubberband.cli.common import COMMANDS
 from rubberband.errors import RubberbandError, RubberbandWarning, SpecError
 
 # The order of `rubberband --help`: the pipeline's, then the cluster housekeeping.
-ORDER = ("validate", "plan", "simulate", "whatif", "profile", "run", "status", "down")
+ORDER = ("validate", "plan", "simulate", "whatif", "profile", "run", "report", "status", "down")
 
 
 class ArgumentError(SpecError):
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         cluster_cmd,
         plan_cmd,
         profile_cmd,
+        report_cmd,
         run_cmd,
         simulate_cmd,
         validate_cmd,

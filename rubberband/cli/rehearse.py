@@ -136,7 +136,14 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
         print(f"note: the plan is predicted to cost {format_usd(plan.predicted.mean_cost_usd)}, more than the budget "
               f"{format_usd(budget_usd)}: expect it to stop before its end")
     if args.repeat is None:
+        from rubberband.cli.report_cmd import draw_run, write_rehearsal
+
         one, result = runs[0], results[0]
+        # A run directory as a real run's, for `rubberband report` (and --gantt) to read.
+        run_dir = write_rehearsal(args.runs_dir, one, plan, exp.model_for_planning)
+        drawn = f"\n{draw_run(run_dir, one, args.gantt)}" if args.gantt else ""
+        if args.gantt:
+            one["gantt"] = args.gantt
         # A budget's plan, or an allocation run without --deadline, has no deadline (inf).
         verdict = (f"{'met' if one['met_deadline'] else 'missed'} the deadline {format_duration(plan.deadline_s)}"
                    if math.isfinite(plan.deadline_s) else "no deadline to meet")
@@ -145,7 +152,8 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
         stopped = f"\nstopped: {one['stopped']} (best so far: {one['best'].get('trial')})" if one["stopped"] else ""
         emit(args, one, "".join(r["line"] + "\n" for r in lines) + result.table() +
              f"\nrehearsal (sim, seed {seed}): {verdict}; "
-             f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s){budget}{stopped}")
+             f"{one['reclaims']} spot reclaim(s), {len(one['replans'])} re-plan(s){budget}{stopped}"
+             f"\nrun directory: {run_dir}{drawn}")
         return code
     s = summary(runs, plan.deadline_s)
     emit(args, {"summary": s, "runs": runs},

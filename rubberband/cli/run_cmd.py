@@ -7,6 +7,7 @@ import math
 import sys
 
 from rubberband.cli.common import (
+    IMAGE_TYPES,
     command,
     decimal,
     dollars,
@@ -15,6 +16,7 @@ from rubberband.cli.common import (
     int_list,
     market,
     measured_args,
+    output_path,
     print_warnings,
     probability,
     resolve_args,
@@ -29,6 +31,7 @@ from rubberband.cli.rehearse import (
     rehearse_cmd,
     wants_rehearsal,
 )
+from rubberband.cli.report_cmd import draw_run, keep_model, run_summary
 from rubberband.errors import SpecError
 from rubberband.providers import base as providers
 from rubberband.schema import load_yaml
@@ -56,6 +59,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
+    p.add_argument("--gantt", metavar="PNG",
+                   help="draw the run as it happened (its ledger) above the predicted median run to this image file "
+                        "(later: `rubberband report RUN_DIR --gantt PNG`)")
     p.add_argument("--latency-scale", type=decimal,
                    help="scale the emulated provisioning latency (local; aws against an emulator; default 1)")
     p.add_argument("--launch-attempts", type=whole, default=6, help="aws: attempts per instance on capacity errors")
@@ -79,6 +85,10 @@ def run_cmd(args: argparse.Namespace) -> int:
 
     provider = providers.get(args.provider, "--provider")     # an unknown provider is named first
     refuse_plan_conflicts(args)
+    output_path(args.gantt, "--gantt", "actual.png", IMAGE_TYPES)
+    if args.gantt and args.repeat is not None:
+        raise SpecError("--gantt: draws one run, and --repeat rehearses many; drop --repeat, "
+                        "or draw one of them with --seed N")
     # The budget of a run that plans nothing caps its spending only: it plans no deadline away.
     req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget)
     exp = req.experiment
@@ -147,7 +157,12 @@ def run_cmd(args: argparse.Namespace) -> int:
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
                      replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else plan_model(exp, plan),
                      safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget)
-    emit(args, result.to_dict(), result.table() + f"\nrun directory: {result.run_dir}")
+    keep_model(result.run_dir, req.models)
+    payload, text = result.to_dict(), run_summary(result)
+    if args.gantt:
+        text += "\n" + draw_run(result.run_dir, payload, args.gantt)
+        payload["gantt"] = args.gantt
+    emit(args, payload, text)
     return EXIT_BUDGET if result.loop.get("stopped") else 0
 
 

@@ -70,6 +70,14 @@ class RunResult:
             "timeline": self.timeline,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        """The result ``to_dict`` wrote (``result.json``): the keys beside the fields are the loop's
+        (``error`` is computed again)."""
+        own = ("run_id", "run_dir", "best", "predicted", "actual", "stages", "trials", "ledger", "plan")
+        return cls(**{k: data[k] for k in own if k in data},
+                   loop={k: v for k, v in data.items() if k not in own and k != "error"})
+
     def save(self, path: str | Path | None = None) -> Path:
         path = Path(path) if path else Path(self.run_dir) / "result.json"
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str))
