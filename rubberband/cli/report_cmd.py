@@ -150,7 +150,7 @@ def predicted_timeline(plan, model):
 
     samples = plan.samples or 1000
     result = simulate_plan(plan, model, samples=samples)
-    k = median_sample(result.jct_s)
+    k = median_sample(result.jct_s.tolist())
     sim = plan.simulation_args()
     timeline = sample_timeline(plan.spec, plan.allocation, model, sim["cloud"], seed=plan.seed, samples=samples, sample=k,
                                instances=sim["instances"], spot_instances=sim["spot_instances"],
