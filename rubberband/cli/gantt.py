@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rubberband.errors import SpecError
+from rubberband.providers.base import Release
 from rubberband.simulator.dag import SPOT
 from rubberband.simulator.trace import InstanceSpan, Timeline, TrialSpan
 from rubberband.units import format_duration
@@ -237,7 +238,7 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
         ready = r.get("ready_s")
         if ready is None:
             ready = min(first_train.get(i, released), released)
-        reclaimed = released if r.get("release_reason") == "interrupted" and r.get("launched_s") is not None else None
+        reclaimed = released if r.get("release_reason") == Release.INTERRUPTED and r.get("launched_s") is not None else None
         spans.append(dict(instance=i, requested_s=r["requested_s"], launched_s=launched,
                           ready_s=min(max(ready, launched), released), released_s=released,
                           market=r.get("market") or "on-demand", reclaimed_s=reclaimed, replaces=None,

@@ -187,13 +187,18 @@ def draw_run(run_dir: str | Path, data: dict[str, Any], png: str) -> str:
     if plan is None or model is None:
         missing = "plan.json" if plan is None else MODEL_FILE
         draw_run_gantt(chart, png, title=title)
-        note = f"; the predicted run is left out: {run_dir} has no {missing} (a run made before `report` existed)"
+        note = f"; the predicted run is left out: {run_dir} has no {missing} (`rubberband run` writes it)"
     else:
         timeline, predicted_title = predicted_timeline(plan, model)
         draw_run_gantt(chart, png, timeline, title=title, predicted_title=predicted_title, init_s=plan.cloud.init_latency_s)
     where = "" if note else " above the predicted median run"
-    return (f"wrote {png}: the actual run ({len(chart.timeline.instances)} instances, {len(chart.timeline.trials)} "
-            f"TRAINs, {reclaims} spot reclaim{'' if reclaims == 1 else 's'}){where}{note}")
+    n, k = len(chart.timeline.instances), len(chart.timeline.trials)
+    return (f"wrote {png}: the actual run ({_count(n, 'instance')}, {_count(k, 'TRAIN')}, "
+            f"{_count(reclaims, 'spot reclaim')}){where}{note}")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 report_cmd.arguments = _report_args  # type: ignore[attr-defined]
