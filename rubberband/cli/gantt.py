@@ -185,15 +185,17 @@ def draw_gantt(timeline: Timeline, path: str, title: str = "", init_s=None) -> N
 
 REPLAN = "#9467bd"        # a re-plan or a safety-net switch of the closed loop
 REPLACE_WITHIN_S = 60.0   # a replacement is requested at the notice, or this soon after the reclaim
+TIMELINE_EPS_S = 1e-3     # the driver's timeline rounds its times to 0.1 ms
 
 
 @dataclass(frozen=True)
 class RunChart:
     """A finished run as the chart draws it: its ledger as a ``Timeline`` (one row per instance
-    in request order, each TRAIN a bar on the instances and GPUs it ran on), each row's name,
-    the closed loop's marks ``(seconds, text)`` (re-plans, safety-net switches), and how many
-    TRAINs a reclaim moved (a real run records where a TRAIN finished: such a bar starts when
-    its last instance was ready)."""
+    in request order, each TRAIN a bar on the instances and GPUs it ran on, one bar per
+    instance it ran on when a reclaim moved it), each row's name, the closed loop's marks
+    ``(seconds, text)`` (re-plans, safety-net switches), each reclaimed row's notice, and how
+    many TRAINs a reclaim moved where the result has no driver timeline to say from where
+    (such a bar starts when its last instance was ready)."""
 
     timeline: Timeline
     names: tuple[str, ...]
@@ -203,16 +205,20 @@ class RunChart:
 
 
 def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (), notice_s: float = 0.0) -> RunChart:
-    """The chart of a finished run from its ``result.json`` (``result``) and its provider's
-    events (``provider/events.jsonl``, for the spot notices; optional).
+    """The chart of a finished run from its ``result.json`` (``result``: the ledger, the trials,
+    the driver's ``timeline``) and its provider's events (``provider/events.jsonl``, for the
+    spot notices of a result with no timeline; optional).
 
     Instances are the ledger's: SCALE from request to launch, INIT from launch to ready (to the
     first TRAIN on it where no ready time was recorded), then held until released; one the
     cloud took back (release reason ``interrupted``) is reclaimed there. Its replacement is the
     first instance of its type requested from its notice (the event's, else ``notice_s`` before
     the reclaim, not before its launch) to ``REPLACE_WITHIN_S`` after the reclaim and not
-    replacing another: an inference, as the ledger does not link the two. A TRAIN is
-    drawn in the lane of the GPU its ranks reported (``gpu_ids``), else in the first free one.
+    replacing another: an inference, as the ledger does not link the two. A TRAIN is drawn on
+    the instances of each gang the driver gave it (``timeline``'s ``gang`` events), in the
+    lane of the GPU its ranks reported (``gpu_ids``), else in the first free one. Re-plans and
+    safety-net switches are marked when the timeline has them (else at the SYNC they
+    followed, as ``replans`` says).
 
     Raises:
         SpecError: for a result without a ledger of instances and TRAINs.
@@ -243,7 +249,8 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
                           ready_s=min(max(ready, launched), released), released_s=released,
                           market=r.get("market") or "on-demand", reclaimed_s=reclaimed, replaces=None,
                           instance_type=r.get("instance_type") or ""))
-    noticed = _notices(events, recs)
+    driver = [e for e in result.get("timeline") or [] if isinstance(e, Mapping) and "t" in e]
+    noticed = {**_notices(events, recs), **{e["instance"]: float(e["t"]) for e in driver if e.get("event") == "notice"}}
     for old in sorted((s for s in spans if s["reclaimed_s"] is not None), key=lambda s: s["reclaimed_s"]):
         since = noticed.get(recs[old["instance"]]["instance_id"], old["reclaimed_s"] - notice_s)
         since = max(since, old["launched_s"])         # no notice comes before the launch
@@ -254,24 +261,54 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
             new["replaces"] = old["instance"]
     instances = tuple(InstanceSpan(**s) for s in spans)
 
+    gangs: dict[str, list[tuple[float, list[int]]]] = {}      # trial -> (when, rows) of each gang it got
+    for e in driver:
+        if e.get("event") == "gang":
+            gangs.setdefault(e["trial"], []).append((float(e["t"]), [row[x] for x in dict.fromkeys(e["instances"]) if x in row]))
     trials, moved = [], 0
     taken: dict[int, list[tuple[float, float, int]]] = {}      # row -> (start, end, lane) drawn so far
     for n, (run, (rows, gpu, per_gpu)) in enumerate(sorted(runs, key=lambda x: (x[0]["start_s"], x[0]["trial"]))):
         if not rows:
             continue
         start, stop = run["start_s"], run["end_s"]
-        up = max(instances[i].ready_s for i in rows)
-        if start < up - 1e-6 < stop:     # it moved to these instances after a reclaim
-            start, moved = up, moved + 1
-        lane = _lane(taken, rows, start, stop, gpu, per_gpu)
         digits = "".join(ch for ch in str(run["trial"]) if ch.isdigit())
-        trials.append(TrialSpan(run["stage"], int(digits) if digits else n, tuple(rows), lane,
-                                1 if per_gpu > 1 else int(round(run["gpus"])), start, stop, trials_per_gpu=per_gpu))
+        number = int(digits) if digits else n
+        gpus = 1 if per_gpu > 1 else int(round(run["gpus"]))
+        for a, b, where, own_gpu in _segments(gangs.get(run["trial"], []), start, stop, rows, gpu):
+            b = min(b, *(instances[i].released_s for i in where))    # a reclaim ends it; it resumes elsewhere
+            if b <= a:
+                continue
+            up = max(instances[i].ready_s for i in where)
+            if a < up - 1e-6 < b:        # moved by a reclaim, and the driver's record of it is missing
+                a, moved = up, moved + 1
+            lane = _lane(taken, where, a, b, own_gpu, per_gpu)
+            trials.append(TrialSpan(run["stage"], number, tuple(where), lane, gpus, a, b, trials_per_gpu=per_gpu))
     windows = [tuple(w) for w in ledger.get("stage_windows") or []]
     stages = tuple((a, min([t.start_s for t in trials if t.stage == i] or [a]), b) for i, (a, b) in enumerate(windows))
     timeline = Timeline(instances, tuple(trials), stages, jct, cost_usd=float(result.get("actual", {}).get("cost_usd", math.nan)))
     notices = {row[name]: t for name, t in noticed.items() if name in row}
-    return RunChart(timeline, tuple(r["instance_id"] for r in recs), _marks(result, windows, instances), moved, notices)
+    marks = tuple(sorted((float(e["t"]), "re-plan" if e["event"] == "replan" else "safety net")
+                         for e in driver if e.get("event") in ("replan", "switch"))) if driver \
+        else _marks(result, windows, instances)
+    return RunChart(timeline, tuple(r["instance_id"] for r in recs), marks, moved, notices)
+
+
+def _segments(gangs: Sequence[tuple[float, list[int]]], start: float, stop: float, rows: list[int],
+              gpu: int | None) -> list[tuple[float, float, list[int], int | None]]:
+    """Where a TRAIN ran, piece by piece: ``(from, to, rows, GPU)``. A real run's ledger has
+    the rows it finished on (``rows``, on ``gpu``); the driver's ``gang`` events say where it
+    was before a reclaim moved it (no GPU recorded there)."""
+    moves = [(t, where) for t, where in gangs if start + TIMELINE_EPS_S < t < stop - TIMELINE_EPS_S and where]
+    if not moves:
+        return [(start, stop, rows, gpu)]
+    first = [where for t, where in gangs if t <= start + TIMELINE_EPS_S and where]
+    out: list[tuple[float, float, list[int], int | None]] = []
+    a, where = start, first[-1] if first else moves[0][1]
+    for t, nxt in moves:
+        out.append((a, t, where, None))
+        a, where = t, nxt
+    out.append((a, stop, rows, gpu))
+    return out
 
 
 def _placement(run: Mapping[str, Any], history: Mapping[str, Any], row: Mapping[str, int]) -> tuple[list[int], int | None, int]:

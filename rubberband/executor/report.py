@@ -74,7 +74,7 @@ class RunResult:
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         """The result ``to_dict`` wrote (``result.json``): the keys beside the fields are the loop's
         (``error`` is computed again)."""
-        own = ("run_id", "run_dir", "best", "predicted", "actual", "stages", "trials", "ledger", "plan")
+        own = ("run_id", "run_dir", "best", "predicted", "actual", "stages", "trials", "ledger", "plan", "timeline")
         return cls(**{k: data[k] for k in own if k in data},
                    loop={k: v for k, v in data.items() if k not in own and k != "error"})
 

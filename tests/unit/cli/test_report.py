@@ -323,3 +323,39 @@ def test_a_chart_needs_a_ledger():
     with pytest.raises(SpecError, match="no `ledger.instances`"):
         run_chart({"actual": {"jct_s": 1.0}})
 
+
+
+def test_notices_and_re_plans_come_from_the_drivers_timeline(rehearsal):
+    data = rehearsal[2]
+    chart = run_chart(data)
+    notices = {e["instance"]: e["t"] for e in data["timeline"] if e["event"] == "notice"}
+    assert notices and {chart.names[i]: t for i, t in chart.notices.items()} == notices
+    assert [t for t, _ in chart.marks] == sorted(e["t"] for e in data["timeline"] if e["event"] in ("replan", "switch"))
+
+
+# The same local test recorded with the driver's timeline (gang, notice, resume events): t000
+# started on the spot instance, which was reclaimed at 14.7 s; it resumed on the replacement at 22.2 s.
+LOCAL_SPOT_TIMELINE = json.loads("""{"actual": {"jct_s": 42.071, "cost_usd": 0.0268}, "ledger": {"instances": [
+  {"instance_id": "rb-instance-1", "instance_type": "local.1gpu", "requested_s": 0.366, "launched_s": 0.718, "ready_s": 6.764,
+   "released_s": 43.59, "release_reason": "released", "market": "on-demand"},
+  {"instance_id": "rb-instance-2", "instance_type": "local.1gpu", "requested_s": 0.366, "launched_s": 0.692, "ready_s": 4.572,
+   "released_s": 14.693, "release_reason": "interrupted", "market": "spot"},
+  {"instance_id": "rb-instance-3", "instance_type": "local.1gpu", "requested_s": 15.129, "launched_s": 15.517, "ready_s": 17.74,
+   "released_s": 43.662, "release_reason": "released", "market": "spot"}],
+ "trials": [{"trial": "t001", "stage": 0, "gpus": 1.0, "start_s": 13.949, "end_s": 41.667, "instances": ["rb-instance-1"], "gpu_ids": [["0"]]},
+            {"trial": "t000", "stage": 0, "gpus": 1.0, "start_s": 13.881, "end_s": 42.006, "instances": ["rb-instance-3"], "gpu_ids": [["0"]]}],
+ "stage_windows": [[0.0, 42.006]]},
+ "timeline": [{"t": 13.8801, "event": "gang", "trial": "t000", "instances": ["rb-instance-2"]},
+              {"t": 13.9481, "event": "gang", "trial": "t001", "instances": ["rb-instance-1"]},
+              {"t": 14.2359, "event": "notice", "instance": "rb-instance-2"},
+              {"t": 22.1748, "event": "resume", "trial": "t000", "instances": ["rb-instance-3"]},
+              {"t": 22.1755, "event": "gang", "trial": "t000", "instances": ["rb-instance-3"]}]}""")
+
+
+def test_a_train_a_reclaim_moved_is_drawn_on_each_instance_it_ran_on():
+    chart = run_chart(LOCAL_SPOT_TIMELINE)
+    bars = sorted((t.trial, chart.names[t.instances[0]], round(t.start_s, 3), round(t.end_s, 3)) for t in chart.timeline.trials)
+    assert bars == [(0, "rb-instance-2", 13.881, 14.693),      # until the reclaim
+                    (0, "rb-instance-3", 22.175, 42.006),      # from its resume on the replacement
+                    (1, "rb-instance-1", 13.949, 41.667)]
+    assert chart.moved == 0 and chart.notices == {1: 14.2359} and chart.timeline.instances[2].replaces == 1
