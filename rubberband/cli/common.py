@@ -251,3 +251,8 @@ class StatusLine:
         if self.width:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
+
+
+def runs_dir_default() -> str:
+    """Where runs and profiles go unless ``--runs-dir`` says: ``$RUBBERBAND_RUNS_DIR``, else ``runs``."""
+    return os.environ.get("RUBBERBAND_RUNS_DIR") or "runs"

@@ -12,6 +12,7 @@ from rubberband.cli.common import (
     int_list,
     print_warnings,
     resolve_args,
+    runs_dir_default,
     whole,
 )
 from rubberband.errors import SpecError
@@ -30,7 +31,8 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="model profile to write (default <runs-dir>/profiles/<experiment>_<instance type>.yaml)")
     p.add_argument("--cloud-out", help="cloud latency overrides to write (default <out stem>.cloud.yaml)")
     p.add_argument("--force", action="store_true", help="replace --out / --cloud-out files that exist already")
-    p.add_argument("--runs-dir", default="runs", help="where the profiling cluster keeps its run directory and, by default, the profiles")
+    p.add_argument("--runs-dir", default=runs_dir_default(), help="where the profiling cluster keeps its run directory and, by default, "
+                   "the profiles (default $RUBBERBAND_RUNS_DIR, else ./runs)")
     p.add_argument("--max-packing", type=whole, default=8, metavar="K",
                    help="measure 1-GPU trials packed k = 1, 2, 4, ... per GPU up to K, until throughput stops "
                         "rising or memory runs out (default 8; 1 measures no packing)")

@@ -20,6 +20,7 @@ from rubberband.cli.common import (
     print_warnings,
     probability,
     resolve_args,
+    runs_dir_default,
     summary_line,
     whole,
 )
@@ -58,7 +59,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples for planning")
-    p.add_argument("--runs-dir", default="runs", help="where runs write checkpoints, ledger and result.json")
+    p.add_argument("--runs-dir", default=runs_dir_default(), help="where runs write checkpoints, ledger and result.json "
+                   "(default $RUBBERBAND_RUNS_DIR, else ./runs)")
     p.add_argument("--gantt", metavar="PNG",
                    help="draw the run as it happened (its ledger) above the predicted median run to this image file "
                         "(later: `rubberband report RUN_DIR --gantt PNG`)")
