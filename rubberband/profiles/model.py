@@ -48,6 +48,12 @@ class ModelProfile:
     extra: dict[str, Any] = field(default_factory=dict)
     packed_iter_latency_s: dict[int, Distribution] = field(default_factory=dict)
     gpu_memory_gb_per_trial: float | None = None
+    # ``latency(m)`` by GPU count, built once per profile (the planner asks for the same counts
+    # hundreds of thousands of times in one search). Not a field that compares, hashes or is
+    # passed in: ``replace`` (e.g. the re-planner's corrected profile) runs ``__init__`` again,
+    # so a profile with other latencies always starts with a cache of its own.
+    _latency_cache: dict[int, Distribution] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _gpu_counts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.iter_latency_s:
@@ -65,6 +71,7 @@ class ModelProfile:
                 )
             cleaned[g] = dist
         object.__setattr__(self, "iter_latency_s", dict(sorted(cleaned.items())))
+        object.__setattr__(self, "_gpu_counts", tuple(self.iter_latency_s))
         slower = [(a, b) for a, b in zip(self.gpu_counts, self.gpu_counts[1:])
                   if self.iter_latency_s[b].mean > self.iter_latency_s[a].mean]
         # On real GPUs a slowdown usually means a broken measurement: say so, and plan with it
@@ -151,7 +158,7 @@ class ModelProfile:
     @property
     def gpu_counts(self) -> tuple[int, ...]:
         """The profiled GPU counts, ascending."""
-        return tuple(self.iter_latency_s)
+        return self._gpu_counts       # set by ``__post_init__``: the profile is frozen
 
     @property
     def min_gpus(self) -> int:
@@ -168,12 +175,26 @@ class ModelProfile:
     def latency(self, gpus: int) -> Distribution:
         """Seconds per iteration with ``gpus`` GPUs per trial (log2-interpolated).
 
+        Each count's distribution is built once and kept (``_latency_cache``): the profile is
+        frozen, so the same count always gives the same distribution, and the planner asks for
+        it on every candidate allocation.
+
         Raises:
             SpecError: if ``gpus`` is outside the profiled range.
         """
-        if isinstance(gpus, bool) or int(gpus) != gpus:
+        if isinstance(gpus, bool):      # ``True == 1`` would find 1 GPU's entry in the cache
+            raise SpecError(f"gpus per trial: expected an integer, got {gpus!r}")
+        cached = self._latency_cache.get(gpus)     # int keys only: 2.0 and np.int64(2) find 2's
+        if cached is not None:
+            return cached
+        if int(gpus) != gpus:
             raise SpecError(f"gpus per trial: expected an integer, got {gpus!r}")
         gpus = int(gpus)
+        latency = self._interpolate(gpus)
+        self._latency_cache[gpus] = latency
+        return latency
+
+    def _interpolate(self, gpus: int) -> Distribution:
         if gpus in self.iter_latency_s:
             return self.iter_latency_s[gpus]
         if not self.covers(gpus):

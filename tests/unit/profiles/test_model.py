@@ -272,3 +272,30 @@ def test_a_packed_latency_below_the_solo_one_is_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RubberbandWarning)
         ModelProfile.from_dict(PACKED)               # slower per trial, faster per GPU: no warning
+
+
+def test_latency_is_built_once_per_count(two_point):
+    # The planner asks for the same count on every candidate: one distribution, kept.
+    first = two_point.latency(2)
+    assert two_point.latency(2) is first
+    assert two_point.latency(2.0) is first
+    import numpy as np
+    assert two_point.latency(np.int64(2)) is first
+
+
+def test_a_replaced_profile_has_its_own_latencies(two_point):
+    # The re-planner's corrected profile (every latency times c) must not read the old cache.
+    before = two_point.latency(2)
+    slower = two_point.replace(iter_latency_s={g: d.with_moments(d.mean * 1.25, d.std * 1.25)
+                                               for g, d in two_point.iter_latency_s.items()})
+    assert slower.latency(2).mean == pytest.approx(before.mean * 1.25, rel=1e-12)
+    assert two_point.latency(2) is before
+    assert slower == two_point.replace(iter_latency_s=dict(slower.iter_latency_s))   # the cache is not compared
+
+
+@pytest.mark.parametrize("gpus", [True, 2.5, 0, 5])
+def test_latency_refuses_every_time(two_point, gpus):
+    two_point.latency(1)      # 1 is cached: True must still be refused, not read as 1
+    for _ in range(2):
+        with pytest.raises(SpecError, match="gpus per trial"):
+            two_point.latency(gpus)
