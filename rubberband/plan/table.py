@@ -42,7 +42,7 @@ from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.engine import HeldInstances, simulate
-from rubberband.simulator.model import StageDraws, instances_needed, iter_latency, stage_shape
+from rubberband.simulator.model import StageDraws, StageShape, instances_needed, iter_latency, stage_shape
 from rubberband.simulator.result import SimResult
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
@@ -151,6 +151,7 @@ class StageTable:
         self.max_instances = max_instances
         self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
+        self._shapes: dict[tuple[int, int], StageShape] = {}    # (stage, allocation) -> layout (``shape``)
         check_samples_seed(samples, seed)
         check_table_size(spec, model, cloud, None, samples)
         G = cloud.gpus_per_instance
@@ -303,9 +304,16 @@ class StageTable:
         return allocation * self.k >= self.spec.stages[stage].num_trials
 
     def shape(self, i: int, allocation: int):
-        """Stage ``i``'s layout under ``allocation`` (and the table's trials per GPU)."""
-        stage = self.spec.stages[i]
-        return stage_shape(i, stage.num_trials, stage.iters, int(allocation), self.model, self.cloud, self.k)
+        """Stage ``i``'s layout under ``allocation`` (and the table's trials per GPU), laid out once:
+        it depends on the stage, the allocation, the model, the cloud and ``k`` alone, all fixed
+        for a table (``tail`` with another model builds a table, and a cache, of its own)."""
+        key = (i, int(allocation))
+        shape = self._shapes.get(key)
+        if shape is None:
+            stage = self.spec.stages[i]
+            shape = self._shapes[key] = stage_shape(i, stage.num_trials, stage.iters, key[1], self.model, self.cloud,
+                                                    self.k)
+        return shape
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
         """Lower bound on stage ``i``'s mean duration, without simulating it: its average load
@@ -490,16 +498,27 @@ class StageTable:
 
     def stage(self, i: int, allocation: int, held: int, previous: int) -> tuple[float, float]:
         """Mean duration and surrogate cost of stage ``i`` (see the module docstring)."""
-        entry = self.entry(i, allocation)
+        train_s, reclaim_s, relaunches, busy_usd = self._terms(i, allocation)
         new = max(0, held - self.previous_held(i, previous))
-        duration = entry.train_s + self.sync_s[i]
+        duration = train_s + self.sync_s[i]
         if new:
             duration += self.scale_s[i] + self.init_s(i, new)
         if self.per_instance:
-            cost = self.stage_usd_per_s[i] * (held * (duration + entry.reclaim_s) - new * self.scale_s[i])
+            cost = self.stage_usd_per_s[i] * (held * (duration + reclaim_s) - new * self.scale_s[i])
         else:
-            cost = entry.busy_usd
-        return duration, cost + (new + held * entry.relaunches) * self.data_usd
+            cost = busy_usd
+        return duration, cost + (new + held * relaunches) * self.data_usd
+
+    def _terms(self, i: int, allocation: int) -> tuple[float, float, float, float]:
+        """What ``stage`` reads of ``entry(i, allocation)``: ``train_s``, ``reclaim_s``,
+        ``relaunches`` and ``busy_usd``. Under per-instance billing on a stage never reclaimed
+        only ``train_s`` counts (the others are 0, ``busy_usd`` unused), and ``train_s`` gives it
+        without summing the TRAIN durations where every trial runs at once: the same number
+        (``train_s``'s docstring), so every value is the entry's."""
+        if self.per_instance and not self.reclaimed[i]:
+            return self.train_s(i, allocation), 0.0, 0.0, math.nan
+        entry = self.entry(i, allocation)
+        return entry.train_s, entry.reclaim_s, entry.relaunches, entry.busy_usd
 
     def stage_grid(self, i: int, allocations: np.ndarray, held: np.ndarray,
                    previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -513,17 +532,17 @@ class StageTable:
         order, so every value equals ``stage``'s."""
         distinct, column = np.unique(np.ravel(allocations), return_inverse=True)
         column = column.reshape(np.shape(allocations))
-        entries = [self.entry(i, int(a)) for a in distinct]
+        terms = np.array([self._terms(i, int(a)) for a in distinct]).reshape(len(distinct), 4).T
         new = np.maximum(0, held - self.previous_held(i, previous))
         init = self.init_means(i, int(new.max()))
-        duration = np.array([e.train_s for e in entries])[column] + self.sync_s[i]
+        duration = terms[0][column] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
-        reclaim_s = np.array([e.reclaim_s for e in entries])[column]
+        reclaim_s = terms[1][column]
         if self.per_instance:
             cost = self.stage_usd_per_s[i] * (held * (duration + reclaim_s) - new * self.scale_s[i])
         else:
-            cost = np.broadcast_to(np.array([e.busy_usd for e in entries])[column], duration.shape)
-        return duration, cost + (new + held * np.array([e.relaunches for e in entries])[column]) * self.data_usd
+            cost = np.broadcast_to(terms[3][column], duration.shape)
+        return duration, cost + (new + held * terms[2][column]) * self.data_usd
 
     def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``evaluate`` for many plans, one per row of ``allocations`` and ``held`` (same values)."""
