@@ -88,7 +88,11 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     start). With ``confidence=None`` the constraint is mean JCT <= deadline (exact from the
     table, since mean JCT adds up over stages); otherwise P(JCT <= deadline) >= confidence.
     A candidate whose per-sample JCT floor (``plan_floor``) already misses the constraint is
-    passed over without a simulation: its full simulation could only read later.
+    passed over without a simulation: its full simulation could only read later. So is one
+    whose billed-cost floor (``StageTable.cost_floor``: the surrogate plus the billing minimum's
+    top-up of each instance's mean life) is at least the best billed cost found: its simulation
+    could not replace the best (that takes a billed cost below it), so the choice is the same,
+    with far fewer simulations where short-lived instances make the minimum count (issue 22).
     ``progress`` hears of each simulation as it starts (``PlanProgress``, phase ``simulating``).
     """
     eps = 1e-9 * deadline_s
@@ -105,11 +109,17 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
         if result is not None and meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
     sims = 0
+    cost_floor = getattr(table, "cost_floor", None)      # a VariantTable has none: the surrogate alone
     for left, cand in enumerate(pool):
         if sims >= max_simulations or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
             break
         if table.simulated(cand.allocation, cand.instances) is not None:
             continue
+        if best is not None and cost_floor is not None:
+            floor = cost_floor(cand.allocation, cand.instances)
+            # Less a hair for the other order of the sums (the simulator adds per sample).
+            if floor - 1e-9 * abs(floor) >= best[1].mean_cost_usd - 1e-12:
+                continue
         if cannot_meet(table, cand, deadline_s, confidence):
             continue
         if progress is not None:

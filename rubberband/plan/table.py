@@ -556,6 +556,46 @@ class StageTable:
             previous = held[:, i]
         return jct, cost
 
+    def cost_floor(self, allocation: Sequence[int], held: Sequence[int]) -> float:
+        """A lower bound on the mean billed cost of a plan's full simulation, at least its
+        surrogate (``evaluate``'s cost, to the bit): the surrogate plus, per instance launched,
+        what the billing minimum adds to its mean life.
+
+        An instance is billed ``max(minimum_s, ceil(L))`` for a life ``L`` (the end of the SCALE
+        that launched it to the end of the SYNC after which it is released, newest first), so
+        ``E[billed] >= max(minimum_s, E[L]) = E[L] + max(0, minimum_s - E[L])`` (Jensen: ``max``
+        is convex; rounding up only adds). The surrogate bills exactly ``E[L]`` per instance,
+        and ``E[L]`` is a sum of stage means from the table: the launching stage's mean duration
+        less its mean SCALE, plus every later stage's while the instance is held. Instances held
+        at the start are billed as launched ``minimum_s`` earlier: nothing is added for them.
+        Where a stage's spot instances may be reclaimed (incarnations, waits for capacity) or
+        billing is per function, it is the surrogate alone."""
+        durations, kept, cost, previous = [], [], 0.0, self.start_state
+        for i, (a, h) in enumerate(zip(allocation, held)):
+            d, c = self.stage(i, a, h, previous)
+            durations.append(d)
+            kept.append(min(int(self.previous_held(i, previous)), int(h)))
+            cost += c
+            previous = h
+        minimum = self.cloud.billing.minimum_s
+        at_risk = self.cloud.spot.at_risk and Market.SPOT in self.markets
+        if not self.per_instance or at_risk or minimum <= 0:
+            return cost
+        n, topup = len(durations), 0.0
+        for j in range(n):
+            first, top = kept[j], int(held[j])       # stage j launches positions first..top-1
+            life = durations[j] - self.scale_s[j]
+            for r in range(j, n):
+                if top <= first:
+                    break
+                after = int(held[r + 1]) if r + 1 < n and self.markets[r + 1] is self.markets[r] else 0
+                still = max(first, min(top, after))      # released at stage r's SYNC: top-still
+                topup += (top - still) * self.stage_usd_per_s[j] * max(0.0, minimum - life)
+                top = still
+                if r + 1 < n:
+                    life += durations[r + 1]
+        return cost + topup
+
     def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:
         """Mean JCT and surrogate mean cost of a whole plan, by adding up its stages."""
         held = [self.need(i, a) for i, a in enumerate(allocation)] if held is None else held
@@ -589,11 +629,11 @@ class StageTable:
 
     def _stage_bounds(self, i: int, allocation: int) -> tuple[float, float]:
         if self.simulated_cheaply(i, allocation):
-            entry = self.entry(i, allocation)
-            duration = entry.train_s + self.sync_s[i]
+            train_s, reclaim_s, _, busy_usd = self._terms(i, allocation)      # the entry's numbers
+            duration = train_s + self.sync_s[i]
             if self.per_instance:
-                return duration, self.stage_usd_per_s[i] * entry.need * max(0.0, duration + entry.reclaim_s)
-            return duration, entry.busy_usd
+                return duration, self.stage_usd_per_s[i] * self.need(i, allocation) * max(0.0, duration + reclaim_s)
+            return duration, busy_usd
         train, busy = self._train_bounds(i, self.shape(i, allocation))
         duration = train + self.sync_s[i]
         if self.per_instance and not self.reclaimed[i]:
