@@ -51,13 +51,17 @@ under the optimal policy, or a market the safety net moved the job to) is re-pla
 ``compile_plan`` itself, on fresh streams of the remaining stages.
 
 **A cut that keeps the decision.** When the current plan keeps the promise (within
-``MISS_TOLERANCE``), only a plan that costs ``SAVING_THRESHOLD`` less replaces it, so the warm
-search is cut at the current plan's cost (``cheaper_plan``'s ``cost_cap``, on the stage means
-of the same draws): a plan the cut drops has stage means costing at least the current plan's
-simulated cost, and on markets without reclaims the stage means are the simulation's own
-(up to billing rounding, far under the 10%), so it could not save 10%; the cut search finds
-the plan the full one does whenever that plan could be followed, and nothing otherwise. A
-re-plan that must meet the deadline is searched in full.
+``MISS_TOLERANCE``), only a plan whose simulated cost is at most ``(1 - SAVING_THRESHOLD)`` of
+the current plan's replaces it, so the warm search is cut there (``cheaper_plan``'s ``cost_cap``,
+``Replanner._cut``, a hair above). The cut search returns the plan the full one does whenever
+that plan could be followed: that plan's billed cost ``B`` is under the cut, every plan the cut
+drops has a surrogate cost (a lower bound on its billed cost) at least the cut, above ``B``, and
+``choose`` passes over such plans anyway once it holds ``B`` (it stops at the first surrogate at
+least the best billed cost). When the full search's plan could not be followed (it saves less),
+whatever the cut search returns costs at least as much, and is not followed either (or it
+finds nothing). So the decision is the same; the cut only spares the search the plans between
+the cut and the current cost, which the threshold rules out. A re-plan that must meet the
+deadline is searched in full.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ from rubberband.spec.experiment import ExperimentSpec
 PRIOR_WEIGHT = 4.0          # the profile counts as this many TRAINs
 SAVING_THRESHOLD = 0.10     # re-plan to save money only when it saves at least this share
 MISS_TOLERANCE = 0.02       # a plan missing by less than this share of the deadline is kept
+_CUT_SLACK = 1e-9           # relative: the warm search's cut sits this far above the saving's bound
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,13 @@ class Replanner:
             return result.mean_jct_s <= remaining_s
         return result.p_meet(remaining_s) >= self.plan.confidence
 
+    def _cut(self, old: SimResult) -> float:
+        """The cost at which the warm search of a plan that keeps the promise is cut: what a plan
+        saving ``threshold`` of ``old``'s mean cost may cost at most, and a hair above (never
+        above ``old``'s cost itself), so that a plan saving exactly ``threshold`` is still found."""
+        cost = old.mean_cost_usd
+        return min(cost, (1.0 - self.threshold) * cost * (1.0 + _CUT_SLACK))
+
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
                spot: list[int], market: Market | str | None = None, trigger: str = "sync",
                types: list[str] | None = None, packing: list[int] | None = None) -> tuple[Plan, Replan] | None:
@@ -240,8 +252,8 @@ class Replanner:
         try:
             if table is not None and old_ok and not any(table.reclaimed):
                 # Only a plan saving ``threshold`` replaces one that keeps the promise: the search
-                # is cut at the current plan's cost (the module docstring says why it is exact).
-                new = cheaper_plan(table, remaining, policy, self.plan.confidence, cost_cap=old.mean_cost_usd)
+                # is cut at the most such a plan may cost (the module docstring says why it is exact).
+                new = cheaper_plan(table, remaining, policy, self.plan.confidence, cost_cap=self._cut(old))
                 if new is None:
                     return None
             elif table is not None:
