@@ -76,7 +76,7 @@ def _candidate(table: StageTable, allocation: Sequence[int], instances: Sequence
 
 def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float,
            confidence: float | None, max_simulations: int = MAX_FULL_SIMULATIONS,
-           progress: Progress | None = None) -> tuple[Candidate, Any] | None:
+           progress: Progress | None = None, report: bool = False) -> Any:
     """Simulate candidates in full, cheapest surrogate first, and keep the cheapest that meets
     the constraint.
 
@@ -94,6 +94,9 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
     could not replace the best (that takes a billed cost below it), so the choice is the same,
     with far fewer simulations where short-lived instances make the minimum count (issue 22).
     ``progress`` hears of each simulation as it starts (``PlanProgress``, phase ``simulating``).
+
+    Returns ``(candidate, its SimResult)`` or ``None``; with ``report``, ``(that, simulations
+    run)`` (``(None, None)`` for none), so a caller can tell whether the simulations ran out.
     """
     eps = 1e-9 * deadline_s
     pool = sorted(candidates, key=lambda c: (c.cost_usd, c.jct_s))
@@ -128,6 +131,8 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
         sims += 1
         if meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
+    if report:
+        return (best if best is not None else (None, None)), sims
     return best
 
 
@@ -405,6 +410,7 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
         return statics(table, deadline_s, cost_cap)
     incumbents = [_incumbent(table, graph, deadline_s, confidence, cost_cap, progress)]
     cap, lam = (math.inf, None) if incumbents[0] is None else incumbents[0][1:]
+    weighed = incumbents[0]       # the incumbent whose weight ``lam`` is
     cap = min(cap, cost_cap)     # the Lagrangian bound holds for any weight and cap
     if lam is None and math.isfinite(cap):      # a cap from elsewhere: the hull's weight still bounds
         hull = graph.hull_plan(deadline_s)
@@ -419,13 +425,59 @@ def optimal_policy(table: StageTable, deadline_s: float, confidence: float | Non
     incumbents.append(_incumbent(table, graph, deadline_s, confidence, cap, progress))
     if incumbents[1] is not None and incumbents[1][1] < cap:
         cap, lam = incumbents[1][1:]
-    front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress)
+        weighed = incumbents[1]
     # The incumbents are candidates too: where stage means come from the spot kernel, a
     # surrogate may exceed the billed cost and so fall outside the cut front. Static clusters
     # are in the search space already; they stay as named candidates so a plan that is one
     # says so.
-    front += [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
+    known = [(p.allocation, p.instances) for p, *_ in filter(None, incumbents)]
+    trial = _trial_cap(weighed, deadline_s, cap)
+    if trial is not None:
+        # A first front cut well below the incumbent's cost (the front's cost is what the search
+        # time grows with): when ``choose`` finds on it a plan billed below the cut, that plan is
+        # the full search's too (``_trial_cap`` says why); else its best plan, if any, is a
+        # tighter incumbent for the full search.
+        cands = [_candidate(table, alloc, held)
+                 for alloc, held in pareto_front(table, deadline_s, trial, graph=graph, lam=lam, progress=progress)
+                 + known] + statics(table, deadline_s, trial)
+        weigh = [c for c in cands if c.cost_usd < cost_cap] if math.isfinite(cost_cap) else cands   # as cheaper_plan
+        (best, result), simulations = choose(table, weigh, deadline_s, confidence, progress=progress, report=True)
+        if result is not None:
+            if simulations < MAX_FULL_SIMULATIONS and result.mean_cost_usd < trial * (1 - _TRIAL_SLACK) - 1e-12:
+                return cands
+            if result.mean_cost_usd < cap:
+                cap = result.mean_cost_usd
+                known.append((best.allocation, best.instances))
+    front = pareto_front(table, deadline_s, cap, graph=graph, lam=lam, progress=progress) + known
     return [_candidate(table, alloc, held) for alloc, held in front] + statics(table, deadline_s, cap)
+
+
+# A trial cut is tried when the incumbent's cost is this share above the Lagrangian bound, and
+# sits at this share of the way from the bound to the incumbent's cost.
+_TRIAL_GAP, _TRIAL_AT = 0.03, 0.5
+_TRIAL_SLACK = 1e-9      # relative: a plan within this of the trial cut does not settle the search
+
+
+def _trial_cap(weighed: tuple[PathPlan, float, float] | None, deadline_s: float, cap: float) -> float | None:
+    """Where to cut a first, cheaper front of the optimal search, or ``None`` for none.
+
+    ``weighed`` is the incumbent (a plan of least ``C + λ·T``, its billed cost, ``λ``): every plan
+    that meets the deadline has a surrogate cost of at least ``L = C + λ·(T − deadline)`` (weak
+    duality), and the search keeps the front up to ``cap`` (the incumbent's billed cost). The
+    trial cut ``c`` sits between them. Why a plan billed below ``c`` settles the search: the
+    front cut at ``c`` is the full front's points of cost up to ``c`` (a point above ``c``
+    dominates none below it, and the bounds keep every point below it), the static clusters
+    likewise, so ``choose`` reads the same candidates in the same order up to ``c``; it stops
+    at the first surrogate at least its best billed cost ``B < c``, before anything the cut
+    dropped, with the same ``B`` — unless its simulations ran out first (then the full search
+    runs, as before)."""
+    if weighed is None or not math.isfinite(cap) or not math.isfinite(deadline_s):
+        return None
+    plan, _, lam = weighed
+    bound = plan.cost_usd + lam * (plan.jct_s - deadline_s)
+    if not cap - bound > _TRIAL_GAP * cap:
+        return None
+    return bound + _TRIAL_AT * (cap - bound)
 
 
 def _cannot_beat(graph: StageGraph, deadline_s: float, cost_cap: float) -> bool:
