@@ -112,16 +112,19 @@ def choose(table: StageTable, candidates: Sequence[Candidate], deadline_s: float
         if result is not None and meets(result) and (best is None or result.mean_cost_usd < best[1].mean_cost_usd - 1e-12):
             best = (cand, result)
     sims = 0
-    cost_floor = getattr(table, "cost_floor", None)      # a VariantTable has none: the surrogate alone
+    cost_floors = getattr(table, "cost_floors", None)      # a VariantTable has none: the surrogate alone
+    floors = None
     for left, cand in enumerate(pool):
         if sims >= max_simulations or (best is not None and cand.cost_usd >= best[1].mean_cost_usd - 1e-12):
             break
         if table.simulated(cand.allocation, cand.instances) is not None:
             continue
-        if best is not None and cost_floor is not None:
-            floor = cost_floor(cand.allocation, cand.instances)
+        if best is not None and cost_floors is not None:
+            if floors is None:       # every candidate's at once, the first time one may be passed over
+                floors = cost_floors(np.array([c.allocation for c in pool], dtype=np.int64),
+                                     np.array([c.instances for c in pool], dtype=np.int64))
             # Less a hair for the other order of the sums (the simulator adds per sample).
-            if floor - 1e-9 * abs(floor) >= best[1].mean_cost_usd - 1e-12:
+            if floors[left] - 1e-9 * abs(floors[left]) >= best[1].mean_cost_usd - 1e-12:
                 continue
         if cannot_meet(table, cand, deadline_s, confidence):
             continue

@@ -558,42 +558,50 @@ class StageTable:
 
     def cost_floor(self, allocation: Sequence[int], held: Sequence[int]) -> float:
         """A lower bound on the mean billed cost of a plan's full simulation, at least its
-        surrogate (``evaluate``'s cost, to the bit): the surrogate plus, per instance launched,
-        what the billing minimum adds to its mean life.
+        surrogate: the surrogate plus, per instance launched, what the billing minimum adds to
+        its mean life (``cost_floors`` for one plan)."""
+        return float(self.cost_floors(np.array([allocation], dtype=np.int64), np.array([held], dtype=np.int64))[0])
+
+    def cost_floors(self, allocations: np.ndarray, held: np.ndarray) -> np.ndarray:
+        """``cost_floor`` of many plans, one per row of ``allocations`` and ``held``.
 
         An instance is billed ``max(minimum_s, ceil(L))`` for a life ``L`` (the end of the SCALE
         that launched it to the end of the SYNC after which it is released, newest first), so
         ``E[billed] >= max(minimum_s, E[L]) = E[L] + max(0, minimum_s - E[L])`` (Jensen: ``max``
-        is convex; rounding up only adds). The surrogate bills exactly ``E[L]`` per instance,
-        and ``E[L]`` is a sum of stage means from the table: the launching stage's mean duration
-        less its mean SCALE, plus every later stage's while the instance is held. Instances held
-        at the start are billed as launched ``minimum_s`` earlier: nothing is added for them.
-        Where a stage's spot instances may be reclaimed (incarnations, waits for capacity) or
-        billing is per function, it is the surrogate alone."""
-        durations, kept, cost, previous = [], [], 0.0, self.start_state
-        for i, (a, h) in enumerate(zip(allocation, held)):
-            d, c = self.stage(i, a, h, previous)
-            durations.append(d)
-            kept.append(min(int(self.previous_held(i, previous)), int(h)))
-            cost += c
-            previous = h
+        is convex; rounding up only adds). The surrogate (``evaluate_many``'s cost) bills exactly
+        ``E[L]`` per instance, and ``E[L]`` is a sum of stage means from the table: the launching
+        stage's mean duration less its mean SCALE, plus every later stage's while the instance
+        is held. Instances held at the start are billed as launched ``minimum_s`` earlier:
+        nothing is added for them. Where a stage's spot instances may be reclaimed
+        (incarnations, waits for capacity) or billing is per function, it is the surrogate alone."""
+        allocations, held = np.asarray(allocations, dtype=np.int64), np.asarray(held, dtype=np.int64)
+        plans, n = held.shape
+        durations, kept = np.zeros((n, plans)), np.zeros((n, plans), dtype=np.int64)
+        cost = np.zeros(plans)
+        previous = np.full(plans, self.start_state, dtype=np.int64)
+        for i in range(n):          # evaluate_many, keeping each stage's duration
+            d, c = self.stage_many(i, allocations[:, i], held[:, i], previous)
+            durations[i], kept[i] = d, np.minimum(self.previous_held(i, previous), held[:, i])
+            cost = cost + c
+            previous = held[:, i]
         minimum = self.cloud.billing.minimum_s
         at_risk = self.cloud.spot.at_risk and Market.SPOT in self.markets
         if not self.per_instance or at_risk or minimum <= 0:
             return cost
-        n, topup = len(durations), 0.0
+        topup = np.zeros(plans)
         for j in range(n):
-            first, top = kept[j], int(held[j])       # stage j launches positions first..top-1
+            first, top = kept[j], held[:, j].copy()      # stage j launches positions first..top-1
             life = durations[j] - self.scale_s[j]
             for r in range(j, n):
-                if top <= first:
-                    break
-                after = int(held[r + 1]) if r + 1 < n and self.markets[r + 1] is self.markets[r] else 0
-                still = max(first, min(top, after))      # released at stage r's SYNC: top-still
-                topup += (top - still) * self.stage_usd_per_s[j] * max(0.0, minimum - life)
+                if r + 1 < n and self.markets[r + 1] is self.markets[r]:
+                    still = np.maximum(first, np.minimum(top, held[:, r + 1]))
+                else:
+                    still = first        # a market switch or the end releases every one
+                gone = top - still       # released at stage r's SYNC
+                topup += np.where(gone > 0, gone * self.stage_usd_per_s[j] * np.maximum(0.0, minimum - life), 0.0)
                 top = still
                 if r + 1 < n:
-                    life += durations[r + 1]
+                    life = life + durations[r + 1]
         return cost + topup
 
     def evaluate(self, allocation: Sequence[int], held: Sequence[int] | None = None) -> tuple[float, float]:

@@ -51,11 +51,13 @@ def test_the_floor_is_between_the_surrogate_and_the_billed_cost():
     rng = np.random.default_rng(7)
     tighter = 0
     for table in tables():
-        for alloc, held in random_plans(table, rng, 5):
+        plans = list(random_plans(table, rng, 5))
+        floors = table.cost_floors(np.array([a for a, _ in plans]), np.array([h for _, h in plans]))
+        for (alloc, held), floor in zip(plans, floors):
             surrogate = table.evaluate(alloc, held)[1]
-            floor = table.cost_floor(alloc, held)
             billed = table.simulate(alloc, held).mean_cost_usd
             assert surrogate <= floor <= billed * (1 + 1e-12), (table.markets, alloc, held)
+            assert table.cost_floor(alloc, held) == floor
             tighter += floor > surrogate * (1 + 1e-6)
     assert tighter > 50      # what makes it worth anything: most plans launch short-lived instances
 
@@ -77,7 +79,7 @@ def test_choose_passes_over_what_the_floor_rules_out_and_chooses_the_same_plan(m
 
     def run(floor: bool):
         if not floor:
-            monkeypatch.setattr(StageTable, "cost_floor", lambda self, a, h: self.evaluate(a, h)[1])
+            monkeypatch.setattr(StageTable, "cost_floors", lambda self, a, h: self.evaluate_many(a, h)[1])
         table = StageTable(spec, model(), cloud, samples=30, seed=5)
         deadline = 1.3 * policies.StageGraph(table).fastest().jct_s
         candidates = optimal_policy(table, deadline)
