@@ -213,9 +213,21 @@ class StageGraph:
         ``i..end`` (a list of ``num_stages + 1`` arrays, the last ``[0]``)."""
         out = [np.zeros(1)] * (self.num_stages + 1)
         for i in range(self.num_stages - 1, -1, -1):
-            total = cost_weight * self.cost[i] + time_weight * self.dur[i] + out[i + 1][self.next[i]][None, :]
-            out[i] = total.min(axis=1)
+            out[i] = self._weighted(i, time_weight, cost_weight, out[i + 1][self.next[i]]).min(axis=1)
         return out
+
+    def _weighted(self, i: int, time_weight: float, cost_weight: float, after: np.ndarray) -> np.ndarray:
+        """``cost_weight·cost[i] + time_weight·dur[i] + after`` (``after`` per option), in one
+        buffer; a weight of 0 drops its term, a weight of 1 skips its product: the same numbers,
+        as every duration and cost is finite (``0·x`` is then ``+0``, and ``y + 0 = y``)."""
+        if cost_weight == 0.0:
+            total = self.dur[i] * time_weight if time_weight != 1.0 else self.dur[i].copy()
+        else:
+            total = self.cost[i] * cost_weight if cost_weight != 1.0 else self.cost[i].copy()
+            if time_weight != 0.0:
+                total += self.dur[i] * time_weight if time_weight != 1.0 else self.dur[i]
+        total += after
+        return total
 
     def to_reach(self, time_weight: float, cost_weight: float) -> list[np.ndarray]:
         """Per stage ``i`` and state before it: the least ``cost_weight·cost + time_weight·time``
@@ -244,7 +256,10 @@ class StageGraph:
         best: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * self.num_stages     # per stage and state
         v = np.zeros(1)
         for i in range(self.num_stages - 1, -1, -1):      # ``to_go(lam, 1.0)``, keeping each state's choice
-            total = self.cost[i] + lam * self.dur[i] + v[self.next[i]][None, :]
+            # ``cost + lam * dur + v[next]`` in one buffer: the same sums (``+`` and ``*`` commute exactly).
+            total = np.multiply(self.dur[i], lam)
+            total += self.cost[i]
+            total += v[self.next[i]]
             best[i] = total.argmin(axis=1)
             v = total[np.arange(len(total)), best[i]]
         return self._walk(lambda i, s: int(best[i][s]))

@@ -537,12 +537,17 @@ class StageTable:
         init = self.init_means(i, int(new.max()))
         duration = terms[0][column] + self.sync_s[i]
         duration = duration + np.where(new > 0, self.scale_s[i] + init[new], 0.0)
-        reclaim_s = terms[1][column]
+        # A term that is 0 everywhere is left out: adding (or multiplying by) it would change no
+        # number (every value is finite), only cost a pass over the (states x options) grid.
         if self.per_instance:
-            cost = self.stage_usd_per_s[i] * (held * (duration + reclaim_s) - new * self.scale_s[i])
+            billed = duration + terms[1][column] if terms[1].any() else duration
+            cost = self.stage_usd_per_s[i] * (held * billed - new * self.scale_s[i])
         else:
             cost = np.broadcast_to(terms[3][column], duration.shape)
-        return duration, cost + (new + held * terms[2][column]) * self.data_usd
+        if self.data_usd == 0.0:
+            return duration, cost + 0.0
+        launches = new + held * terms[2][column] if terms[2].any() else new
+        return duration, cost + launches * self.data_usd
 
     def evaluate_many(self, allocations: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``evaluate`` for many plans, one per row of ``allocations`` and ``held`` (same values)."""
