@@ -235,6 +235,7 @@ class StageTable:
         self.fast_s: list[float] = []     # per stage: a lower bound on its mean TRAIN + SYNC (no queue)
         for i in range(self.spec.num_stages()):
             parallel = [a for a in self._candidates[i] if self.parallel(i, a)] or self._candidates[i]
+            self._longest_together(i, parallel)
             self.fast_s.append(min((self._duration_bound(i, a) for a in parallel), default=math.inf))
 
     def _duration_bound(self, i: int, allocation: int) -> float:
@@ -248,6 +249,19 @@ class StageTable:
         """Whether stage ``i``'s mean makespan under ``allocation`` is still to come, and comes
         from the slowest trial alone: every trial at once, on instances never reclaimed."""
         return allocation not in self.entries[i] and self.parallel(i, allocation) and not self.reclaimed[i]
+
+    def _longest_together(self, i: int, allocations: Sequence[int]) -> None:
+        """``train_s`` of the allocations of stage ``i`` that run every trial at once, formed
+        together (``StageDraws.train_longest_many``: the same numbers) and kept."""
+        shapes = {}
+        for a in allocations:
+            if self._shared_makespan(i, a):
+                shape = self.shape(i, a)
+                if (i, shape.gpus_per_trial) not in self._longest_means:
+                    shapes[shape.gpus_per_trial] = shape
+        if len(shapes) > 1:
+            for shape, longest in zip(shapes.values(), self.draws[i].train_longest_many(self.model, list(shapes.values()))):
+                self._longest_means[(i, shape.gpus_per_trial)] = float(longest.mean())
 
     def train_s(self, i: int, allocation: int) -> float:
         """``entry(i, allocation).train_s``. Where every trial runs at once on instances never

@@ -316,6 +316,42 @@ class StageDraws:
             self._cache[key] = longest
         return self._cache[key]
 
+    def train_longest_many(self, model: ModelProfile, shapes: list[StageShape]) -> list[np.ndarray]:
+        """``train_longest`` of several shapes of this stage (one ``num_trials`` and ``iters``), the
+        same arrays to the bit: those whose latency is a ``Normal`` (with a constant start-up) are
+        formed together, one row per shape, by the very operations ``train_longest`` applies to
+        the stage's largest standard normal per sample (elementwise, so each row is its
+        numbers); the others one by one. Each is kept as ``train_longest`` keeps it."""
+        from rubberband.profiles.distributions import Normal
+
+        out: dict[int, np.ndarray] = {}
+        batch = []
+        for j, shape in enumerate(shapes):
+            dist, startup = iter_latency(model, shape), model.trial_startup_s
+            key = ("longest", dist, startup, shape.num_trials, shape.iters)
+            if key in self._cache:
+                out[j] = self._cache[key]
+            elif (type(dist) is Normal and startup.is_constant and ("stats", *key[1:]) not in self._stats
+                  and ("train", *key[1:]) not in self._cache):
+                batch.append((j, key, dist))
+            else:
+                out[j] = self.train_longest(model, shape)
+        if batch:
+            shape = shapes[batch[0][0]]
+            zkey = ("largest", _TRAIN, shape.num_trials)
+            if zkey not in self._cache:
+                self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.num_trials).max(axis=0))
+            sigma = np.array([[d.sigma] for _, _, d in batch], dtype=float)
+            mu = np.array([[d.mu] for _, _, d in batch], dtype=float)
+            rows = np.multiply(self._cache[zkey][None, :], sigma)      # Normal.from_standard_normal, per row
+            rows += mu
+            np.maximum(rows, 0.0, out=rows)
+            rows *= shape.iters
+            rows += model.trial_startup_s.mean
+            for (j, key, _), row in zip(batch, rows):
+                out[j] = self._cache[key] = _frozen(row.copy())
+        return [out[j] for j in range(len(shapes))]
+
     def standard_normals(self, component: int, rows: int) -> np.ndarray:
         """``(rows, samples)`` standard normals of a component's stream (cached): the numbers a
         normal drawn from that stream is an affine transform of."""

@@ -87,3 +87,21 @@ def test_train_s_is_the_entrys_without_building_it(spot):
         for a in first.candidates(i):
             assert first.train_s(i, a) == then.entry(i, a).train_s == first.entry(i, a).train_s, (i, a)
     assert first.fast_s == then.fast_s
+
+
+@pytest.mark.parametrize("latency", ["normal", "clipped", "lognormal"])
+def test_train_longest_of_many_counts_at_once_is_each_ones_to_the_bit(latency):
+    """``StageDraws.train_longest_many`` (what a table's ``fast_s`` reads, issue 22): one row per
+    GPU count, the numbers ``train_longest`` gives each alone, in any order, some known before."""
+    dists = {"normal": lambda m: {"dist": "normal", "mean": 12.0 / m, "std": 1.2 / m},
+             "clipped": lambda m: {"dist": "normal", "mean": 1.0 / m, "std": 3.0 / m},
+             "lognormal": lambda m: {"dist": "lognormal", "mean": 12.0 / m, "std": 6.0 / m}}
+    model = profile({m: dists[latency](m) for m in (1, 2, 4, 8)}, {"dist": "constant", "value": 5.0})
+    cloud = fig12().cloud
+    shapes = [stage_shape(1, 9, 17, 9 * m, model, cloud) for m in (8, 1, 3, 4, 2, 6)]
+    draws = StageDraws(3, 1, 50)
+    draws.train_longest(model, shapes[2])          # one known already
+    many = draws.train_longest_many(model, shapes)
+    for shape, longest in zip(shapes, many):
+        assert np.array_equal(longest, StageDraws(3, 1, 50).train_longest(model, shape)), shape.gpus_per_trial
+        assert draws.train_longest(model, shape) is longest      # kept: asked again, the same array
