@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, load_experiment  # noqa: E402
+from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, SpecError, load_experiment  # noqa: E402
 from rubberband.plan import POLICIES, compile_plan  # noqa: E402
 from rubberband.profiles.spot import SpotMarket, load_trace  # noqa: E402
 from rubberband.render import render  # noqa: E402
@@ -224,6 +224,8 @@ def plan_or_error(**kwargs):
         return compile_plan(**kwargs)
     except InfeasibleDeadlineError as exc:
         return exc
+    except SpecError as exc:      # refused before planning (the size guard of rubberband/limits.py)
+        return exc
 
 
 def scale_table(repeats: int, only: list[str] | None) -> str:
@@ -234,6 +236,10 @@ def scale_table(repeats: int, only: list[str] | None) -> str:
         seconds, cpu, plan = best_times(repeats, plan_or_error, **kwargs)
         if isinstance(plan, InfeasibleDeadlineError):   # reporting it is the planner's work too: timed all the same
             outcome = f"infeasible (fastest {plan.min_jct_s / 60:.1f} min)"
+        elif isinstance(plan, SpecError):
+            rows.append([i, name, "-", "-", f"< {target:g}", "REFUSED", str(plan).split(";")[0]])
+            print(f"  {i}: {name}: refused: {plan}", file=sys.stderr, flush=True)
+            continue
         else:
             outcome = f"${plan.predicted.mean_cost_usd:,.2f}, {plan.predicted.mean_jct_s / 60:.1f} min"
         rows.append([i, name, f"{seconds:.2f}", f"{cpu:.2f}", f"< {target:g}", "ok" if seconds < target else "SLOW",
