@@ -51,11 +51,11 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
     per-instance billing, the single fastest). A stage of SHA(512) with up to 64 GPUs per
     trial keeps some 40 options of several thousand.
     """
-    # Makespans alone first: under per-instance billing no summed duration is needed (``train_s``).
-    train = np.array([table.train_s(i, int(a)) for a in cands])
     types = table.state_types      # a held count of one type cannot hold another's instances
     if table.per_instance and len(cands):
-        return _fastest_per_count(cands, needs, later, train, types)
+        return _fastest_per_count(cands, needs, later, _fastest_trains(table, i, cands, needs, later), types)
+    # Makespans alone first: under per-instance billing no summed duration is needed (``train_s``).
+    train = np.array([table.train_s(i, int(a)) for a in cands])
     busy = np.array([table.entry(i, int(a)).busy_usd for a in cands])
     later_set = set(later.tolist())
     out_a, out_h = [], []
@@ -74,6 +74,60 @@ def stage_options(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarra
         out_a.append(cands[keep])
         out_h.append(np.full(len(keep), h, dtype=np.int64))
     return np.concatenate(out_a), np.concatenate(out_h)
+
+
+def _fastest_trains(table: StageTable, i: int, cands: np.ndarray, needs: np.ndarray,
+                    later: np.ndarray) -> np.ndarray:
+    """``train_s`` of stage ``i``'s candidates where ``_fastest_per_count`` may choose them, and
+    ``inf`` where it cannot: under per-instance billing each held count keeps its fastest
+    candidate alone, so a costly one (a queue to list schedule, the spot kernel) whose lower
+    bound (``train_bound``) is above the fastest time already known for every count it may
+    hold is never chosen; it is passed over, cheapest bound first. Each count keeps a candidate
+    with a known time (one is passed over only where every count it may hold has one), and one
+    passed over is slower than it, never tied with it, so the choice is the one made with every
+    time known."""
+    train = np.full(len(cands), np.inf)
+    cheap = getattr(table, "train_s_cheap", None)
+    costly = []
+    for j, a in enumerate(cands):
+        if cheap is None or cheap(i, int(a)):
+            train[j] = table.train_s(i, int(a))
+        else:
+            costly.append(j)
+    if not costly:
+        return train
+    types = table.state_types
+    counts = np.union1d(needs, later)
+    is_later = np.isin(counts, later)
+    least = _least_per_count(counts, is_later, needs, train, types)
+    bounds = np.array([table.train_bound(i, int(cands[j])) for j in costly])
+    for j, bound in sorted(zip(costly, bounds.tolist()), key=lambda jb: jb[1]):
+        need = needs[j]
+        mine = (counts == need) | (is_later & (counts > need) & (counts % types == need % types))
+        # A hair below the bound: the bound and the time add up their samples differently.
+        if np.any(least[mine] >= bound * (1 - 1e-9)):
+            train[j] = table.train_s(i, int(cands[j]))
+            np.minimum(least, np.where(mine, train[j], np.inf), out=least)
+    return train
+
+
+def _least_per_count(counts: np.ndarray, is_later: np.ndarray, needs: np.ndarray, train: np.ndarray,
+                     types: int) -> np.ndarray:
+    """Per held count, the least ``train`` of the candidates that may hold it: those that need
+    exactly it, and, where a later stage needs it, those of its type that need fewer."""
+    least = np.full(len(counts), np.inf)
+    np.minimum.at(least, np.searchsorted(counts, needs), train)
+    for r in np.unique(counts % types):
+        mine = np.flatnonzero(needs % types == r)
+        if not len(mine):
+            continue
+        by_need = mine[np.argsort(needs[mine], kind="stable")]
+        prefix = np.minimum.accumulate(train[by_need])
+        at = np.flatnonzero(is_later & (counts % types == r))
+        below = np.searchsorted(needs[by_need], counts[at], side="left") - 1
+        ok = below >= 0
+        least[at[ok]] = np.minimum(least[at[ok]], prefix[below[ok]])
+    return least
 
 
 def _fastest_per_count(cands: np.ndarray, needs: np.ndarray, later: np.ndarray, train: np.ndarray,

@@ -277,6 +277,16 @@ class StageTable:
             self._longest_means[key] = float(self.draws[i].train_longest(self.model, shape).mean())
         return self._longest_means[key]
 
+    def train_s_cheap(self, i: int, allocation: int) -> bool:
+        """Whether ``train_s(i, allocation)`` is known or cheap: no queue to list schedule and no
+        spot kernel to run (an optimistic view takes those at their bounds)."""
+        return self._optimistic or self.simulated_cheaply(i, allocation)
+
+    def train_bound(self, i: int, allocation: int) -> float:
+        """A lower bound on ``train_s(i, allocation)`` without list scheduling a queue or running
+        the spot kernel (``_train_bounds``: per sample, the slowest trial and the work per slot)."""
+        return self._train_bounds(i, self.shape(i, allocation))[0]
+
     def simulate(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult:
         """The full simulation of a plan on this table's random numbers and markets (once)."""
         key = (self.markets, tuple(int(a) for a in allocation), tuple(int(h) for h in held))

@@ -160,6 +160,14 @@ class VariantTable:
         a, table = self._split(key)
         return table.train_s(stage, a)
 
+    def train_s_cheap(self, stage: int, key: int) -> bool:
+        a, table = self._split(key)
+        return table.train_s_cheap(stage, a)
+
+    def train_bound(self, stage: int, key: int) -> float:
+        a, table = self._split(key)
+        return table.train_bound(stage, a)
+
     def simulated_cheaply(self, stage: int, key: int) -> bool:
         a, table = self._split(key)
         return table.simulated_cheaply(stage, a)
