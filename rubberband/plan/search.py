@@ -388,16 +388,17 @@ def costly_survivors(graph: StageGraph, deadline_s: float, cost_cap: float = mat
     use_v = bool(lam) and finite_c and math.isfinite(deadline_s)
     v_in, v_go = (graph.to_reach(lam, 1.0), graph.to_go(lam, 1.0)) if use_v else (None, None)
     out = []
+    types = view.state_types
     for i in range(n):
         keep = []
         states = graph.states[i]
+        later = graph.later[i]
         for a in view.candidates(i, deadline_s):
             if view.simulated_cheaply(i, a):
                 continue
             need = view.need(i, a)
-            types = view.state_types
-            held = np.array([need] + [int(v) for v in graph.later[i] if v > need and v % types == need % types],
-                            dtype=np.int64)
+            # The fewest it needs, then every count a later stage needs above it, of its type (ascending).
+            held = np.concatenate(([need], later[(later > need) & (later % types == need % types)])).astype(np.int64)
             nxt = np.searchsorted(graph.states[i + 1], held) if i < n - 1 else np.zeros(len(held), dtype=np.int64)
             d, c = view.stage_many(i, np.full(len(held), a)[None, :], held[None, :], states[:, None])
             ok = t_in[i][:, None] + d + t_go[i + 1][nxt][None, :] <= deadline_s + t_eps
