@@ -40,12 +40,13 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
   The table checks its own size (on-demand terms: it knows no market); ``check_plan`` adds the
   spot term before a plan starts. ``tests/unit/test_limits.py`` measures three again: never
   below, at most 2.5x above.
-* a rehearsal (``run --provider sim``: the scheduler's event loop in virtual time) holds every
-  trial of the job as objects, about ``REHEARSAL_TRIAL_BYTES`` each (a million-trial job grew
-  past 3.6 GB, issue 21), and its repeats run one after another::
+* a rehearsal (``run --provider sim``: the executor's driver and the scheduler in virtual time)
+  keeps, per TRAIN (a trial's stage: the scheduler's and the backend's records, the ledger's,
+  the report's), about ``REHEARSAL_TRAIN_BYTES``, and per iteration it trained (its time)
+  ``REHEARSAL_ITER_BYTES``; every repeat is kept for the report (a million-trial job grew
+  past 3.6 GB, issue 21). With ``I_i`` the iterations of stage ``i``::
 
-      memory = REHEARSAL_TRIAL_BYTES * sum n_i
-      time   = REHEARSAL_TRIAL_S * repeats * sum n_i
+      memory = repeats * (REHEARSAL_TRAIN_BYTES * sum n_i + REHEARSAL_ITER_BYTES * sum n_i I_i)
 * ``build_dag``: about ``DAG_ELEMENT_BYTES`` per node and edge; a stage that launches ``new``
   instances links each of its running trials to each INIT node (``running * new`` edges).
 * a what-if sweep: a table per distinct non-deadline scenario, and per scenario and policy a
@@ -77,9 +78,10 @@ TABLE_CELLS_PER_TRIAL = 4           # cells per trial, GPU count and sample of a
 TABLE_CELLS_PER_INSTANCE = 2        # per instance of the widest allocation and sample (its INIT draws)
 TABLE_CELLS_PER_STAGE = 16          # per stage and sample (times, costs, sync and scale draws)
 SPOT_CELLS_PER_INSTANCE = 40        # per instance and sample on a spot market that reclaims (incarnations)
-REHEARSAL_TRIAL_BYTES = 4096        # one trial in a rehearsal (1e6 trials grew past 3.6 GB: ~3.6 KB)
-REHEARSAL_TRIAL_S = 0.005           # seconds of one trial in one rehearsal (200 of SHA(32) took ~45 s)
-MAX_REHEARSAL_S = 3600.0            # a rehearsal, repeats included, longer than this is refused
+# A rehearsal's TRAIN and its iterations, measured with tracemalloc on SHA(512, 4, 4096, 2)
+# (~2.5 kB a TRAIN) and rounded up.
+REHEARSAL_TRAIN_BYTES = 4096
+REHEARSAL_ITER_BYTES = 16
 
 SHRINK = "fewer trials or stages"
 
@@ -147,26 +149,26 @@ def check_plan(trials: Sequence[int], gpu_counts: int, max_instances: int, sampl
            memory=table_memory_cells(trials, gpu_counts, max_instances, spot), work=0)
 
 
-def check_rehearsal(trials: Sequence[int], repeat: int = 1) -> None:
-    """Refuse a rehearsal (``run --provider sim``) too large to hold or too long to run, before it
-    starts: ``trials`` per stage, rehearsed ``repeat`` times one after another (see the module
-    docstring). Call it before the first rehearsal, whatever backend plays it.
+def check_rehearsal(trials: Sequence[int], iters: Sequence[int], repeat: int = 1) -> None:
+    """Refuse, in one line, a rehearsal of a job of ``trials`` per stage, each training ``iters``
+    iterations in it (``ExperimentSpec.trials`` and ``.iters``), ``repeat`` of them each kept for
+    the report, too large to hold in memory (see the module docstring). Call it before the first
+    rehearsal, whatever backend plays it.
 
     Raises:
-        SpecError: one line with the size, the limit and how to shrink it.
+        SpecError: naming the job's size, the estimate and how to shrink it.
     """
-    total = sum(trials)
-    nbytes = total * REHEARSAL_TRIAL_BYTES
-    if nbytes > MAX_MEMORY_BYTES:
-        raise SpecError(f"job too large: rehearsing {_trials(trials)} needs about {_gb(nbytes)} of memory, over the "
-                        f"{_gb(MAX_MEMORY_BYTES)} limit; use {SHRINK} (limits in rubberband/limits.py)")
-    seconds = total * repeat * REHEARSAL_TRIAL_S
-    if seconds > MAX_REHEARSAL_S:
-        fit = int(MAX_REHEARSAL_S // (total * REHEARSAL_TRIAL_S))
-        how = f"use --repeat {fit} or less, or {SHRINK}" if fit >= 1 else f"use {SHRINK}"
-        raise SpecError(f"job too large: rehearsing {_trials(trials)} {repeat:,} times takes about "
-                        f"{seconds / 3600:,.1f} h, over the {MAX_REHEARSAL_S / 3600:g} h limit; {how} "
-                        "(limits in rubberband/limits.py)")
+    trains = sum(trials)
+    trained = sum(n * k for n, k in zip(trials, iters))
+    per_run = trains * REHEARSAL_TRAIN_BYTES + trained * REHEARSAL_ITER_BYTES
+    need = per_run * max(int(repeat), 1)
+    if need <= MAX_MEMORY_BYTES:
+        return
+    fit = int(MAX_MEMORY_BYTES // per_run)
+    how = f"use --repeat {fit} or fewer" if fit >= 1 and repeat > 1 else "rehearse a job with fewer trials"
+    raise SpecError(f"job too large: rehearsing {len(trials)} stage(s) of {trains:,} trials in all"
+                    f"{f' {repeat:,} times' if repeat > 1 else ''} needs about {_gb(need)} of memory, over the "
+                    f"{_gb(MAX_MEMORY_BYTES)} limit; {how} (limits in rubberband/limits.py)")
 
 
 def check_sweep(scenarios: int, policies: int, trials: Sequence[int], samples: int, table_cells: int = 0,
@@ -216,8 +218,8 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 2**30:,.1f} GB" if nbytes < 1000 * 2**30 else f"{nbytes / 2**40:,.1f} TB"
 
 
-__all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_REHEARSAL_S", "MAX_WORK",
-           "PLAN_OPS", "REHEARSAL_TRIAL_BYTES", "REHEARSAL_TRIAL_S", "SEARCH_SIMULATIONS", "SPOT_CELLS_PER_INSTANCE",
+__all__ = ["CELL_BYTES", "DAG_ELEMENT_BYTES", "MAX_ALLOCATIONS", "MAX_MEMORY_BYTES", "MAX_WORK",
+           "PLAN_OPS", "REHEARSAL_ITER_BYTES", "REHEARSAL_TRAIN_BYTES", "SEARCH_SIMULATIONS", "SPOT_CELLS_PER_INSTANCE",
            "TABLE_CELLS_PER_INSTANCE", "TABLE_CELLS_PER_STAGE", "TABLE_CELLS_PER_TRIAL",
            "check_dag", "check_plan", "check_rehearsal", "check_samples_seed", "check_simulation", "check_sweep", "check_table",
            "queue_work", "table_memory_cells", "table_work"]

@@ -18,14 +18,9 @@ import numpy as np
 
 from rubberband.errors import SpecError
 from rubberband.executor.report import RunResult
+from rubberband.limits import check_rehearsal
 from rubberband.plan.plan import Plan
 from rubberband.profiles.model import ModelProfile
-
-# What a rehearsal holds per TRAIN (a trial's stage: the scheduler's and the backend's records,
-# the ledger's, the report's) and per iteration it trained (its time), measured with
-# tracemalloc on SHA(512, 4, 4096, 2) (~2.5 kB a TRAIN) and rounded up.
-REHEARSAL_TRAIN_BYTES = 4096
-REHEARSAL_ITER_BYTES = 16
 
 
 def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: str = "--truth-model") -> ModelProfile:
@@ -49,29 +44,6 @@ def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: s
     return model
 
 
-def check_rehearsal(plan: Plan, repeat: int = 1) -> None:
-    """Refuse, in one line, a rehearsal (``repeat`` of them, each kept for the report) too
-    large to hold in memory (``rubberband.limits.MAX_MEMORY_BYTES``).
-
-    Raises:
-        SpecError: naming the job's size, the estimate and how to shrink it.
-    """
-    from rubberband.limits import MAX_MEMORY_BYTES, _gb
-
-    stages = plan.spec.stages
-    trains = sum(s.num_trials for s in stages)
-    iters = sum(s.num_trials * s.iters for s in stages)
-    per_run = trains * REHEARSAL_TRAIN_BYTES + iters * REHEARSAL_ITER_BYTES
-    need = per_run * max(int(repeat), 1)
-    if need <= MAX_MEMORY_BYTES:
-        return
-    fit = int(MAX_MEMORY_BYTES // per_run)
-    how = f"use --repeat {fit} or fewer" if fit >= 1 and repeat > 1 else "rehearse a job with fewer trials"
-    raise SpecError(f"job too large: rehearsing {len(stages)} stage(s) of {trains:,} trials in all"
-                    f"{f' {repeat:,} times' if repeat > 1 else ''} needs about {_gb(need)} of memory, over the "
-                    f"{_gb(MAX_MEMORY_BYTES)} limit; {how} (limits in rubberband/limits.py)")
-
-
 def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
              replan_with=None, safety_net=None, budget_usd: float | None = None) -> RunResult:
     """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
@@ -83,7 +55,7 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
     """
     from rubberband.executor.sim import rehearse_once
 
-    check_rehearsal(plan)
+    check_rehearsal(plan.spec.trials, plan.spec.iters)
     run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
                         budget_usd=budget_usd)
     return result_of(plan, run, seed, metric)
@@ -96,7 +68,7 @@ def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mo
     total)`` is called after each. Returns each one's ``RunResult`` and its ``run_dict``."""
     from rubberband.executor.sim import rehearse_once
 
-    check_rehearsal(plan, len(seeds))
+    check_rehearsal(plan.spec.trials, plan.spec.iters, len(seeds))
     results, runs = [], []
     for k, seed in enumerate(seeds):
         run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,

@@ -290,16 +290,24 @@ def test_a_deadline_sweep_of_millions_is_refused_before_its_values_are_listed(ca
 
 
 def test_a_rehearsal_is_sized_before_it_starts():
-    from rubberband.limits import REHEARSAL_TRIAL_BYTES, check_rehearsal
+    from rubberband.limits import REHEARSAL_ITER_BYTES, REHEARSAL_TRAIN_BYTES, check_rehearsal
 
-    check_rehearsal((512, 256, 128, 64, 32, 16, 8, 4, 2, 1), repeat=200)
+    sha512 = ExperimentSpec.sha(num_trials=512, min_iters=4, max_iters=4096, eta=2)
+    check_rehearsal(sha512.trials, sha512.iters, repeat=200)  # the shipped SHA(512), 200 times over, fits
+    with pytest.raises(SpecError, match=r"^job too large: rehearsing 10 stage\(s\) of 1,023 trials in all 10,000 times "
+                                        r"needs about [\d.]+ GB of memory, over the 2\.0 GB limit; use --repeat \d+ or fewer"):
+        check_rehearsal(sha512.trials, sha512.iters, repeat=10_000)
     with pytest.raises(SpecError, match=r"^job too large: rehearsing 5 stage\(s\) of 1,500,000 trials in all needs "
-                                        r"about [\d.]+ GB of memory, over the 2\.0 GB limit; use fewer trials"):
-        check_rehearsal((1_000_000, 250_000, 125_000, 100_000, 25_000))
-    fits = MAX_MEMORY_BYTES // REHEARSAL_TRIAL_BYTES
-    check_rehearsal((fits,))
+                                        r"about [\d.]+ GB of memory, over the 2\.0 GB limit; rehearse a job with fewer "
+                                        r"trials \(limits in rubberband/limits.py\)$"):
+        check_rehearsal((1_000_000, 250_000, 125_000, 100_000, 25_000), (1, 2, 4, 8, 16))
+    fits = MAX_MEMORY_BYTES // (REHEARSAL_TRAIN_BYTES + 10 * REHEARSAL_ITER_BYTES)
+    check_rehearsal((fits,), (10,))
     with pytest.raises(SpecError, match="job too large"):
-        check_rehearsal((fits + 1,))
+        check_rehearsal((fits + 1,), (10,))
+    check_rehearsal((fits // 2,), (10,), repeat=2)
+    with pytest.raises(SpecError, match=r"use --repeat 1 or fewer"):
+        check_rehearsal((fits // 2 + 1,), (10,), repeat=2)
 
 
 def test_one_trial_is_one_trial():
