@@ -26,6 +26,7 @@ from rubberband.scheduler import (
     TrainFinished,
     TrialFailed,
 )
+from rubberband.testing.drive import drive
 
 MODEL = ModelProfile({g: Constant(10.0 / g) for g in (1, 2, 4, 8)}, Constant(1.0), Constant(1.0), name="m")
 
@@ -43,33 +44,6 @@ def make_plan(spec: ExperimentSpec, allocation, market: str = "on-demand", insta
     return plan_allocation(spec, allocation, MODEL, cloud(market), 3600.0, instances=instances, samples=4)
 
 
-class Script:
-    """Applies decisions the simplest way: instances come up at once, trials report a fixed
-    metric per trial, a SYNC ends at once. Records every decision."""
-
-    def __init__(self, scheduler: Scheduler, metric=lambda trial, step: float(trial[-3:])):
-        self.s, self.metric, self.log = scheduler, metric, []
-        self.gpus = 4
-        self.steps: dict[str, int] = {}          # what a backend knows: the steps it trained each trial to
-
-    def run(self) -> list:
-        pending = list(self.s.start(0.0))
-        t = 0.0
-        while pending:
-            d = pending.pop(0)
-            self.log.append(d)
-            t += 1.0
-            if isinstance(d, RequestInstances):
-                for name in d.names:
-                    pending += self.s.on(InstanceReady(name, self.gpus, t), t)
-            elif isinstance(d, StartTrial):
-                step = self.steps[d.trial] = self.steps.get(d.trial, 0) + d.iters
-                pending += self.s.on(TrainFinished(d.trial, step, self.metric(d.trial, step)), t)
-            elif isinstance(d, RunSync):
-                pending += self.s.on(SyncDone(d.stage), t)
-        return self.log
-
-
 def of(log, kind):
     return [d for d in log if isinstance(d, kind)]
 
@@ -78,7 +52,7 @@ def test_a_sha_job_runs_end_to_end_promoting_the_best_half():
     spec = ExperimentSpec.sha(8, 1, 4, eta=2)
     plan = make_plan(spec, [8] * spec.num_stages())
     sched = Scheduler(plan, mode="min")
-    log = Script(sched).run()
+    log = drive(sched)
     # metric = trial number, minimised: t000.. are best; each SYNC keeps the first n_{i+1}.
     for i in range(spec.num_stages()):
         started = [d.trial for d in of(log, StartTrial) if d.stage == i]
@@ -99,7 +73,7 @@ def test_promotion_is_a_stable_sort_and_a_nan_metric_ranks_last():
     spec = ExperimentSpec.from_stages([(4, 1), (2, 1)])
     values = {"t000": math.nan, "t001": 0.5, "t002": 0.5, "t003": 0.9}
     sched = Scheduler(make_plan(spec, [4, 2]), mode="max")
-    log = Script(sched, lambda trial, step: values[trial]).run()
+    log = drive(sched, metric=lambda trial, step: values[trial])
     second = [d.trial for d in of(log, StartTrial) if d.stage == 1]
     assert second == ["t003", "t001"]           # 0.9, then the first of the two 0.5s; NaN last
     assert sched.report().best == "t003"
@@ -109,7 +83,7 @@ def test_a_hyperband_job_runs_each_bracket_with_its_own_trials():
     spec = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 9, eta=3))
     plan = make_plan(spec, [s.num_trials for s in spec.stages])
     sched = Scheduler(plan, mode="min")
-    log = Script(sched).run()
+    log = drive(sched)
     for b, start in enumerate(spec.bracket_starts):
         first = [d.trial for d in of(log, StartTrial) if d.stage == start]
         assert first == [f"b{b}-t{j:03d}" for j in range(spec.stages[start].num_trials)]
@@ -230,8 +204,8 @@ def test_a_gang_that_keeps_failing_on_live_instances_fails_the_job():
 
 def test_keep_warm_releases_nothing_at_the_end():
     spec = ExperimentSpec.from_stages([(4, 1), (2, 1)])
-    warm = Script(Scheduler(make_plan(spec, [16, 8]), keep_warm=True)).run()
-    cold = Script(Scheduler(make_plan(spec, [16, 8]))).run()
+    warm = drive(Scheduler(make_plan(spec, [16, 8]), keep_warm=True))
+    cold = drive(Scheduler(make_plan(spec, [16, 8])))
     assert [d.names for d in of(warm, ReleaseInstances)] == [("i003", "i002")]          # the scale-down only
     assert [d.names for d in of(cold, ReleaseInstances)] == [("i003", "i002"), ("i001", "i000")]
     assert of(warm, JobDone) == of(cold, JobDone)

@@ -19,10 +19,10 @@ from rubberband.scheduler import (
     Scheduler,
     StartTrial,
     StopTrial,
-    SyncDone,
     TrainFinished,
 )
 from rubberband.simulator import simulate
+from rubberband.testing.drive import drive
 
 MODEL = ModelProfile({g: Constant(10.0 / g) for g in (1, 2, 4, 8)}, Constant(1.0), Constant(1.0), name="m",
                      packed_iter_latency_s={2: Constant(14.0), 4: Constant(25.0)})
@@ -49,24 +49,9 @@ def make_plan(spec, allocation, types=None, packing=None) -> Plan:
 
 
 def run(s: Scheduler) -> list:
-    """Apply decisions the simplest way (instances up at once with their type's GPUs, a SYNC at
-    once, trials finishing in the order started, scoring by their number); return them all."""
-    pending, log, types, t = list(s.start(0.0)), [], {}, 0.0
-    steps: dict[str, int] = {}           # what a backend knows: the step it trained each trial to
-    while pending:
-        d = pending.pop(0)
-        log.append(d)
-        t += 1.0
-        if isinstance(d, RequestInstances):
-            for name in d.names:
-                types[name] = d.instance_type
-                pending += s.on(InstanceReady(name, CLOUDS[d.instance_type].gpus_per_instance, t), t)
-        elif isinstance(d, StartTrial):
-            step = steps[d.trial] = steps.get(d.trial, 0) + d.iters
-            pending += s.on(TrainFinished(d.trial, step, float(d.trial[-3:])), t)
-        elif isinstance(d, RunSync):
-            pending += s.on(SyncDone(d.stage), t)
-    return log
+    """Instances up at once with their type's GPUs, a SYNC at once, trials finishing in the order
+    started, scoring by their number; every decision."""
+    return drive(s, gpus={name: c.gpus_per_instance for name, c in CLOUDS.items()})
 
 
 def stage_of(log, i, kind):
@@ -112,31 +97,12 @@ def test_a_packed_stage_runs_k_trials_per_gpu_queues_the_rest_and_a_wider_stage_
     # A finished trial hands its share of the GPU to the next queued one.
     [nxt] = s.on(TrainFinished(starts[0].trial, 2, 5.0), 2.0)
     assert nxt.trial == "t008" and nxt.slots == starts[0].slots and nxt.trials_per_gpu == 4
-    log = run_rest(s, [d for d in starts[1:]] + [nxt])
+    log = drive(s, running=[*starts[1:], nxt], now=3.0, steps={starts[0].trial: 2})
     # Stage 1 gives each of its 2 trials 4 GPUs: the survivors leave their shared GPU (paused, resized).
     wide = stage_of(log, 1, StartTrial)
     assert len(wide) == 2 and all(len(d.slots) == 4 and d.trials_per_gpu == 1 for d in wide)
     paused = {d.trial for d in log if isinstance(d, StopTrial) and not d.eliminated}
     assert {d.trial for d in wide} == paused == {"t010", "t011"}
-
-
-def run_rest(s: Scheduler, running: list[StartTrial]) -> list:
-    pending, log, t = [], [], 3.0
-    for d in running:
-        t += 1.0
-        pending += s.on(TrainFinished(d.trial, s._trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
-    while pending:
-        d = pending.pop(0)
-        log.append(d)
-        t += 1.0
-        if isinstance(d, RequestInstances):
-            for name in d.names:
-                pending += s.on(InstanceReady(name, 4, t), t)
-        elif isinstance(d, StartTrial):
-            pending += s.on(TrainFinished(d.trial, s._trials[d.trial].step + d.iters, float(d.trial[-3:])), t)
-        elif isinstance(d, RunSync):
-            pending += s.on(SyncDone(d.stage), t)
-    return log
 
 
 def test_a_packed_train_at_the_packed_latency_is_on_the_profiled_pace():
