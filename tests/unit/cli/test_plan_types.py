@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from rubberband.errors import SpecError
+from rubberband.profiles import Normal
+from rubberband.testing.builders import model_profile, write_profile
 
 from .helpers import assert_one_line_error, run
 
@@ -14,22 +16,17 @@ CATALOG = ROOT / "cloud_profiles" / "aws" / "us-east-1.yaml"
 TRACES = ROOT / "cloud_profiles" / "aws" / "spot_traces" / "p3.2xlarge.json"
 
 
-def profile(tmp_path: Path, name: str = "m.yaml", packed: str = "", measured_on: str = "instance_type: p3.16xlarge") -> Path:
-    path = tmp_path / name
-    path.write_text(f"""
-name: m
-measured_on: {{{measured_on}}}
-iter_latency_s:
-  1: {{dist: normal, mean: 12.0, std: 1.2}}
-  2: {{dist: normal, mean: 6.3, std: 0.63}}
-  4: {{dist: normal, mean: 3.45, std: 0.35}}
-  8: {{dist: normal, mean: 2.0, std: 0.2}}
-trial_startup_s: {{dist: constant, value: 5.0}}
-sync_s: {{dist: constant, value: 1.0}}
-gpu_memory_gb_per_trial: 3.0
-{packed}
-""")
-    return path
+ITER_S = {1: Normal(12.0, 1.2), 2: Normal(6.3, 0.63), 4: Normal(3.45, 0.35), 8: Normal(2.0, 0.2)}
+PACKED = {2: Normal(15.6, 1.5), 4: Normal(26.4, 2.6)}
+
+
+def profile(tmp_path: Path, name: str = "m.yaml", packed: dict | None = None,
+            measured_on: dict | None = None) -> Path:
+    """A model profile file: ``packed`` latencies by trials per GPU; measured on a p3.16xlarge
+    unless ``measured_on`` says where."""
+    return write_profile(tmp_path / name, model_profile(
+        ITER_S, startup_s=5.0, sync_s=1.0, name="m", packed_iter_latency_s=packed, gpu_memory_gb_per_trial=3.0,
+        measured_on=measured_on or {"instance_type": "p3.16xlarge"}))
 
 
 def experiment(tmp_path: Path, model: str, sha: str = "{num_trials: 27, min_iters: 4, max_iters: 108, eta: 3}",
@@ -67,8 +64,7 @@ def test_plan_shows_a_type_per_stage_and_writes_it(capsys, tmp_path):
 
 
 def test_plan_shows_packed_stages(capsys, tmp_path):
-    packed = "packed_iter_latency_s: {2: {dist: normal, mean: 15.6, std: 1.5}, 4: {dist: normal, mean: 26.4, std: 2.6}}"
-    exp = experiment(tmp_path, str(profile(tmp_path, packed=packed)), sha="{num_trials: 256, min_iters: 1, max_iters: 64, eta: 4}",
+    exp = experiment(tmp_path, str(profile(tmp_path, packed=PACKED)), sha="{num_trials: 256, min_iters: 1, max_iters: 64, eta: 4}",
                      instance_type="p3.2xlarge", deadline="1h")
     code, out, err = run(capsys, "plan", exp, "--json")
     assert code == 0, err
@@ -80,8 +76,8 @@ def test_plan_shows_packed_stages(capsys, tmp_path):
 
 
 def test_plan_by_profiles_per_gpu_model(capsys, tmp_path):
-    v100 = profile(tmp_path, "v100.yaml", measured_on="gpu_model: V100")
-    t4 = profile(tmp_path, "t4.yaml", measured_on="gpu_model: T4")
+    v100 = profile(tmp_path, "v100.yaml", measured_on={"gpu_model": "V100"})
+    t4 = profile(tmp_path, "t4.yaml", measured_on={"gpu_model": "T4"})
     exp = experiment(tmp_path, f"{{V100: {v100}, T4: {t4}}}", sha="{num_trials: 8, min_iters: 2, max_iters: 8, eta: 2}",
                      deadline="2h")
     code, out, err = run(capsys, "plan", exp, "--json")
@@ -96,7 +92,7 @@ def test_plan_zone_keeps_the_cheapest_zone_and_names_it(capsys, tmp_path):
     path = tmp_path / "zones.yaml"
     path.write_text(f"""
 sha: {{num_trials: 8, min_iters: 2, max_iters: 8, eta: 2}}
-model_profile: {profile(tmp_path, measured_on="instance_type: p3.2xlarge")}
+model_profile: {profile(tmp_path, measured_on={"instance_type": "p3.2xlarge"})}
 cloud:
   profile: {ROOT / 'cloud_profiles' / 'aws' / 'us-west-2.yaml'}
   instance_type: p3.2xlarge
@@ -116,8 +112,8 @@ samples: 30
 
 
 def test_validate_lists_each_gpu_models_profile(capsys, tmp_path):
-    v100 = profile(tmp_path, "v100.yaml", measured_on="gpu_model: V100")
-    t4 = profile(tmp_path, "t4.yaml", measured_on="gpu_model: T4")
+    v100 = profile(tmp_path, "v100.yaml", measured_on={"gpu_model": "V100"})
+    t4 = profile(tmp_path, "t4.yaml", measured_on={"gpu_model": "T4"})
     exp = experiment(tmp_path, f"{{V100: {v100}, T4: {t4}}}")
     code, out, err = run(capsys, "validate", exp)
     assert code == 0, err
@@ -142,8 +138,7 @@ def test_plan_zone_keeps_an_experiments_auto_market(capsys, tmp_path):
 def test_a_real_run_plans_with_packing_like_a_rehearsal(capsys, tmp_path, monkeypatch):
     # Real clusters run packed stages: `run --provider local` plans with the packed latencies
     # (no note dropping them), as `run --provider sim` does.
-    packed = "packed_iter_latency_s: {2: {dist: normal, mean: 15.6, std: 1.5}, 4: {dist: normal, mean: 26.4, std: 2.6}}"
-    exp = experiment(tmp_path, str(profile(tmp_path, packed=packed)), sha="{num_trials: 256, min_iters: 1, max_iters: 64, eta: 4}",
+    exp = experiment(tmp_path, str(profile(tmp_path, packed=PACKED)), sha="{num_trials: 256, min_iters: 1, max_iters: 64, eta: 4}",
                      instance_type="p3.2xlarge", deadline="1h")
     Path(exp).write_text(Path(exp).read_text() + "trainer: rubberband.examples.digits:DigitsMLP\n")
     seen = []

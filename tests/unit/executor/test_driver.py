@@ -12,7 +12,9 @@ from rubberband.executor.driver import MAX_TRIAL_RESTARTS, Driver
 from rubberband.executor.run import ledger_from_events
 from rubberband.executor.search_space import sample_configs
 from rubberband.plan import compile_plan, plan_allocation
+from rubberband.profiles import Normal
 from rubberband.simulator.model import gpus_per_trial
+from rubberband.testing.builders import fake_cloud, model_profile
 from rubberband.testing.fakes import Fakes, decode_checkpoint, make_fakes
 
 ITER_S = {1: 4.0, 2: 2.5, 4: 1.5}
@@ -22,14 +24,11 @@ GRID = {"lr": {"grid": LRS}}
 
 
 def model() -> ModelProfile:
-    return ModelProfile.from_dict({"name": "fake", "iter_latency_s": dict(ITER_S)})
+    return model_profile(ITER_S, name="fake")
 
 
 def cloud(G: int) -> CloudProfile:  # noqa: N803 - the paper's symbol
-    return CloudProfile.from_dict({
-        "instance_type": "fake.gpu", "gpus_per_instance": G, "price_usd_per_hour": 3.6,
-        "provision_latency_s": 10, "init_latency_s": 5,
-    })
+    return fake_cloud(G)
 
 
 def spec(*stages: tuple[int, int]) -> ExperimentSpec:
@@ -369,10 +368,8 @@ def slow_run(replan: bool, deadline_s: float = 56.0):
     """SHA (32,1),(4,40) planned on the profile (one 2-GPU instance meets the deadline), run by
     a trainer twice as slow as profiled. At 56 s the plan kept misses the deadline at the SYNC
     by a second more than the re-planning tolerance (at 58 s it was 5 ms, on one stream)."""
-    profile = ModelProfile.from_dict({"name": "fake", "iter_latency_s": {
-        m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
-    cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
-                                 "provision_latency_s": 2.0, "init_latency_s": 11.5})
+    profile = model_profile({m: Normal(s, 0.01) for m, s in SLOW_ITER_S.items()}, name="fake")
+    cl = fake_cloud(2, price_usd_per_hour=2.0, provision_s=2.0, init_s=11.5)
     plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, deadline_s, samples=100)
     fakes = make_fakes(2, SLOW_ITER_S, provision_s=2.0, init_s=11.5, pace=lambda step: 2.0)
     outcome = Driver(plan, fakes.cluster, fakes.runner, {"lr": {"grid": [0.01 * i for i in range(1, 33)]}}, "loss",
@@ -543,10 +540,8 @@ def test_a_re_plan_runs_off_the_loop_which_keeps_watching_the_cluster_meanwhile(
     import threading
     from concurrent.futures import Future
 
-    profile = ModelProfile.from_dict({"name": "fake", "iter_latency_s": {
-        m: {"dist": "normal", "mean": s, "std": 0.01} for m, s in SLOW_ITER_S.items()}})
-    cl = CloudProfile.from_dict({"instance_type": "fake.gpu", "gpus_per_instance": 2, "price_usd_per_hour": 2.0,
-                                 "provision_latency_s": 2.0, "init_latency_s": 11.5})
+    profile = model_profile({m: Normal(s, 0.01) for m, s in SLOW_ITER_S.items()}, name="fake")
+    cl = fake_cloud(2, price_usd_per_hour=2.0, provision_s=2.0, init_s=11.5)
     plan = compile_plan(spec((32, 1), (4, 40)), profile, cl, 56.0, samples=100)
     fakes = make_fakes(2, SLOW_ITER_S, provision_s=2.0, init_s=11.5, pace=lambda step: 2.0)
     in_flight = threading.Event()

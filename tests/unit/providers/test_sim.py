@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 
 from rubberband import (
-    Billing,
-    BillingModel,
     CloudProfile,
-    DataCost,
     ExperimentSpec,
     Market,
-    ModelProfile,
     SpecError,
 )
 from rubberband.cli.rehearse import rehearse
@@ -25,23 +21,18 @@ from rubberband.executor.rehearse import check_truth
 from rubberband.executor.sim import LearningCurves, rehearse_once
 from rubberband.plan import plan_allocation
 from rubberband.profiles import Constant, Normal
-from rubberband.profiles.spot import SpotMarket
+from rubberband.testing.builders import cloud_profile, model_profile, spot_market
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def const_model(latency: dict[int, float], startup: float = 1.0, sync: float = 0.5, name: str = "const") -> ModelProfile:
-    return ModelProfile({g: Constant(v) for g, v in latency.items()}, Constant(startup), Constant(sync), name=name)
+def const_cloud(**changes) -> CloudProfile:
+    """Every latency a constant: SCALE 10 s, INIT 5 s; ``changes``: ``cloud_profile``'s keywords."""
+    return cloud_profile(**{"spot_price_usd_per_hour": 3.0, "provision_s": 10.0, "init_s": 5.0, "dataset_gb": 0.5,
+                            "usd_per_gb": 0.1, **changes})
 
 
-def const_cloud(G: int = 4, per_function: bool = False, minimum: float = 60.0, **changes) -> CloudProfile:
-    billing = Billing(BillingModel.PER_FUNCTION if per_function else BillingModel.PER_INSTANCE, 1.0, minimum)
-    cloud = CloudProfile("test.type", G, 12.24, spot_price_usd_per_hour=3.0, billing=billing,
-                         provision_latency_s=Constant(10.0), init_latency_s=Constant(5.0), data=DataCost(0.5, 0.1))
-    return cloud.replace(**changes) if changes else cloud
-
-
-MODEL = const_model({1: 8.0, 2: 4.5, 4: 2.5, 8: 1.5})
+MODEL = model_profile({1: 8.0, 2: 4.5, 4: 2.5, 8: 1.5}, startup_s=1.0, sync_s=0.5, name="const")
 
 # Deterministic jobs: every latency a constant, so one rehearsal must equal the simulator to the cent.
 SHAPES = {
@@ -52,7 +43,7 @@ SHAPES = {
     "hyperband": (ExperimentSpec.chain(ExperimentSpec.hyperband(1, 9, eta=3)), [9, 6, 2, 5, 4, 3], None, {}),
     "per-function billing": (ExperimentSpec.from_stages([(8, 2), (2, 4)]), [8, 4], None, {"per_function": True}),
     "spot without reclaims": (ExperimentSpec.from_stages([(8, 2), (2, 4)]), [8, 4], None,
-                              {"market": Market.SPOT, "spot": SpotMarket(rate_per_hour=0.0, explicit=True)}),
+                              {"market": Market.SPOT, "spot": spot_market(0.0)}),
 }
 
 
@@ -227,8 +218,8 @@ def test_a_spot_reclaim_re_plans_the_stages_after_it(resnet101):
 
 # --- an instance type per stage, and packing (docs/model.md) ------------------------------------
 PACKED_MODEL = MODEL.replace(packed_iter_latency_s={2: Constant(11.0), 4: Constant(18.0)})
-SMALL = const_cloud(G=1, instance_type="small.type", price_usd_per_hour=3.06, spot_price_usd_per_hour=0.9,
-                    provision_latency_s=Constant(7.0), init_latency_s=Constant(3.0), data=DataCost(0.2, 0.1))
+SMALL = const_cloud(gpus_per_instance=1, instance_type="small.type", price_usd_per_hour=3.06,
+                    spot_price_usd_per_hour=0.9, provision_s=7.0, init_s=3.0, dataset_gb=0.2)
 BIG = const_cloud(instance_type="big.type")
 
 
@@ -255,7 +246,7 @@ TYPED = {
                                      ["small.type", "big.type", "big.type", "small.type"], None, {}),
     "a type change on spot without reclaims": (
         ExperimentSpec.from_stages([(8, 2), (2, 4)]), [8, 8],
-        {"small.type": SMALL.replace(market=Market.SPOT, spot=SpotMarket(rate_per_hour=0.0, explicit=True)),
+        {"small.type": SMALL.replace(market=Market.SPOT, spot=spot_market(0.0)),
          "big.type": BIG}, ["small.type", "big.type"], None, {}),
     # 16 trials, 4 to a GPU; 8, 2 to a GPU; the survivors leave their shared GPU for 4 GPUs each.
     "packed, then wider": (ExperimentSpec.from_stages([(16, 2), (8, 3), (2, 4)]), [4, 4, 8],
@@ -398,7 +389,7 @@ def test_a_replan_of_a_type_changing_plan_simulates_it_on_its_types_and_the_run_
 def test_a_stage_runs_by_its_types_gpu_model_profile_as_simulate_does():
     spec, allocation, clouds, types, packing, _ = TYPED["types small, big, big, small"]
     clouds = {"small.type": SMALL.replace(gpu_model="T4"), "big.type": BIG.replace(gpu_model="V100")}
-    models = {"T4": const_model({1: 20.0, 2: 11.0, 4: 6.0, 8: 3.5}, startup=2.0, sync=1.5), "V100": PACKED_MODEL}
+    models = {"T4": model_profile({1: 20.0, 2: 11.0, 4: 6.0, 8: 3.5}, startup_s=2.0, sync_s=1.5, name="const"), "V100": PACKED_MODEL}
     plan = typed_plan(spec, allocation, models, clouds, types, packing)
     result = rehearse(plan, models, seed=3)
     assert result.actual["jct_s"] == pytest.approx(plan.predicted.jct_s[0], rel=1e-12)

@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, Market, ModelProfile, SpecError
+from rubberband import CloudProfile, ExperimentSpec, Market, SpecError
 from rubberband.errors import ProviderError
 from rubberband.plan import plan_allocation
-from rubberband.profiles import Constant
 from rubberband.scheduler import (
     InstanceLost,
     InstanceReady,
@@ -26,18 +25,15 @@ from rubberband.scheduler import (
     TrainFinished,
     TrialFailed,
 )
+from rubberband.testing.builders import cloud_profile, model_profile, spot_market
 from rubberband.testing.drive import drive
 
-MODEL = ModelProfile({g: Constant(10.0 / g) for g in (1, 2, 4, 8)}, Constant(1.0), Constant(1.0), name="m")
+MODEL = model_profile({g: 10.0 / g for g in (1, 2, 4, 8)}, startup_s=1.0, sync_s=1.0, name="m")
 
 
-def cloud(market: str = "on-demand", G: int = 4) -> CloudProfile:
-    return CloudProfile.from_dict({
-        "instance_type": "p3.8xlarge", "gpus_per_instance": G, "price_usd_per_hour": 12.0,
-        "spot_price_usd_per_hour": 4.0, "market": market,
-        "provision_latency_s": {"dist": "constant", "value": 5}, "init_latency_s": {"dist": "constant", "value": 5},
-        **({"spot": {"notice_s": 120, "preemption": {"rate_per_hour": 1.0}}} if market == "spot" else {}),
-    })
+def cloud(market: str = "on-demand", G: int = 4) -> CloudProfile:  # noqa: N803 - the paper's symbol
+    return cloud_profile("p3.8xlarge", G, 12.0, spot_price_usd_per_hour=4.0, market=market, provision_s=5, init_s=5,
+                         spot=spot_market(1.0, notice_s=120) if market == "spot" else None)
 
 
 def make_plan(spec: ExperimentSpec, allocation, market: str = "on-demand", instances=None):

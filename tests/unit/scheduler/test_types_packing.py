@@ -7,9 +7,8 @@ from collections import Counter
 
 import pytest
 
-from rubberband import CloudProfile, ExperimentSpec, ModelProfile
+from rubberband import ExperimentSpec
 from rubberband.plan.plan import Plan
-from rubberband.profiles import Constant
 from rubberband.scheduler import (
     InstanceReady,
     ReleaseInstances,
@@ -22,20 +21,13 @@ from rubberband.scheduler import (
     TrainFinished,
 )
 from rubberband.simulator import simulate
+from rubberband.testing.builders import cloud_profile, model_profile
 from rubberband.testing.drive import drive
 
-MODEL = ModelProfile({g: Constant(10.0 / g) for g in (1, 2, 4, 8)}, Constant(1.0), Constant(1.0), name="m",
-                     packed_iter_latency_s={2: Constant(14.0), 4: Constant(25.0)})
-
-
-def cloud(itype: str, G: int, price: float) -> CloudProfile:
-    return CloudProfile.from_dict({
-        "instance_type": itype, "gpus_per_instance": G, "price_usd_per_hour": price,
-        "provision_latency_s": {"dist": "constant", "value": 5}, "init_latency_s": {"dist": "constant", "value": 5},
-    })
-
-
-CLOUDS = {"small": cloud("small", 1, 3.0), "big": cloud("big", 4, 12.0)}
+MODEL = model_profile({g: 10.0 / g for g in (1, 2, 4, 8)}, startup_s=1.0, sync_s=1.0, name="m",
+                      packed_iter_latency_s={2: 14.0, 4: 25.0})
+CLOUDS = {"small": cloud_profile("small", 1, 3.0, provision_s=5, init_s=5),
+          "big": cloud_profile("big", 4, 12.0, provision_s=5, init_s=5)}
 
 
 def make_plan(spec, allocation, types=None, packing=None) -> Plan:

@@ -90,21 +90,15 @@ def test_a_sample_outside_the_run_is_one_error(paper_job, sample):
 
 
 # --- spot instances: one sample's reclaims, lost work and replacements ----------------------
-from rubberband.profiles.cloud import Billing, BillingModel, DataCost, Market  # noqa: E402
-from rubberband.profiles.distributions import Constant, Normal  # noqa: E402
+from rubberband.profiles.cloud import Billing, BillingModel, DataCost  # noqa: E402
+from rubberband.profiles.distributions import Normal  # noqa: E402
 from rubberband.profiles.spot import SpotMarket, SpotTrace  # noqa: E402
+from rubberband.testing.builders import model_profile, spot_cloud  # noqa: E402
 
-SPOT_MODEL = ModelProfile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0.1), 8: Normal(0.8, 0.08)},
-                          trial_startup_s=Normal(8.0, 1.0), sync_s=Constant(1.0), name="m")
+SPOT_MODEL = model_profile({1: Normal(4.0, 0.4), 2: Normal(2.2, 0.2), 4: Normal(1.3, 0.1), 8: Normal(0.8, 0.08)},
+                           startup_s=Normal(8.0, 1.0), sync_s=1.0, name="m")
 SPOT_SPEC = ExperimentSpec.sha(num_trials=16, min_iters=2, max_iters=40, eta=2)      # 16, 8, 4, 2, 1 trials
 FLAKY = SpotTrace("z", 1, np.array([0.0, 100.0, 150.0, 400.0, 900.0]), np.array([1, 0, 1, 0, 1]), 1000.0)
-
-
-def _spot_cloud(spot):
-    return CloudProfile(instance_type="p3.8xlarge", gpus_per_instance=4, price_usd_per_hour=12.24,
-                        spot_price_usd_per_hour=3.67, market=Market.SPOT, spot=spot,
-                        provision_latency_s=Normal(30.0, 5.0), init_latency_s=Normal(60.0, 10.0),
-                        data=DataCost(0.15, 0.09), billing=Billing(BillingModel.PER_INSTANCE, 1.0, 60.0))
 
 
 MARKETS = {"rate": SpotMarket(rate_per_hour=30.0), "notice": SpotMarket(notice_s=120, rate_per_hour=30.0),
@@ -119,7 +113,7 @@ SPOT_LAYOUTS = {"packed": ([16, 8, 8, 4, 2], None, None), "mixed-wide": ([16, 8,
 @pytest.mark.parametrize("market", MARKETS)
 def test_every_spot_sample_replays_the_simulation_with_its_reclaims(market, layout_name):
     allocation, instances, spot = SPOT_LAYOUTS[layout_name]
-    cloud = _spot_cloud(MARKETS[market])
+    cloud = spot_cloud(MARKETS[market])
     result = simulate(SPOT_SPEC, allocation, SPOT_MODEL, cloud, samples=30, seed=3, instances=instances,
                       spot_instances=spot)
     timelines = [sample_timeline(SPOT_SPEC, allocation, SPOT_MODEL, cloud, seed=3, instances=instances, samples=30,
@@ -134,7 +128,7 @@ def test_every_spot_sample_replays_the_simulation_with_its_reclaims(market, layo
 def test_a_reclaimed_trial_loses_its_iteration_in_progress_and_resumes_on_the_replacement(market):
     # A 15 s notice: nothing new starts on a noticed instance, and with MARKETS' 120 s notice on
     # two-minute lives hardly any instance is ever used before its notice.
-    cloud = _spot_cloud(MARKETS[market] if market == "rate" else SpotMarket(notice_s=15, rate_per_hour=30.0))
+    cloud = spot_cloud(MARKETS[market] if market == "rate" else SpotMarket(notice_s=15, rate_per_hour=30.0))
     allocation, instances, spot = SPOT_LAYOUTS["mixed-wide"]
     checked = 0
     for k in range(20):
@@ -174,7 +168,7 @@ def test_on_a_gang_trace_no_more_spot_instances_are_held_than_are_available():
 
     gangs = SpotTrace("g", 4, np.array([0.0, 300.0, 900.0, 1200.0, 2000.0, 2600.0, 3000.0]),
                       np.array([4, 2, 0, 3, 4, 1, 4]), 3600.0)
-    cloud = _spot_cloud(SpotMarket(trace=gangs))
+    cloud = spot_cloud(SpotMarket(trace=gangs))
     allocation, spot = [16, 8, 8, 16, 8], [4, 2, 2, 4, 2]
     offsets = trace_offsets(cloud.spot, 2, 40)
     crowded = 0
