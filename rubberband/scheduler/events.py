@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rubberband.placement import Slot
+from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.scheduler.replan import Replan
 from rubberband.units import format_duration
@@ -94,13 +95,18 @@ class Tick:
     """The clock reached the time a ``Wake`` asked for (the safety net's or the budget's check)."""
 
 
+Replanned = tuple[Plan, Replan] | None
+"""What a re-plan (``ComputeReplan.compute``) returns: the new plan and its record, or ``None``
+to keep the plan."""
+
+
 @dataclass(frozen=True)
 class ReplanReady:
     """The re-plan a ``ComputeReplan`` asked for is done: ``result`` is what its ``compute``
     returned (a new plan and its record, or ``None``: keep the plan)."""
 
     token: int
-    result: object = field(default=None, compare=False, repr=False)
+    result: Replanned = field(default=None, compare=False, repr=False)
 
 
 Event = (InstanceReady | ReclaimNotice | InstanceLost | TrialFailed | TrainFinished | SyncDone | Tick
@@ -196,7 +202,7 @@ class ComputeReplan:
 
     token: int
     stage: int
-    compute: Callable[[], object] = field(compare=False, repr=False)
+    compute: Callable[[], Replanned] = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from rubberband.errors import ProviderError, SpecError
 from rubberband.placement import (
@@ -104,6 +105,7 @@ from rubberband.scheduler.events import (
     JobDone,
     ReclaimNotice,
     ReleaseInstances,
+    Replanned,
     ReplanReady,
     RequestInstances,
     ResizeTrial,
@@ -141,7 +143,7 @@ class TrialInfo:
     running: bool = False
     eliminated_after: int | None = None
     restarts: int = 0                # gang failures (not reclaims) it resumed from
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -169,6 +171,18 @@ class _Position:
 
 # A trial whose gang fails more often than this (its instances living on) fails the job.
 MAX_TRIAL_RESTARTS = 3
+
+
+# ``rubberband.placement`` takes trials and nodes by any hashable id; this scheduler's are the
+# names it gives them (strings), so what placement hands back is named by those strings.
+def _name(placed: Hashable) -> str:
+    """A trial or instance name from a placement (the scheduler placed it by that name)."""
+    return cast(str, placed)
+
+
+def _placement(assignments: Mapping[str, tuple[Slot, ...]]) -> Placement:
+    """The scheduler's trials' slots as a ``Placement`` (keys typed as placement takes them)."""
+    return Placement({t: s for t, s in assignments.items()})
 
 
 class Scheduler:
@@ -223,8 +237,8 @@ class Scheduler:
         self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
         self._tokens = itertools.count(1)
         self._asked: tuple[int, int, bool] | None = None    # the re-plan in flight: (token, stage, at a reclaim)
-        self._unseen: list[tuple] = []           # TRAIN paces seen while a re-plan is in flight (then observed)
-        self._sync_state: tuple | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
+        self._unseen: list[tuple[int, int, float, int]] = []    # TRAIN paces seen while a re-plan is in flight
+        self._sync_state: tuple[int, list[str], float] | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
     # --- entry points ------------------------------------------------------------------------
@@ -238,10 +252,12 @@ class Scheduler:
     def on(self, event: Event, now: float) -> list[Decision]:
         """The decisions ``event`` (happening at ``now``) calls for, in the order to apply them."""
         self._now = now
-        handler = {InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
-                   TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync,
-                   TrialCheckpoint: self._checkpoint, ReplanReady: self._replan_ready,
-                   Tick: lambda ev: []}.get(type(event))
+        # Each handler takes the event of its own type (the key).
+        handlers: dict[type, Callable[[Any], list[Decision]]] = {
+            InstanceReady: self._ready, ReclaimNotice: self._notice, InstanceLost: self._lost,
+            TrialFailed: self._failed, TrainFinished: self._finished, SyncDone: self._sync,
+            TrialCheckpoint: self._checkpoint, ReplanReady: self._replan_ready, Tick: lambda ev: []}
+        handler = handlers.get(type(event))
         if handler is None:
             raise SpecError(f"scheduler: unknown event {event!r}")
         if self._phase == "done":
@@ -263,19 +279,20 @@ class Scheduler:
 
     def _best(self) -> str | None:
         """The trial with the best final metric among those that trained longest."""
-        finished = [t for t in self._trials.values() if t.metric is not None and math.isfinite(t.metric)]
+        finished = [(t, m) for t in self._trials.values() if (m := t.metric) is not None and math.isfinite(m)]
         if not finished:
             return None
-        most = max(t.step for t in finished)
-        top = [t for t in finished if t.step == most]
-        return min(top, key=lambda t: t.metric if self._mode == "min" else -t.metric).id
+        most = max(t.step for t, _ in finished)
+        top = [(t, m) for t, m in finished if t.step == most]
+        return min(top, key=lambda tm: tm[1] if self._mode == "min" else -tm[1])[0].id
 
     def _budget_left(self) -> float | None:
         """Dollars left of the budget at the last event (``None``: no budget), for the status line."""
-        if self._budget is None:
-            return None
-        spent = self._budget.closed_usd + sum(self._open_usd(self._budget, x) for x in self._instances.values())
-        return self._budget.usd - spent
+        return None if self._budget is None else self._left_usd(self._budget)
+
+    def _left_usd(self, budget: Budget) -> float:
+        spent = budget.closed_usd + sum(self._open_usd(budget, x) for x in self._instances.values())
+        return budget.usd - spent
 
     def _open_usd(self, budget: Budget, x: _Instance) -> float:
         return budget.instance_usd(x.market, x.launched_s if x.ready else x.requested_s, self._now, x.itype)
@@ -287,25 +304,26 @@ class Scheduler:
         if self._phase in ("done", "idle"):
             return out
         wakes: list[float] = []
-        if self._budget is not None:
-            left = self._budget_left()
-            held = [(x.market, x.itype) for x in self._instances.values()]
-            granule = self._budget.granularity_usd(held)
+        budget, net = self._budget, self._net
+        if budget is not None:
+            left = self._left_usd(budget)
+            held: list[tuple[Market, str | None]] = [(x.market, x.itype) for x in self._instances.values()]
+            granule = budget.granularity_usd(held)
             if left < 2 * granule:
-                return out + self._stop(f"budget: {format_usd(self._budget.usd - left)} of {format_usd(self._budget.usd)} "
+                return out + self._stop(f"budget: {format_usd(budget.usd - left)} of {format_usd(budget.usd)} "
                                         "spent; one more billing second would break it")
             if held:
-                rate = self._budget.usd_per_s(held)
+                rate = budget.usd_per_s(held)
                 wakes.append(self._now + max((left - 2 * granule) / rate, WAKE_RESOLUTION_S))
-        if self._net is not None and not self._switches and self._on_spot():
-            slack = self._net.deadline_s - self._now - self._finish_on_demand_s()
-            overdue = self._spot_overdue_at()
-            if slack < self._net.needed_s + WAKE_RESOLUTION_S and (self._spot_cost or overdue <= self._now):
-                out += self._switch(slack)
+        if net is not None and not self._switches and self._on_spot():
+            slack = net.deadline_s - self._now - self._finish_on_demand_s(net)
+            overdue = self._spot_overdue_at(net)
+            if slack < net.needed_s + WAKE_RESOLUTION_S and (self._spot_cost or overdue <= self._now):
+                out += self._switch(net, slack)
                 if self._phase == "done":
                     return out
-            elif slack >= self._net.needed_s + WAKE_RESOLUTION_S:
-                wakes.append(self._now + slack - self._net.needed_s)
+            elif slack >= net.needed_s + WAKE_RESOLUTION_S:
+                wakes.append(self._now + slack - net.needed_s)
             elif math.isfinite(overdue):       # short of slack, but spot has cost nothing yet
                 wakes.append(overdue)
         out += self._release_retired()
@@ -326,15 +344,15 @@ class Scheduler:
                 or any(s > 0 and risky(t) for s, t in zip(self._spot[self._stage:], self._types[self._stage:]))
                 or bool(self._spot_waiting()))
 
-    def _spot_waiting(self) -> list:
+    def _spot_waiting(self) -> list[_Instance]:
         """Spot instances requested and not yet ready (any spot: capacity may never come)."""
         return [x for x in self._instances.values() if x.market is Market.SPOT and not x.ready]
 
-    def _spot_overdue_at(self) -> float:
+    def _spot_overdue_at(self, net: SafetyNet) -> float:
         """When the oldest spot request still not granted counts as waiting for capacity: two
         replacement delays (the net's margin) after it was made (``inf``: none waits). Any spot
         request counts, reclaimable or not: capacity that never comes costs time all the same."""
-        return min((x.requested_s + self._net.needed_s for x in self._spot_waiting()), default=math.inf)
+        return min((x.requested_s + net.needed_s for x in self._spot_waiting()), default=math.inf)
 
     def _factor(self) -> float:
         return self._replanner.factor if self._replanner is not None else 1.0
@@ -365,9 +383,9 @@ class Scheduler:
         """The current stage's remaining time, estimated late (a re-plan at a reclaim)."""
         return net.late(*self._stage_left(net))
 
-    def _finish_on_demand_s(self) -> float:
+    def _finish_on_demand_s(self, net: SafetyNet) -> float:
         """``T_od`` of ``safety.py``: the remaining work's time on on-demand instances."""
-        net, spec, f = self._net, self._spec, self._factor()
+        spec, f = self._spec, self._factor()
         total, var = self._stage_left(net)
         for j in range(self._stage + 1, spec.num_stages()):
             n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._packing[j]
@@ -383,14 +401,14 @@ class Scheduler:
         cloud = self._clouds[itype]
         return cloud.provision_latency_s.mean + cloud.init_latency_s.mean
 
-    def _switch(self, slack: float) -> list[Decision]:
+    def _switch(self, net: SafetyNet, slack: float) -> list[Decision]:
         """The safety net's switch: the rest of the job on on-demand (module docstring)."""
         i, last = self._stage, self._spec.num_stages() - 1
         spot = sorted((p for p in self._positions.values() if p.market is Market.SPOT), key=lambda p: p.seq)
         refused = self._afford({Market.ON_DEMAND: len(spot)}, self._types[i])
         if refused:
             return self._stop(refused)
-        record = SafetySwitch(self._now, i, last, slack, self._net.needed_s)
+        record = SafetySwitch(self._now, i, last, slack, net.needed_s)
         self._switches.append(record)
         self._spot[i:] = [0] * (last + 1 - i)
         out: list[Decision] = [record]
@@ -457,9 +475,10 @@ class Scheduler:
         if self._budget is None or not want:
             return None
         need = sum(c * self._budget.minimum_usd(m, itype) for m, c in want.items())
-        left = self._budget_left()
+        left = self._left_usd(self._budget)
+        held: list[tuple[Market, str | None]] = [(x.market, x.itype) for x in self._instances.values()]
         # The instances held keep billing while the new ones come up: keep a granule for them.
-        if need <= left - self._budget.granularity_usd([(x.market, x.itype) for x in self._instances.values()]):
+        if need <= left - self._budget.granularity_usd(held):
             return None
         more = " and ".join(f"{c} more {itype} ({m.value})" for m, c in want.items())
         return (f"budget: {format_usd(left)} left of {format_usd(self._budget.usd)} cannot pay the minimum charge of "
@@ -588,7 +607,7 @@ class Scheduler:
                 {t: previous[t][0] for t in others}, dict.fromkeys(others, demand)))
             return {t: (packed.assignments[t],) for t in trials if t in packed.assignments}
         placed = place({**{t: len(previous[t]) for t in others}, **{t: m for t in trials}}, nodes,
-                       previous=Placement(previous), reserved=others)
+                       previous=_placement(previous), reserved=others)
         return {t: placed.assignments[t] for t in trials if t in placed.assignments}
 
     def _start(self, tid: str, slots: tuple[Slot, ...]) -> StartTrial:
@@ -659,7 +678,7 @@ class Scheduler:
         now (else it trains on there until its next checkpoint or the reclaim), and a noticed
         instance that nothing runs on any more is released before the provider reclaims it."""
         trial, slots = self._trials.get(ev.trial), self._placement.get(ev.trial, ())
-        if trial is None or not trial.running or not any(self._instances[n].doomed for n, _ in slots):
+        if trial is None or not trial.running or not any(self._instances[_name(n)].doomed for n, _ in slots):
             return []
         assigned = self._place([ev.trial])
         if ev.trial not in assigned:
@@ -706,7 +725,7 @@ class Scheduler:
         out: list[Decision] = []
         if self._queue:
             slots = self._placement.pop(ev.trial, ())
-            if slots and not any(self._instances[n].doomed for n, _ in slots):
+            if slots and not any(self._instances[_name(n)].doomed for n, _ in slots):
                 out.append(self._start(self._queue.pop(0), slots))     # this GPU takes the next queued trial
             else:
                 out += self._fill()
@@ -739,8 +758,10 @@ class Scheduler:
     def _finish_sync(self) -> list[Decision]:
         """The rest of the SYNC ending stage ``i``, on the plan as it now is: stop the losers,
         release what the next stage does not hold, start the next stage."""
-        i, keep, at = self._sync_state
-        self._sync_state = None
+        state, self._sync_state = self._sync_state, None
+        if state is None:
+            raise SpecError("scheduler: no SYNC waits to be finished")     # _sync sets it first
+        i, keep, at = state
         spec = self._spec
         last = i + 1 == spec.num_stages()
         out: list[Decision] = []
@@ -776,19 +797,21 @@ class Scheduler:
         still in flight when another is asked for is dropped."""
         if self._replanner is None or (reclaim and self._estimate is None):
             return []
-        at = self._now + (self._stage_left_s(self._estimate) if reclaim else 0.0)
-        replanner, args = self._replanner, (i, at, list(self._allocation), list(self._held), list(self._spot))
-        kwargs = dict(market=Market.ON_DEMAND if self._switches else None,
-                      trigger="reclaim in stage" if reclaim else "sync", types=list(self._types),
-                      packing=list(self._packing))
+        at = self._now + (self._stage_left_s(self._estimate) if reclaim and self._estimate is not None else 0.0)
+        replanner, allocation, held, spot = self._replanner, list(self._allocation), list(self._held), list(self._spot)
+        market = Market.ON_DEMAND if self._switches else None
+        trigger = "reclaim in stage" if reclaim else "sync"
+        types, packing = list(self._types), list(self._packing)
         self._observe_unseen()
         token = next(self._tokens)
         self._asked = (token, i, reclaim)
-        return [ComputeReplan(token, i, lambda: replanner.replan(*args, **kwargs))]
+        return [ComputeReplan(token, i, lambda: replanner.replan(i, at, allocation, held, spot, market=market,
+                                                                 trigger=trigger, types=types, packing=packing))]
 
     def _observe_unseen(self) -> None:
-        for pace in self._unseen:
-            self._replanner.observe(*pace)
+        if self._replanner is not None:        # paces are kept only for a replanner
+            for pace in self._unseen:
+                self._replanner.observe(*pace)
         self._unseen.clear()
 
     def _replan_ready(self, ev: ReplanReady) -> list[Decision]:
@@ -805,7 +828,7 @@ class Scheduler:
             out += self._finish_sync()
         return out
 
-    def _follow(self, i: int, found) -> list[Decision]:
+    def _follow(self, i: int, found: Replanned) -> list[Decision]:
         """Switch stages ``i+1..`` to the new plan of ``found`` (``None``: keep the plan)."""
         if found is None:
             return []
@@ -849,9 +872,9 @@ class Scheduler:
         leaving = [nd for nd in nodes if self._instances[nd[0]].position in gone_seqs]
         if any(self._placement.get(t) for t in self._placement):
             try:
-                packed = scale_down_plan(Placement(self._placement), kept + leaving, len(kept))
-                self._placement = dict(packed.placement.assignments)
-                out += [ResizeTrial(t, self._placement[t], self._packing[i]) for t in packed.moved]
+                packed = scale_down_plan(_placement(self._placement), kept + leaving, len(kept))
+                self._placement = {_name(t): s for t, s in packed.placement.assignments.items()}
+                out += [ResizeTrial(_name(t), self._placement[_name(t)], self._packing[i]) for t in packed.moved]
             except InfeasiblePlacementError:     # the kept instances are not all up: pause who cannot stay
                 leaving_names = {n for n, _ in leaving}
                 for tid in [t for t, s in self._placement.items() if any(n in leaving_names for n, _ in s)]:
