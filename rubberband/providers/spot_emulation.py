@@ -26,7 +26,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -88,7 +88,7 @@ def _rate(value: str) -> float:
     m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e-?\d+)?)\s*(?:/\s*(h|hour|m|min))?", value.strip())
     if not m:
         raise SpecError(f"{FLAG}: rate: expected reclaims per instance-hour such as 2/h, got {value!r}")
-    per = {"h": 1.0, "hour": 1.0, "m": 60.0, "min": 60.0}.get(m.group(2) or "h")
+    per = {"h": 1.0, "hour": 1.0, "m": 60.0, "min": 60.0}[m.group(2) or "h"]
     return float(m.group(1)) * per
 
 
@@ -134,21 +134,21 @@ def spot_emulation(override: str | None, cloud: Any, spot_instances: tuple[int, 
         if not given["max"].isdigit():
             raise SpecError(f"{FLAG}: max: expected a whole number of reclaims such as 1, got {given['max']!r}")
         cap = int(given["max"])
-    common = {"notice_s": notice, "max_reclaims": cap, "seed": seed}
+    common = SpotEmulation(notice_s=notice, max_reclaims=cap, seed=seed)      # and when, below
     if "rate" in given:
-        return SpotEmulation(rate_per_hour=_rate(given["rate"]), **common)
+        return replace(common, rate_per_hour=_rate(given["rate"]))
     if "life" in given:
-        return SpotEmulation(life_s=_duration(given["life"], "life"), **common)
+        return replace(common, life_s=_duration(given["life"], "life"))
     if "zone" in given:
         from rubberband.profiles.spot import load_trace
 
         file = spot.trace_file or str(SHIPPED_TRACES)
         load_trace(file, given["zone"], where=f"{FLAG}: zone")      # the zone must exist
-        return SpotEmulation(trace_file=file, zone=given["zone"], **common)
+        return replace(common, trace_file=file, zone=given["zone"])
     if spot.trace is not None:
-        return SpotEmulation(trace_file=spot.trace_file, zone=spot.trace.zone, **common)
+        return replace(common, trace_file=spot.trace_file, zone=spot.trace.zone)
     if spot.modelled:
-        return SpotEmulation(rate_per_hour=float(spot.rate_per_hour), **common)
+        return replace(common, rate_per_hour=float(spot.rate_per_hour))
     raise SpecError(f"{FLAG}: {cloud.instance_type} has no preemption model in the cloud profile; give one in "
                     f"the experiment (`spot: {{preemption: {{rate_per_hour: 0.3}}}}` in cloud.overrides) or here, {EXAMPLE}")
 
@@ -255,7 +255,7 @@ class MetadataServer:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def url_of(self, name: str) -> str:
         return f"{self.url}/{name}"
