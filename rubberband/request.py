@@ -17,7 +17,7 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import RubberbandWarning, SpecError
@@ -26,6 +26,9 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice
 from rubberband.spec.experiment import ExperimentSpec
 from rubberband.units import format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from rubberband.plan.plan import Plan
 
 AUTO = "auto"
 
@@ -299,7 +302,7 @@ def _dropped_deadline(req: Request) -> tuple[str, ...]:
 
 
 def plan_request(req: Request, *, confidence: float | None | str = "request", compare: bool = True,
-                 progress=None, step: Callable[[str], None] | None = None):
+                 progress: Any = None, step: Callable[[str], None] | None = None) -> Plan:
     """The request's plan: the cheapest that meets its deadline (``compile_plan``), over its
     zones (``plan_zones``), or the fastest within its budget (``plan_for_budget``).
 
@@ -312,11 +315,9 @@ def plan_request(req: Request, *, confidence: float | None | str = "request", co
     """
     from rubberband.plan import compile_plan
 
-    conf = req.confidence if confidence == "request" else confidence
-    deadline = req.deadline_s
+    conf = req.confidence if isinstance(confidence, str) else confidence      # "request": the request's own
+    deadline, budget = req.deadline_s, req.budget_usd
     check_plan_size(req)
-    if deadline is None and req.budget_usd is None:
-        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
     kwargs: dict[str, Any] = dict(policy=req.policy, samples=req.samples, seed=req.seed,
                                   instance_type=req.instance_type, market=req.market, progress=progress,
                                   max_instances=req.max_instances)
@@ -329,31 +330,33 @@ def plan_request(req: Request, *, confidence: float | None | str = "request", co
 
     probes = iter(range(1, 10**9))
 
-    def probing(planner):
+    def probing(planner: Callable[[float], Plan]) -> Callable[[float], Plan]:
         """``planner`` with each budget probe counted on the progress line."""
-        def probe(d: float):
+        def probe(d: float) -> Plan:
             at("probe", f"budget probe {next(probes)}")
             return planner(d)
         return probe
 
     if req.zones is not None:
-        from rubberband.plan.zones import plan_zones
-
-        zones = None if req.zones == AUTO else list(req.zones)
         kwargs["on_zone"] = lambda zone, k, n: at("zone", f"zone {zone} ({k} of {n})")
-        if req.budget_usd is not None:
-            from rubberband.plan.budget import within_budget
 
-            plan = within_budget(probing(lambda d: plan_zones(req.spec, req.models, req.catalog, d, zones, **kwargs)),
-                                 req.budget_usd, conf, deadline, field="--budget")
-            return replace(plan, warnings=(*_dropped_deadline(req), *plan.warnings))
-        return plan_zones(req.spec, req.models, req.catalog, deadline, zones, confidence=conf, compare=compare,
-                          **kwargs)
-    if req.budget_usd is not None:
+    def plan_for(d: float, **more: Any) -> Plan:
+        """The cheapest plan that meets deadline ``d``: over the request's zones, or on its cloud."""
+        if req.zones is not None:
+            from rubberband.plan.zones import plan_zones
+
+            zones = None if req.zones == AUTO else list(req.zones)
+            # plan_zones hands the model to compile_plan, which takes one per GPU model too;
+            # its own annotation says ModelProfile alone (plan/zones.py).
+            return plan_zones(req.spec, req.models, req.catalog, d, zones, **more, **kwargs)  # type: ignore[arg-type]
+        return compile_plan(req.spec, req.models, req.catalog, d, **more, **kwargs)
+
+    if budget is not None:
         from rubberband.plan.budget import within_budget
 
         # plan_for_budget's search, with each probe counted on the progress line.
-        plan = within_budget(probing(lambda d: compile_plan(req.spec, req.models, req.catalog, d, **kwargs)),
-                             req.budget_usd, conf, deadline, field="--budget")
+        plan = within_budget(probing(plan_for), budget, conf, deadline, field="--budget")
         return replace(plan, warnings=(*_dropped_deadline(req), *plan.warnings))
-    return compile_plan(req.spec, req.models, req.catalog, deadline, confidence=conf, compare=compare, **kwargs)
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline, e.g. --deadline 20m")
+    return plan_for(deadline, confidence=conf, compare=compare)
