@@ -38,6 +38,14 @@ def test_a_budget_without_a_deadline_flag_plans_no_deadline_and_says_so(capsys):
     assert "warning: --budget plans the shortest job within $20: the experiment's deadline 20m00s is not kept" in err
 
 
+def test_a_plan_with_neither_deadline_nor_budget_is_one_line_naming_the_flag(capsys, tmp_path):
+    exp = tmp_path / "no_deadline.yaml"
+    exp.write_text(Path(CIFAR).read_text().replace("../", f"{ROOT}/").replace("deadline: 20m\n", ""))
+    code, _, err = run(capsys, "plan", str(exp), "--samples", "20")
+    assert code == 2
+    assert_one_line_error(err, "deadline: the experiment has no `deadline:`; pass --deadline")
+
+
 @pytest.mark.parametrize("market", ["spt", "Spot"])
 def test_an_unknown_market_is_one_line_naming_the_choices(market):
     with pytest.raises(SpecError, match="--market: unknown value .* choose one of on-demand, spot, auto"):
