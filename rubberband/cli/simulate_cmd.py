@@ -20,6 +20,7 @@ from rubberband.cli.common import (
     whole,
 )
 from rubberband.errors import SpecError
+from rubberband.profiles.cloud import CloudProfile
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
@@ -68,12 +69,16 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     exp, deadline, samples, seed = req.experiment, req.deadline_s, req.samples, req.seed
     if req.auto_instance_type:
         raise SpecError("--instance-type: `auto` is for `plan`; name one instance type to simulate")
-    cloud = {t: req.cloud_for(t) for t in types} if types else req.cloud
-    first = cloud[types[0]] if types else cloud
-    plan = dict(instances=instances, spot_instances=spot, trials_per_gpu=packing, instance_types=types)
+    cloud: CloudProfile | dict[str, CloudProfile]
+    if types:
+        cloud = {t: req.cloud_for(t) for t in types}
+        first = cloud[types[0]]
+    else:
+        cloud = first = req.cloud
     # One profile per GPU model, when the experiment has several: each stage runs by its type's.
     model = req.models
-    result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, **plan)
+    result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
+                      spot_instances=spot, trials_per_gpu=packing, instance_types=types)
     on_spot = any(s.spot_instances for s in result.stages)
     packed = any(k > 1 for k in result.trials_per_gpu)
     payload = {"experiment": exp.name, "instance_type": first.instance_type, **result.to_dict()}
@@ -103,7 +108,9 @@ def simulate_cmd(args: argparse.Namespace) -> int:
         q = GANTT_RUNS[run]
         k = median_sample(result.jct_s) if q == 0.5 else int(np.argsort(result.jct_s, kind="stable")[
             math.floor(q * (len(result.jct_s) - 1))])
-        timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k, **plan)
+        timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k,
+                                   instances=instances, spot_instances=spot, trials_per_gpu=packing,
+                                   instance_types=types)
         title = gantt_title(exp.name, run, k, samples, seed, result, timeline.jct_s)
         draw_gantt(timeline, args.gantt, title=title, init_s=first.init_latency_s)
         text.append(f"wrote {args.gantt} (the {run} run)")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile
@@ -98,7 +99,7 @@ class Timeline:
         return sum(s.reclaimed_s is not None and s.reclaimed_s > s.launched_s for s in self.instances)
 
 
-def median_sample(jct_s: Sequence[float]) -> int:
+def median_sample(jct_s: npt.ArrayLike) -> int:
     """Index of the median sample by JCT (the lower middle one for an even count): a typical
     run to draw, where sample 0 may sit anywhere in the distribution."""
     order = np.argsort(np.asarray(jct_s), kind="stable")
