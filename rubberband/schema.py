@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean `{close[0]}`?)" if close else ""
 
 
-def check_mapping(value: Any, where: str, *, required: Iterable[str] = (), optional: Iterable[str] = ()) -> dict:
+def check_mapping(value: Any, where: str, *, required: Iterable[str] = (),
+                  optional: Iterable[str] = ()) -> dict[str, Any]:
     """Check that ``value`` is a mapping with all ``required`` keys and no unknown ones.
 
     ``where`` names the mapping (``cloud.overrides``); ``""`` is a file's top level, whose
@@ -72,7 +73,7 @@ def integer(value: Any, where: str, *, minimum: int = 1) -> int:
 def choice(value: Any, where: str, choices: Iterable[str]) -> str:
     """Check that ``value`` is one of ``choices``."""
     choices = list(choices)
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise SpecError(f"{where}: unknown value {value!r}{did_you_mean(value, choices)}; choose one of {', '.join(choices)}")
     return value
 
@@ -84,7 +85,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
     quietly win over the first; YAML itself says keys are unique.
     """
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        # An explicit ``!!map`` tag on another node reaches here too: PyYAML refuses it below.
         if isinstance(node, yaml.MappingNode):
             first: dict[Any, yaml.Node] = {}
             for key_node, _ in node.value:
@@ -102,7 +104,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def load_yaml(path: str | Path, what: str = "file") -> dict:
+def load_yaml(path: str | Path, what: str = "file") -> dict[Any, Any]:
     """Read a YAML mapping from ``path`` with one-line errors for missing, empty or broken files
     and for a key given twice."""
     path = Path(path)
