@@ -13,6 +13,7 @@ from rubberband.cli.common import command, emit, experiment_arg, print_warnings,
 from rubberband.config import Experiment
 from rubberband.errors import SpecError
 from rubberband.profiles.cloud import Market
+from rubberband.profiles.model import ModelProfile
 from rubberband.render import render
 from rubberband.units import format_duration, format_usd
 
@@ -20,15 +21,17 @@ from rubberband.units import format_duration, format_usd
 def stage_rows(exp: Experiment) -> list[list[object]]:
     """One row per stage; "iters so far" counts a trial's iterations, so it restarts with each
     HyperBand bracket (whose trials are new)."""
-    rows, done = [], 0
+    rows: list[list[object]] = []
+    done = 0
     for i, stage in enumerate(exp.spec.stages):
         done = stage.iters if i in exp.spec.bracket_starts else done + stage.iters
         rows.append([i, stage.num_trials, stage.iters, done])
     return rows
 
 
-def check_cluster(exp: Experiment) -> None:
-    """Read ``cluster:`` as the Ray cluster YAML ``run --provider aws`` will launch from.
+def check_cluster(exp: Experiment, cluster: str) -> None:
+    """Read ``cluster`` (the experiment's ``cluster:``) as the Ray cluster YAML ``run --provider aws``
+    will launch from.
 
     Raises:
         SpecError: ``cluster: <the file's error>``, when no instance type the job may run on loads.
@@ -40,7 +43,7 @@ def check_cluster(exp: Experiment) -> None:
     errors = []
     for name in types:   # `auto` may plan any type of the catalog: one the cluster launches is enough
         try:
-            load_cluster_yaml(exp.cluster, name)
+            load_cluster_yaml(cluster, name)
             return
         except SpecError as exc:
             errors.append(exc)
@@ -87,7 +90,7 @@ def validate(args: argparse.Namespace) -> int:
     exp = req.experiment
     print_warnings(req)
     if exp.cluster:
-        check_cluster(exp)
+        check_cluster(exp, exp.cluster)
     if exp.trainer:
         check_trainer(exp)
     clouds = [req.cloud_for(t) for t in req.types]
@@ -119,7 +122,8 @@ def validate(args: argparse.Namespace) -> int:
     lines = [f"experiment {exp.name}: OK ({exp.spec.describe()})", ""]
     lines.append(render(["stage", "trials", "iters", "iters so far"], stage_rows(exp)))
     lines.append("")
-    for gpu, m in (exp.models or {None: exp.model}).items():     # one line per GPU model's profile
+    profiles: list[tuple[str | None, ModelProfile]] = [*exp.models.items()] if exp.models else [(None, exp.model)]
+    for gpu, m in profiles:     # one line per GPU model's profile
         lines.append(f"model profile  {m.name}" + (f" for {gpu} types" if gpu else "")
                      + f" (GPUs per trial profiled: {', '.join(map(str, m.gpu_counts))})")
     for c in clouds:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from typing import Any
 
 from rubberband.cli.common import (
     IMAGE_TYPES,
@@ -52,8 +54,13 @@ def _g(value) -> str:
     return f"{value:g}"
 
 
+def _or(value: float | None, fmt: Callable[[float], str], none: str) -> str:
+    """``value`` formatted, or ``none`` where there is none (infeasible, over budget)."""
+    return none if value is None else fmt(value)
+
+
 # Per swept axis: the column header (with its unit) and how a value is written in it.
-AXIS_COLUMNS = {
+AXIS_COLUMNS: dict[str, tuple[str, Callable[[Any], str]]] = {
     "deadline_s": ("deadline", format_duration),
     "num_trials": ("trials", str),
     "init_latency_s": ("init latency", lambda v: f"{v:g}s"),
@@ -150,10 +157,10 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     for sc in scenarios:
         cells = [AXIS_COLUMNS[a][1](sc.values[a]) for a in axes]
         if budgets:
-            cells += [format_duration(sc.jcts[p]) if sc.jcts[p] is not None else "over budget" for p in policies]
+            cells += [_or(sc.jcts[p], format_duration, "over budget") for p in policies]
             ratio = jct_ratio(sc) if "static" in policies and "optimal" in policies else None
         else:
-            cells += [format_usd(sc.costs[p]) if sc.costs[p] is not None else "infeasible" for p in policies]
+            cells += [_or(sc.costs[p], format_usd, "infeasible") for p in policies]
             ratio = saving(sc) if "static" in policies and "optimal" in policies else None
         cells.append(f"{ratio:.2f}x" if ratio else "-")
         if "packing" in vary and "optimal" in policies:     # what the optimal plan packed, per stage
