@@ -17,11 +17,19 @@ notice on a fake metadata endpoint (its URL is in the instance's ``ready`` event
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from rubberband.nodes import SPOT
 from rubberband.providers.base import ProviderEvent, Release
 from rubberband.providers.node_provider import RubberbandNodeProvider
 from rubberband.providers.spot_emulation import MetadataServer, Reclaimer, SpotEmulation, schedule
+
+
+class _Emulator(NamedTuple):
+    """Spot emulation's parts: when instances are reclaimed, and where their notices are served."""
+
+    reclaimer: Reclaimer
+    metadata: MetadataServer
 
 
 class LocalNodeProvider(RubberbandNodeProvider):
@@ -30,13 +38,13 @@ class LocalNodeProvider(RubberbandNodeProvider):
     def __init__(self, provider_config, cluster_name, start_node=None):
         super().__init__(provider_config, cluster_name, start_node)
         emulation = provider_config.get("spot_emulation")
-        self._reclaimer = Reclaimer(SpotEmulation.from_dict(emulation), time.time()) if emulation else None
-        self._metadata = MetadataServer().start() if emulation else None
+        self._spot = _Emulator(Reclaimer(SpotEmulation.from_dict(emulation), time.time()),
+                               MetadataServer().start()) if emulation else None
 
     def _launch_delay(self, market, provision):
-        if market == SPOT and self._reclaimer is not None:
+        if market == SPOT and self._spot is not None:
             # While the zone has no spot capacity the request waits (DESIGN §4.1).
-            provision += max(0.0, self._reclaimer.capacity_at(time.time()) - time.time())
+            provision += max(0.0, self._spot.reclaimer.capacity_at(time.time()) - time.time())
         return provision
 
     def _boot(self, node_id, instance, node_config, tags, resources, labels, provision):
@@ -44,29 +52,29 @@ class LocalNodeProvider(RubberbandNodeProvider):
         if not self._known(node_id):
             return
         self._event(event=ProviderEvent.RUNNING, node_id=node_id, instance=instance)
-        emulated = self._market(tags) == SPOT and self._reclaimer is not None
-        if emulated:
-            self._schedule_reclaim(node_id, instance, time.time())
+        spot = self._spot if self._market(tags) == SPOT else None      # reclaimed as emulated
+        if spot is not None:
+            self._schedule_reclaim(spot, node_id, instance, time.time())
         raylet = self._start_raylet(node_id, node_config, tags, resources, labels)
         if raylet is not False:
-            extra = {"metadata_url": self._metadata.url_of(instance)} if emulated else {}
+            extra = {"metadata_url": spot.metadata.url_of(instance)} if spot is not None else {}
             self._event(event=ProviderEvent.READY, node_id=node_id, instance=instance, raylet_pid=getattr(raylet, "pid", None),
                         **extra)
 
     # --- spot emulation ------------------------------------------------------------------
-    def _schedule_reclaim(self, node_id, instance, running_at):
-        at = self._reclaimer.reclaim_at(running_at)
+    def _schedule_reclaim(self, spot: _Emulator, node_id, instance, running_at):
+        at = spot.reclaimer.reclaim_at(running_at)
         if at != float("inf"):
-            schedule(max(running_at, at - self._reclaimer.emu.notice_s), lambda: self._notice(node_id, instance, at))
+            schedule(max(running_at, at - spot.reclaimer.emu.notice_s), lambda: self._notice(spot, node_id, instance, at))
 
-    def _notice(self, node_id, instance, at):
+    def _notice(self, spot: _Emulator, node_id, instance, at):
         """The notice (none with ``notice_s: 0``), then the reclaim: for an instance still up
         and within the cap on reclaims."""
         with self.lock:
-            if not self._known(node_id) or not self._reclaimer.take():
+            if not self._known(node_id) or not spot.reclaimer.take():
                 return
-        if self._reclaimer.emu.notice_s > 0:
-            self._metadata.notify(instance, at)
+        if spot.reclaimer.emu.notice_s > 0:
+            spot.metadata.notify(instance, at)
             self._event(event=ProviderEvent.NOTICE, node_id=node_id, instance=instance, reclaim_at=at)
         schedule(at, lambda: self._reclaim(node_id, instance))
 
