@@ -24,6 +24,11 @@ _EXPORTS = {
     "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec",
     "Placement": "rubberband.placement", "place": "rubberband.placement",
     "Trainer": "rubberband.executor", "execute": "rubberband.executor", "profile": "rubberband.profiler",
+    # Function trainables, in Ray Tune's signatures (rubberband/function_api.py)
+    "report": "rubberband.function_api", "get_checkpoint": "rubberband.function_api",
+    "get_context": "rubberband.function_api", "Checkpoint": "rubberband.function_api",
+    "prepare_model": "rubberband.function_api", "prepare_data_loader": "rubberband.function_api",
+    "get_device": "rubberband.function_api",
 }
 
 __all__ = ["__version__", *_EXPORTS]

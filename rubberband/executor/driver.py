@@ -119,6 +119,7 @@ class TrialState:
     restarts: int = 0              # times its gang was lost (a dead gang or a lost instance)
     ranks_in_sync: bool = True     # every multi-worker gang's ranks held identical parameters
     iters_done: int = 0            # iterations checkpointed (the scheduler's step)
+    redone: int = 0                # iterations trained again on resuming (a function's older checkpoint)
 
 
 @dataclass
@@ -204,6 +205,8 @@ class Driver:
         self.left: dict[str, int] = {}                   # trial -> iterations left of its TRAIN
         self.began: dict[str, tuple[int, float]] = {}    # trial -> (stage, start) of its TRAIN
         self.iter_s: dict[str, list[float]] = {}
+        self.redone: dict[str, int] = {}                 # trial -> iterations redone in its current TRAIN
+        self._warned_redo = False
         self.gpu_ids: dict[str, list] = {}               # trial -> the GPU ids its gang's ranks last reported
         self.running: set[str] = set()
         self.resuming: dict[str, tuple[str, ...]] = {}   # trials moving mid-TRAIN -> the instances they left
@@ -400,8 +403,10 @@ class Driver:
         gpus = len(trial.instances)
         where = {"instances": list(trial.instances), "trials_per_gpu": trial.share,
                  **({"gpu_ids": self.gpu_ids.pop(tid)} if tid in self.gpu_ids else {})}
+        redone = self.redone.pop(tid, 0)
         trial.history.append({"stage": stage, "iters": self.plan.spec.stages[stage].iters, "gpus": gpus,
                               "step": trial.step, **where, "restarts": trial.restarts,
+                              **({"redone": redone} if redone else {}),
                               "start_s": start, "end_s": end, **trial.metrics})
         self.train_runs.append({"trial": tid, "stage": stage, "gpus": gpus, "start_s": start, "end_s": end,
                                 "iters": self.plan.spec.stages[stage].iters, "iter_s": self.iter_s.pop(tid, []),
@@ -416,6 +421,15 @@ class Driver:
         trial.iters_done += n
         self.left[trial.id] -= n
         self.iter_s.setdefault(trial.id, []).extend(res.iter_times)
+        redone = getattr(res, "redone", 0)
+        if redone:
+            trial.redone += redone
+            self.redone[trial.id] = self.redone.get(trial.id, 0) + redone
+            if not self._warned_redo:     # once per run
+                self._warned_redo = True
+                log.warning("trial %s trained %d iteration(s) again on resuming: its latest checkpoint was older "
+                            "than its last report (a function that never passes `checkpoint=` to report() "
+                            "restarts from scratch at every stage)", trial.id, redone)
 
     def _interrupted(self, trial: TrialState, exc: Exception) -> None:
         """Keep what a chunk cut short by a lost instance completed (``ChunkInterrupted.done``)."""

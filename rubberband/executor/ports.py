@@ -57,6 +57,7 @@ class TrainResult:
     checkpoint: bytes | None = None
     digests: list[list[float]] | None = None     # per rank: parameter sum, sum of squares, step
     gpu_ids: list[list[str]] | None = None       # per rank: the GPU(s) it trained on (Ray's ids on its node)
+    redone: int = 0      # iterations trained again first: a function trainable resumed from an older checkpoint
 
 
 class Clock(Protocol):

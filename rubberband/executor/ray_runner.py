@@ -256,7 +256,7 @@ class RayTrialRunner:
                 ray.get([w.actor.join.remote(rank, len(workers), port) for rank, w in enumerate(workers)],
                         timeout=self.timeout_s)
             ckpt = ray.put(checkpoint) if checkpoint is not None else None
-            ray.get([w.actor.assign.remote(config, ckpt) for w in workers], timeout=self.timeout_s)
+            ray.get([w.actor.assign.remote(config, ckpt, trial) for w in workers], timeout=self.timeout_s)
         except Exception:
             for w in workers:
                 self._kill(w)
@@ -266,7 +266,7 @@ class RayTrialRunner:
     def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
         """Hand a gang's running workers to another trial (no process or group restart)."""
         ckpt = ray.put(checkpoint) if checkpoint is not None else None
-        ray.get([a.assign.remote(config, ckpt) for a in gang.actors], timeout=self.timeout_s)
+        ray.get([a.assign.remote(config, ckpt, trial) for a in gang.actors], timeout=self.timeout_s)
         gang.trial = trial
         return gang
 
@@ -287,7 +287,8 @@ class RayTrialRunner:
         digests = [out.get("digest")] + [o.get("digest") for o in rest[:-1]]
         return TrainResult(step=int(out["step"]), iter_times=list(out["iter_times"]),
                            metrics=dict(out.get("metrics", {})), checkpoint=rest[-1], digests=digests,
-                           gpu_ids=[out.get("gpu_ids")] + [o.get("gpu_ids") for o in rest[:-1]])
+                           gpu_ids=[out.get("gpu_ids")] + [o.get("gpu_ids") for o in rest[:-1]],
+                           redone=int(out.get("redone", 0)))
 
     def digests(self, gang: Gang) -> list[list[float]]:
         """Parameter digests of every rank (identical in a healthy gang)."""

@@ -266,7 +266,8 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
         actual={"jct_s": jct, "cost_usd": ledger.cost_usd(now=last_release)},
         stages=stages,
         trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync}
+                       "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync,
+                       **({"redone": t.redone} if t.redone else {})}
                 for t in outcome.trials.values()},
         ledger=ledger.to_dict(now=last_release),
         plan=plan.summary(),

@@ -5,19 +5,28 @@ torch.distributed process group — gloo on CPU, NCCL when CUDA is present. The 
 size stays fixed whatever the gang's size: each of ``w`` workers processes ``B / w``
 samples per optimizer step, in micro-batches of at most ``max_micro_batch`` with gradient
 accumulation. Rank 0 evaluates and checkpoints; every rank restores from the checkpoint.
+
+A function trainable (``trainer: module:function``, ``rubberband.function_api``) runs on a
+thread of the worker instead: ``train(iters)`` lets it run until it has reported ``iters``
+more iterations and pauses it in that report; ``checkpoint()`` is its latest reported
+checkpoint (with the iteration it was reported at); ``assign`` starts it again from one, and
+``leave`` stops it. Each report is one iteration; its time is the time since the one before.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import io
 import os
+import re
 import socket
 import time
 from datetime import timedelta
 from typing import Any
 
+from rubberband import function_api
 from rubberband.errors import SpecError
 
 
@@ -61,6 +70,10 @@ class DDPWorker:
         # (small weights, weight decay): flushing them keeps a trial's speed config-independent.
         torch.set_flush_denormal(True)
         self.trainer = load_trainer(trainer)
+        # A function trainable: run on a thread, paused at its reports (function_api).
+        self.function = self.trainer if function_api.is_function_trainable(self.trainer) else None
+        self.session: function_api.FunctionSession | None = None
+        self.ray_hook = False           # whether Ray's tune.report is routed to the session
         self.seed = seed
         self.rank, self.world = 0, 1
         self.config: dict[str, Any] = {}
@@ -85,6 +98,11 @@ class DDPWorker:
         # A process's first optimizer imports torch._dynamo (about a second): pay it here, not
         # in the first trial's start-up, which the profile measures on warm workers.
         torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        if self.function is not None:
+            # Ray's tune.report reaches the session through Ray's session module: import it now
+            # (about a second) if the function's module names Ray, not in a trial's start-up.
+            self.ray_hook = _names_ray(self.function) and function_api.ray_session_module() is not None
+            return time.perf_counter() - t0
         prepare = getattr(self.trainer, "prepare", None)
         if callable(prepare):
             prepare()
@@ -98,6 +116,15 @@ class DDPWorker:
 
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "pid": os.getpid()}
+
+    def _gpu_ids(self) -> list[str]:
+        """This worker's GPUs as Ray gave them (none outside a Ray worker)."""
+        try:
+            import ray
+
+            return [str(g) for g in ray.get_gpu_ids()] if ray.is_initialized() else []
+        except Exception:
+            return []
 
     def free_port(self) -> int:
         with socket.socket() as s:
@@ -115,11 +142,15 @@ class DDPWorker:
                                 world_size=world, timeout=timedelta(seconds=60))
         self.rank, self.world, self.distributed = rank, world, True
 
-    def assign(self, config: dict[str, Any], checkpoint: bytes | None) -> float:
-        """Take a trial: build its model and optimizer and restore its checkpoint."""
+    def assign(self, config: dict[str, Any], checkpoint: bytes | None, trial: str | None = None) -> float:
+        """Take a trial: build its model and optimizer and restore its checkpoint (a function
+        trainable: get ready to call it, resuming from its checkpoint)."""
         import torch
 
         t0 = time.perf_counter()
+        if self.function is not None:
+            self._assign_function(config, checkpoint, trial)
+            return time.perf_counter() - t0
         self.ddp = self.opt = self.model = None
         self.config, self.step, self.epoch = dict(config), 0, 0
         torch.manual_seed(self.seed)
@@ -137,6 +168,39 @@ class DDPWorker:
         self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if self.distributed else self.model
         self._batches = self._batch_iter()
         return time.perf_counter() - t0
+
+    def _assign_function(self, config: dict[str, Any], checkpoint: bytes | None, trial: str | None) -> None:
+        import torch
+
+        self._stop_function()
+        self.config = dict(config)
+        state = function_api.unpack_state(checkpoint) if checkpoint is not None else None
+        context = function_api.TrialContext(trial_id=trial or "trial", world_size=self.world, world_rank=self.rank,
+                                            local_rank=self.rank, local_world_size=self.world,
+                                            gpu_ids=tuple(self._gpu_ids()))
+        torch.manual_seed(self.seed)
+        assert self.function is not None
+        self.session = function_api.FunctionSession(self.function, self.config, context, state)
+        if self.ray_hook:
+            function_api.install_ray_hook(self.session)
+
+    def _train_function(self, iters: int) -> dict[str, Any]:
+        assert self.session is not None, "train() before assign()"
+        redone, counted = self.session.advance(int(iters))
+        self.step = self.session.iteration
+        out: dict[str, Any] = {"step": self.step, "iter_times": [r.seconds for r in counted],
+                               "redone": len(redone), "redo_s": sum(r.seconds for r in redone),
+                               "digest": self.param_digest(), "gpu_ids": self._gpu_ids()}
+        if self.rank == 0:
+            out["metrics"] = dict(counted[-1].metrics)
+        return out
+
+    def _stop_function(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+            self.session = None
+        if self.ray_hook:
+            function_api.install_ray_hook(None)
 
     def _batch_iter(self):
         import torch
@@ -156,8 +220,12 @@ class DDPWorker:
             self.epoch += 1
 
     def train(self, iters: int) -> dict[str, Any]:
-        """Run ``iters`` iterations of ``steps_per_iter`` optimizer steps; rank 0 also evaluates."""
+        """Run ``iters`` iterations of ``steps_per_iter`` optimizer steps; rank 0 also evaluates
+        (a function trainable: ``iters`` more reports; rank 0's last report's metrics)."""
         import contextlib
+
+        if self.function is not None:
+            return self._train_function(iters)
 
         micro = getattr(self.trainer, "max_micro_batch", None)
         times = []
@@ -183,6 +251,8 @@ class DDPWorker:
         return out
 
     def checkpoint(self) -> bytes:
+        if self.session is not None:
+            return function_api.pack_state(self.session.state())
         import torch
 
         buf = io.BytesIO()
@@ -191,11 +261,17 @@ class DDPWorker:
         return buf.getvalue()
 
     def param_digest(self) -> list[float]:
-        """Sum and sum of squares of all parameters (equal across ranks of a healthy gang)."""
+        """Sum and sum of squares of all parameters (equal across ranks of a healthy gang); a
+        function trainable's are its ``prepare_model`` model's (without one: the step alone)."""
         import torch
 
+        model = self.model
+        if self.function is not None:
+            model = self.session.model if self.session is not None else None
+            if model is None:
+                return [float(self.step)]
         with torch.no_grad():
-            flat = torch.cat([p.detach().flatten().double() for p in self.model.parameters()])
+            flat = torch.cat([p.detach().flatten().double().cpu() for p in model.parameters()])
         return [float(flat.sum()), float((flat * flat).sum()), self.step]
 
     def leave(self) -> None:
@@ -203,6 +279,7 @@ class DDPWorker:
         # Free DDP before destroying the group: the other order can hang in gloo's destructor.
         import torch.distributed as dist
 
+        self._stop_function()      # before the group goes: the function's model may be DDP
         self.ddp = self.opt = self.model = None
         self._batches = None
         if self.distributed and dist.is_initialized():
@@ -210,5 +287,11 @@ class DDPWorker:
         self.rank, self.world, self.distributed = 0, 1, False
 
 
-
-
+def _names_ray(fn: Any) -> bool:
+    """Whether ``fn``'s module mentions Ray (so it may call ``ray.tune.report``)."""
+    module = inspect.getmodule(fn)
+    try:
+        source = inspect.getsource(module) if module is not None else inspect.getsource(fn)
+    except (OSError, TypeError):
+        return True      # no source to read: assume it might
+    return re.search(r"\bray\b", source) is not None
