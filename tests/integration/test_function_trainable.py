@@ -1,0 +1,75 @@
+"""Ray Tune function trainables, unmodified, under `rubberband run --provider local`: promoted
+trials resume from their checkpoints on their next stage's GPUs (their own step counters go
+on), a function that checkpoints every third report trains the reports since again (and the
+run says how many), and the best trial reported is the best."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _run(tmp_path, state, function: str) -> dict:
+    exp = tmp_path / "exp.yaml"
+    # SHA of 4 trials: 2 iterations on 1 GPU each, then the best 2 for 3 more on 2 GPUs each
+    # (DDP over gloo), all on one 4-GPU instance.
+    exp.write_text(f"""
+name: tune-function-test
+stages: [[4, 2], [2, 3]]
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {ROOT / 'cloud_profiles' / 'local' / 'local.yaml'}, instance_type: local.4gpu}}
+deadline: 10m
+trainer: rubberband.examples.tune_function:{function}
+metric: val_loss
+search_space: {{lr: {{loguniform: [0.002, 0.3]}}}}
+""")
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(state), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+           "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "local", "--allocation", "4,4",
+                          "--latency-scale", "0.2", "--no-replan", "--json", "--runs-dir", str(tmp_path / "runs")],
+                         env=env, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    result["stderr"] = out.stderr
+    return result
+
+
+def _check(result: dict) -> dict:
+    trials = result["trials"]
+    promoted = {tid: t for tid, t in trials.items() if len(t["history"]) == 2}
+    assert len(promoted) == 2 and len(trials) == 4
+    for t in trials.values():
+        first = t["history"][0]
+        assert first["gpus"] == 1 and first["iteration"] == first["training_iteration"] == 2
+    for t in promoted.values():
+        second = t["history"][1]
+        # The function's own counter goes on from its checkpoint: 2 + 3, not 3.
+        assert second["gpus"] == 2 and second["iteration"] == 5 and t["step"] == 5
+        assert t["ranks_in_sync"], "prepare_model should keep the two DDP ranks identical"
+    # SHA kept the better half at the SYNC, and the best reported is the best finalist.
+    ran = {tid: t["history"][0]["val_loss"] for tid, t in trials.items()}
+    assert max(ran[t] for t in promoted) <= min(v for t, v in ran.items() if t not in promoted)
+    best = min(promoted, key=lambda tid: promoted[tid]["metric"])
+    assert result["best"]["trial"] == best and result["best"]["metric"] == promoted[best]["history"][-1]["val_loss"]
+    return promoted
+
+
+def test_a_tune_function_checkpointing_every_report_resumes_where_it_stopped(tmp_path, _isolated_state):
+    promoted = _check(_run(tmp_path, _isolated_state, "train_digits"))
+    assert all("redone" not in t for t in promoted.values())
+
+
+def test_a_tune_function_checkpointing_every_third_report_redoes_the_rest(tmp_path, _isolated_state):
+    result = _run(tmp_path, _isolated_state, "train_digits_every3")
+    promoted = _check(result)
+    # Its first checkpoint comes at report 3: after stage 0's two reports it has none, so
+    # stage 1 starts it from scratch and it trains those 2 again before counting new ones.
+    for t in promoted.values():
+        assert t["redone"] == 2 and t["history"][1]["redone"] == 2
+    assert "trained 2 iteration(s) again" in result["stderr"]
