@@ -449,9 +449,9 @@ class _DeviceLoader:
         return batch
 
     def __iter__(self) -> Iterator[Any]:
-        sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self.epoch)
+        set_epoch = getattr(getattr(self.loader, "sampler", None), "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(self.epoch)
         self.epoch += 1
         for batch in self.loader:
             yield self._to(batch) if self.move else batch

@@ -288,10 +288,15 @@ class DDPWorker:
 
 
 def _names_ray(fn: Any) -> bool:
-    """Whether ``fn``'s module mentions Ray (so it may call ``ray.tune.report``)."""
-    module = inspect.getmodule(fn)
+    """Whether ``fn`` may call ``ray.tune.report``: its module holds something of Ray's (``from
+    ray import tune``, ``import ray``, ``from ray.tune import report``), or its own source
+    names Ray (an import inside the function)."""
+    for value in list(getattr(fn, "__globals__", {}).values()):
+        name = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        if isinstance(name, str) and (name == "ray" or name.startswith("ray.")):
+            return True
     try:
-        source = inspect.getsource(module) if module is not None else inspect.getsource(fn)
+        source = inspect.getsource(fn)
     except (OSError, TypeError):
         return True      # no source to read: assume it might
     return re.search(r"\bray\b", source) is not None

@@ -289,7 +289,7 @@ def test_a_packed_trial_goes_only_to_its_own_slots_gpu_and_share(cluster, runner
     assert f.workers[1].gpu is gpu0 and f.workers[0].gpu.instance == I2 and f.workers[0].gpu.slot == 1
     assert [c for c in f.actors[0].calls if c[0] == "join"] == [("join", 0, 2, 23456)]
     assert [c for c in f.actors[1].calls if c[0] == "join"] == [("join", 1, 2, 23456)]
-    assert all(("assign", {"lr": 0.1}, b"ckpt") in w.calls for w in f.actors)
+    assert all(("assign", {"lr": 0.1}, b"ckpt", "f") in w.calls for w in f.actors)
     # A finer share never lands on these half-GPU workers, nor a coarser one beside them.
     with pytest.raises(ProviderError, match="no free GPU for a worker"):
         runner.start("g", {}, [I1], None, trials_per_gpu=4, gpus=[1])
