@@ -545,6 +545,42 @@ def install_ray_hook(session: FunctionSession | None) -> bool:
     return True
 
 
+def check_function(fn: Callable[..., Any], name: str) -> list[str]:
+    """Check a function trainable as far as can be told without running it; return warnings.
+
+    It must take one argument, ``config``. If no call in its source file passes
+    ``checkpoint=`` (to ``report``), every stage after the first restarts it from scratch and
+    trains again what it trained before: a warning (the run says how many were redone).
+
+    Raises:
+        SpecError: the function does not take exactly one required argument.
+    """
+    import ast
+    import inspect
+
+    from rubberband.errors import SpecError
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in params if p.kind in positional and p.default is p.empty]
+    takes_any = any(p.kind in positional or p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    if len(required) > 1 or not takes_any:
+        raise SpecError(f"trainer: {name} must take one argument, the trial's config (def {fn.__name__}(config): ...)")
+    try:
+        path = inspect.getsourcefile(fn)
+        tree = ast.parse(open(path).read()) if path else None
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    if tree is not None and not any(isinstance(node, ast.Call) and any(k.arg == "checkpoint" for k in node.keywords)
+                                    for node in ast.walk(tree)):
+        return [f"trainer: {name} never passes checkpoint= to report(): every stage after the first restarts it "
+                "from scratch and trains again the iterations it had done (the run's trial records say how many)"]
+    return []
+
+
 def is_function_trainable(obj: Any) -> bool:
     """A plain callable taking ``config`` (not a ``Trainer`` class or instance)."""
     return callable(obj) and not isinstance(obj, type) and not hasattr(obj, "build_model")
@@ -552,4 +588,4 @@ def is_function_trainable(obj: Any) -> bool:
 
 __all__ = ["Checkpoint", "TrialContext", "TrialState", "FunctionSession", "TrialStopped", "TrialFunctionError",
            "report", "get_checkpoint", "get_context", "get_device", "prepare_model", "prepare_data_loader",
-           "install_ray_hook", "is_function_trainable", "pack_state", "unpack_state"]
+           "install_ray_hook", "is_function_trainable", "check_function", "pack_state", "unpack_state"]

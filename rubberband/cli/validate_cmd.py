@@ -8,6 +8,7 @@ started paying for instances.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rubberband.cli.common import command, emit, experiment_arg, print_warnings, resolve_args
 from rubberband.config import Experiment
@@ -51,7 +52,8 @@ def check_cluster(exp: Experiment, cluster: str) -> None:
 
 
 def check_trainer(exp: Experiment) -> None:
-    """Import and build ``trainer:`` as each worker will.
+    """Import and build ``trainer:`` as each worker will (a function trainable: check its
+    signature, and warn when it never checkpoints).
 
     This imports the user's module, and with it whatever that imports (torch, often): fine
     for `validate`, which is asked to check everything; `plan` and `simulate` never do it.
@@ -67,6 +69,12 @@ def check_trainer(exp: Experiment) -> None:
         raise
     except Exception as exc:   # the user's code: a syntax error, a failing import or constructor
         raise SpecError(f"trainer: cannot load {exp.trainer!r}: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
+    from rubberband import function_api
+
+    if function_api.is_function_trainable(trainer):
+        for warning in function_api.check_function(trainer, repr(exp.trainer)):
+            print(f"warning: {warning}", file=sys.stderr)
+        return
     missing = [m for m in ("build_model", "build_optimizer", "build_data") if not callable(getattr(trainer, m, None))]
     if missing:
         raise SpecError(f"trainer: {exp.trainer!r} has no {', '.join(missing)}; subclass rubberband.Trainer")

@@ -191,3 +191,19 @@ def test_only_plain_callables_are_function_trainables():
 
     assert fa.is_function_trainable(counter())
     assert not fa.is_function_trainable(Trainer) and not fa.is_function_trainable(Trainer())
+
+
+def test_validate_checks_the_signature_and_warns_when_a_function_never_checkpoints(tmp_path):
+    from rubberband.errors import SpecError
+    from rubberband.executor.worker import load_trainer
+
+    path = tmp_path / "fns.py"
+    path.write_text("import rubberband as rb\n\n"
+                    "def never(config):\n    while True:\n        rb.report({'x': 1.0})\n\n"
+                    "def two(config, other):\n    pass\n")
+    never, two = load_trainer(f"{path}:never"), load_trainer(f"{path}:two")
+    [warning] = fa.check_function(never, "fns:never")
+    assert "never passes checkpoint= to report()" in warning
+    with pytest.raises(SpecError, match=r"trainer: fns:two must take one argument, the trial's config"):
+        fa.check_function(two, "fns:two")
+    assert fa.check_function(counter(), "this file") == []       # this file passes checkpoint=
