@@ -25,7 +25,7 @@ SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform", "q
 
 _TOP_OPTIONAL = [
     "name", "description", "sha", "stages", "hyperband", "deadline", "policy", "samples", "seed",
-    "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster",
+    "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster", "max_failures",
 ]
 _TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -55,6 +55,7 @@ class Experiment:
     sha: dict[str, int] | None = None
     cluster: str | None = None      # a Ray cluster YAML for `--provider aws`
     models: dict[str, ModelProfile] = field(default_factory=dict)   # GPU model -> its profile, when several
+    max_failures: int = 0           # retries of a trial whose own code fails (Ray Tune's FailureConfig)
 
     @property
     def model_for_planning(self) -> ModelProfile | dict[str, ModelProfile]:
@@ -267,6 +268,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         sha=dict(data["sha"]) if "sha" in data else None,
         cluster=str(_resolve(data["cluster"], base, "cluster")) if data.get("cluster") is not None else None,
         models={str(k): v for k, v in models.items() if k is not None},
+        max_failures=_max_failures(data.get("max_failures", 0)),
     )
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
@@ -336,6 +338,16 @@ def _confidence(value: Any) -> float | None:
     if not 0 < conf < 1:
         raise SpecError(f"confidence: must be between 0 and 1 (e.g. 0.9 for P(JCT <= deadline) >= 90%), got {value!r}")
     return conf
+
+
+def _max_failures(value: Any) -> int:
+    """Retries of a failing trial: the scheduler restarts a trial at most MAX_TRIAL_RESTARTS times."""
+    from rubberband.scheduler import MAX_TRIAL_RESTARTS
+
+    n = integer(value, "max_failures", minimum=0)
+    if n > MAX_TRIAL_RESTARTS:
+        raise SpecError(f"max_failures: at most {MAX_TRIAL_RESTARTS} retries of a trial, got {n}")
+    return n
 
 
 def _trainer(value: Any, base: Path) -> str | None:

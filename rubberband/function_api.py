@@ -57,6 +57,10 @@ class TrialFunctionError(RubberbandError):
         super().__init__(message)
         self.traceback_text = traceback_text
 
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # Pickled across Ray with the user's traceback (Exception's own pickling keeps args only).
+        return (type(self), (str(self), self.traceback_text))
+
 
 # --- Checkpoint ---------------------------------------------------------------------------------
 class Checkpoint:

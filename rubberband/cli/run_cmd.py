@@ -158,7 +158,8 @@ def run_cmd(args: argparse.Namespace) -> int:
                      spot_emulation=args.spot_emulation,
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
                      replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else plan_model(exp, plan),
-                     safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget)
+                     safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget,
+                     max_failures=exp.max_failures)
     keep_model(result.run_dir, req.models)
     payload, text = result.to_dict(), run_summary(result)
     if args.gantt:

@@ -61,6 +61,7 @@ from rubberband.executor.ports import (
     WallClock,
 )
 from rubberband.executor.search_space import sample_configs
+from rubberband.function_api import TrialFunctionError
 from rubberband.nodes import NodeType
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import Market
@@ -120,6 +121,8 @@ class TrialState:
     ranks_in_sync: bool = True     # every multi-worker gang's ranks held identical parameters
     iters_done: int = 0            # iterations checkpointed (the scheduler's step)
     redone: int = 0                # iterations trained again on resuming (a function's older checkpoint)
+    failures: int = 0              # times its own code failed (raised, or reported a NaN metric)
+    failed: str | None = None      # why it was given up on (after max_failures retries), else None
 
 
 @dataclass
@@ -168,7 +171,7 @@ class Driver:
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
                  budget_usd: float | None = None, settle_s: float = 0.0, max_instances: Any = None,
-                 wait_for_resumes: bool = True):
+                 wait_for_resumes: bool = True, max_failures: int = 0):
         replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances) \
             if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
@@ -207,6 +210,7 @@ class Driver:
         self.iter_s: dict[str, list[float]] = {}
         self.redone: dict[str, int] = {}                 # trial -> iterations redone in its current TRAIN
         self._warned_redo = False
+        self.max_failures = max_failures                 # retries of a trial whose own code fails
         self.gpu_ids: dict[str, list] = {}               # trial -> the GPU ids its gang's ranks last reported
         self.running: set[str] = set()
         self.resuming: dict[str, tuple[str, ...]] = {}   # trials moving mid-TRAIN -> the instances they left
@@ -370,10 +374,18 @@ class Driver:
         try:
             res = self.runner.result(future)
         except Exception as exc:  # the gang died: its instance went away, or the gang itself
+            cause = getattr(exc, "cause", exc)             # Ray wraps the worker's exception
+            if isinstance(cause, TrialFunctionError):      # the user's function raised
+                self._user_failed(trial, " ".join(str(cause).split())[:300], cause.traceback_text or str(exc))
+                return
             self._interrupted(trial, exc)
             self._lost_gang(trial, exc)
             return
         self._done(trial, res, n)
+        value = res.metrics.get(self.metric)
+        if isinstance(value, float) and math.isnan(value):
+            self._user_failed(trial, f"trial {tid} reported {self.metric} = NaN", f"{self.metric} = NaN in {res.metrics}")
+            return
         if res.gpu_ids:
             self.gpu_ids[tid] = res.gpu_ids
         if res.digests and len(res.digests) > 1:
@@ -430,6 +442,39 @@ class Driver:
                 log.warning("trial %s trained %d iteration(s) again on resuming: its latest checkpoint was older "
                             "than its last report (a function that never passes `checkpoint=` to report() "
                             "restarts from scratch at every stage)", trial.id, redone)
+
+    def _user_failed(self, trial: TrialState, why: str, detail: str) -> None:
+        """The trial's own code failed (Ray Tune's trial error): its traceback goes to the run's
+        ``failures/<trial>.txt``; it is retried from its last checkpoint up to ``max_failures``
+        times (the scheduler restarts it, as a failed gang), then given up on: its TRAIN ends
+        with a NaN metric, which the scheduler ranks last, and the job goes on."""
+        trial.failures += 1
+        if self.checkpoint_dir is not None:
+            out = self.checkpoint_dir.parent / "failures"
+            out.mkdir(parents=True, exist_ok=True)
+            with open(out / f"{trial.id}.txt", "a") as fh:
+                fh.write(f"--- failure {trial.failures} at stage {self.stage}, step {trial.step}\n{detail}\n")
+        instances = trial.instances
+        self._unclaim(trial.id)
+        self._stop_gang(trial)
+        if trial.failures <= self.max_failures:
+            log.warning("%s; retrying it from its checkpoint at step %s (%d of %d)", why, trial.step, trial.failures,
+                        self.max_failures)
+            self._emit("recover", trial=trial.id, error=why, step=trial.step)
+            self.resuming[trial.id] = instances
+            trial.restarts += 1
+            self._feed(TrialFailed(trial.id, trial.iters_done))
+            return
+        trial.failed = why
+        log.warning("%s; marked failed (ranked last), the job goes on", why)
+        stage, start = self.began.pop(trial.id, (self.stage, self._now()))
+        trial.metric, self.left[trial.id] = math.nan, 0
+        trial.history.append({"stage": stage, "iters": self.plan.spec.stages[stage].iters, "step": trial.step,
+                              "failed": why, "start_s": start, "end_s": self._now()})
+        self.iter_s.pop(trial.id, None)
+        self.redone.pop(trial.id, None)
+        self._emit("failed", trial=trial.id, stage=stage, reason=why)
+        self._feed(TrainFinished(trial.id, trial.iters_done, math.nan))
 
     def _interrupted(self, trial: TrialState, exc: Exception) -> None:
         """Keep what a chunk cut short by a lost instance completed (``ChunkInterrupted.done``)."""

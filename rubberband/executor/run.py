@@ -33,7 +33,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
             spot_emulation: Any = None, replan_with: Any = None, safety_net: Any = None,
-            budget_usd: float | None = None) -> RunResult:
+            budget_usd: float | None = None, max_failures: int = 0) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
@@ -61,6 +61,9 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
             runs out (``None``: no safety net).
         budget_usd: a hard budget: the run stops cleanly (``RunResult.loop["stopped"]``) rather
             than launch what would break it.
+        max_failures: how often a trial whose own code fails (a function trainable that
+            raises, or any trial reporting a NaN metric) is retried from its last checkpoint
+            before it is marked failed and ranked last (its traceback in ``<run_dir>/failures/``).
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
@@ -87,7 +90,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
                          launch_backoff_s=launch_backoff_s) as session:
         # A re-plan keeps within the cluster's room: more would wait for instances that never come.
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
-                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd, max_instances=room))
+                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd, max_instances=room,
+                              max_failures=max_failures))
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
 
 
@@ -267,7 +271,8 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
         stages=stages,
         trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
                        "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync,
-                       **({"redone": t.redone} if t.redone else {})}
+                       **({"redone": t.redone} if t.redone else {}),
+                       **({"failed": t.failed, "failures": t.failures} if t.failures else {})}
                 for t in outcome.trials.values()},
         ledger=ledger.to_dict(now=last_release),
         plan=plan.summary(),
@@ -319,6 +324,9 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
             print(f"{stamp} sync {data['index']}: promoted {', '.join(data['promoted']) or '-'}", file=stream, flush=True)
         elif kind == "recover":
             print(f"{stamp}   trial {data['trial']} lost its gang; resuming from step {data['step']}", file=stream, flush=True)
+        elif kind == "failed":
+            print(f"{stamp}   trial {data['trial']} failed: {data['reason']} (ranked last; see failures/ in the run "
+                  "directory)", file=stream, flush=True)
         elif kind in ("replan", "switch"):
             print(f"{stamp} {data['line']}", file=stream, flush=True)
         elif kind == "stopped":

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,52 @@ def test_a_tune_function_checkpointing_every_third_report_redoes_the_rest(tmp_pa
     for t in promoted.values():
         assert t["redone"] == 2 and t["history"][1]["redone"] == 2
     assert "trained 2 iteration(s) again" in result["stderr"]
+
+
+FAILING = '''
+import os, tempfile
+from ray import tune
+
+def train_fn(config):
+    step = 0
+    ckpt = tune.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            step = int(open(os.path.join(d, "step")).read())
+    while True:
+        step += 1
+        if config["lr"] > 0.1 and step == 2:
+            raise ValueError(f"diverged at step {step}")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step"), "w") as fh:
+                fh.write(str(step))
+            tune.report({"loss": config["lr"] / step, "step": step}, checkpoint=tune.Checkpoint.from_directory(d))
+'''
+
+
+def test_a_function_that_raises_is_retried_then_failed_and_the_job_goes_on(tmp_path, _isolated_state):
+    (tmp_path / "failing.py").write_text(FAILING)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"""
+name: failing-function
+stages: [[2, 3], [1, 2]]
+model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+cloud: {{profile: {ROOT / 'cloud_profiles' / 'local' / 'local.yaml'}, instance_type: local.2gpu}}
+deadline: 10m
+trainer: failing.py:train_fn
+metric: loss
+max_failures: 1
+search_space: {{lr: {{grid: [0.05, 0.2]}}}}
+""")
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "local", "--allocation", "2,1",
+                          "--latency-scale", "0.2", "--no-replan", "--json", "--runs-dir", str(tmp_path / "runs")],
+                         env=env, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    bad, good = result["trials"]["t001"], result["trials"]["t000"]
+    assert bad["failures"] == 2 and "ValueError: diverged at step 2" in bad["failed"]
+    assert bad["eliminated_after"] == 0 and result["best"]["trial"] == "t000" and good["step"] == 5
+    failures = (Path(result["run_dir"]) / "failures" / "t001.txt").read_text()
+    assert failures.count("--- failure") == 2 and "raise ValueError" in failures

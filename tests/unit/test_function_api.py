@@ -207,3 +207,10 @@ def test_validate_checks_the_signature_and_warns_when_a_function_never_checkpoin
     with pytest.raises(SpecError, match=r"trainer: fns:two must take one argument, the trial's config"):
         fa.check_function(two, "fns:two")
     assert fa.check_function(counter(), "this file") == []       # this file passes checkpoint=
+
+
+def test_a_function_error_keeps_its_traceback_when_pickled():
+    import pickle
+
+    err = pickle.loads(pickle.dumps(fa.TrialFunctionError("trial t1: the trial function raised X", "Traceback: ...")))
+    assert str(err) == "trial t1: the trial function raised X" and err.traceback_text == "Traceback: ..."
