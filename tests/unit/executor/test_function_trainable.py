@@ -64,6 +64,17 @@ def fit(config):
 '''
 
 
+@pytest.fixture(autouse=True)
+def _denormals_back():
+    """A ``DDPWorker`` flushes denormal floats for its whole process (a Ray worker's own); built
+    here, in the test process, it must not leave that on for the tests after (hypothesis
+    refuses to run with subnormals flushed)."""
+    yield
+    import torch
+
+    torch.set_flush_denormal(False)
+
+
 def _module(tmp_path, name: str, source: str) -> str:
     path = tmp_path / f"{name}.py"
     path.write_text(textwrap.dedent(source))
