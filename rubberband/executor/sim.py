@@ -367,6 +367,9 @@ class SimGang:
     stage: int = -1
     latency: float = 0.0
     startup: float = 0.0       # owed by its next chunk (a TRAIN's start)
+    config: dict[str, Any] = field(default_factory=dict)
+    step: int = 0              # where its trial stands (a runner that keeps it: the fakes)
+    alive: bool = True
 
 
 @dataclass(eq=False)
@@ -380,23 +383,29 @@ class SimChunk:
     finish_s: float
     cut: bool                  # ended by a reclaim
     seq: int
+    iter_s: float = 0.0        # seconds per iteration it trains at
 
 
-class SimRunnerPort:
-    """``TrialRunnerPort`` in virtual time: a TRAIN draws ``L`` and its start-up once per trial and
-    stage (a slow trial stays slow, also after a reclaim), and trains its iterations as one
-    chunk of ``startup + k * L`` that ends early, keeping its completed iterations, where one of
-    its instances is reclaimed (the truth knows when). A SYNC takes one ``sync_s`` draw."""
+class VirtualRunner:
+    """A ``TrialRunnerPort`` in virtual time, the one both the rehearsal's runner
+    (``SimRunnerPort``) and the unit tests' (``rubberband.testing.fakes.FakeRunner``) are: a
+    chunk of ``iters`` iterations submitted at ``now`` ends at ``now + startup + iters * L``
+    (``L``: ``_iter_s``), or at its gang's first instance's end (``_down_s``) with the
+    iterations completed by then; ``wait`` moves the clock to the earliest end (ties: the first
+    submitted) unless the clock has something due before, or the timeout comes first. How a
+    chunk's result reads (``result``) and where ``L`` comes from are the subclass's."""
 
-    def __init__(self, world: SimWorld, cluster: SimClusterPort):
-        self.world, self.cluster, self.clock = world, cluster, world.clock
-        self._draws: dict[tuple[str, int], tuple[float, float]] = {}
-        self._steps: dict[str, int] = {}
-        self._types: dict[int, str] = {}
+    def __init__(self, clock: VirtualClock):
+        self.clock = clock
         self._seq = itertools.count()
 
-    def _model(self, itype: str, stage: int) -> ModelProfile:
-        return model_of(self.world.model, self.world.cloud(itype), f"instance_types[{stage}]")
+    def _iter_s(self, gang: SimGang) -> float:
+        """Seconds per iteration of ``gang``'s next chunk."""
+        return gang.latency
+
+    def _down_s(self, gang: SimGang) -> float:
+        """When the first of ``gang``'s instances goes (``inf``: none is known to)."""
+        return math.inf
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
               trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> SimGang:
@@ -407,32 +416,23 @@ class SimRunnerPort:
         return gang
 
     def begin_train(self, gang: SimGang, stage: int) -> None:
-        itype = self.cluster.instances[gang.instances[0]].instance_type
-        self._types[stage] = itype
-        key = (gang.trial, stage)
-        if key not in self._draws:        # once per trial and stage
-            model, k = self._model(itype, stage), gang.share
-            dist = model.packed_latency(k) if k > 1 else model.latency(len(gang.instances))
-            self._draws[key] = (self.world.draw(_TRAIN, dist), self.world.draw(_STARTUP, model.trial_startup_s))
-        gang.stage = stage
-        gang.latency, gang.startup = self._draws[key]
+        return None
 
     def chunk_iters(self, left: int) -> int:
         return left
 
     def sync_s(self, stage: int) -> float:
-        """A SYNC's drawn time."""
-        return self.world.draw(_SYNC, self._model(self._types.get(stage, self.world.plan.instance_type), stage).sync_s)
+        return 0.0
 
     def train(self, gang: SimGang, iters: int) -> SimChunk:
-        now, L = self.clock.now(), gang.latency
+        now, L = self.clock.now(), self._iter_s(gang)
         startup, gang.startup = gang.startup, 0.0
         natural = now + startup + iters * L
-        down = min(self.cluster.instances[n].down_s for n in gang.instances)
+        down = self._down_s(gang)
         if down < natural:
             done = min(math.floor(max(down - now - startup, 0.0) / L), iters) if L > 0 else iters
-            return SimChunk(gang, gang.trial, gang.stage, now, iters, done, down, True, next(self._seq))
-        return SimChunk(gang, gang.trial, gang.stage, now, iters, iters, natural, False, next(self._seq))
+            return SimChunk(gang, gang.trial, gang.stage, now, iters, done, down, True, next(self._seq), L)
+        return SimChunk(gang, gang.trial, gang.stage, now, iters, iters, natural, False, next(self._seq), L)
 
     def wait(self, pending: Sequence[SimChunk], timeout_s: float) -> tuple[list[SimChunk], list[SimChunk]]:
         """The earliest chunk to end, when it ends before anything else happens on the cluster
@@ -447,16 +447,7 @@ class SimRunnerPort:
         return [], list(pending)
 
     def result(self, chunk: SimChunk) -> Any:
-        w, L = self.world, chunk.gang.latency
-        w.train_runs.append({"trial": chunk.trial, "stage": chunk.stage, "gpus": len(chunk.gang.instances) / chunk.gang.share,
-                             "start_s": chunk.start_s, "end_s": chunk.finish_s, "iters": chunk.done,
-                             "iter_s": [L] * chunk.done, "instances": list(chunk.gang.instances),
-                             "gpu_ids": None if chunk.gang.gpus is None else [[str(g)] for g in chunk.gang.gpus]})
-        step = self._steps[chunk.trial] = self._steps.get(chunk.trial, 0) + chunk.done
-        if chunk.cut:
-            done = TrainResult(step, [L] * chunk.done, {}) if chunk.done else None
-            raise ChunkInterrupted(f"sim: an instance of trial {chunk.trial} was reclaimed", done)
-        return TrainResult(step, [L] * chunk.done, {w.metric: w.curves.metric(chunk.trial, step)})
+        raise NotImplementedError(f"{type(self).__name__}: how a chunk's result reads is the subclass's")
 
     def stop(self, gang: SimGang) -> None:
         return None
@@ -472,6 +463,53 @@ class SimRunnerPort:
 
     def shutdown(self) -> None:
         return None
+
+
+class SimRunnerPort(VirtualRunner):
+    """``TrialRunnerPort`` in virtual time: a TRAIN draws ``L`` and its start-up once per trial and
+    stage (a slow trial stays slow, also after a reclaim), and trains its iterations as one
+    chunk of ``startup + k * L`` that ends early, keeping its completed iterations, where one of
+    its instances is reclaimed (the truth knows when). A SYNC takes one ``sync_s`` draw."""
+
+    def __init__(self, world: SimWorld, cluster: SimClusterPort):
+        super().__init__(world.clock)
+        self.world, self.cluster = world, cluster
+        self._draws: dict[tuple[str, int], tuple[float, float]] = {}
+        self._steps: dict[str, int] = {}
+        self._types: dict[int, str] = {}
+
+    def _model(self, itype: str, stage: int) -> ModelProfile:
+        return model_of(self.world.model, self.world.cloud(itype), f"instance_types[{stage}]")
+
+    def _down_s(self, gang: SimGang) -> float:
+        return min(self.cluster.instances[n].down_s for n in gang.instances)
+
+    def begin_train(self, gang: SimGang, stage: int) -> None:
+        itype = self.cluster.instances[gang.instances[0]].instance_type
+        self._types[stage] = itype
+        key = (gang.trial, stage)
+        if key not in self._draws:        # once per trial and stage
+            model, k = self._model(itype, stage), gang.share
+            dist = model.packed_latency(k) if k > 1 else model.latency(len(gang.instances))
+            self._draws[key] = (self.world.draw(_TRAIN, dist), self.world.draw(_STARTUP, model.trial_startup_s))
+        gang.stage = stage
+        gang.latency, gang.startup = self._draws[key]
+
+    def sync_s(self, stage: int) -> float:
+        """A SYNC's drawn time."""
+        return self.world.draw(_SYNC, self._model(self._types.get(stage, self.world.plan.instance_type), stage).sync_s)
+
+    def result(self, chunk: SimChunk) -> Any:
+        w, L = self.world, chunk.iter_s
+        w.train_runs.append({"trial": chunk.trial, "stage": chunk.stage, "gpus": len(chunk.gang.instances) / chunk.gang.share,
+                             "start_s": chunk.start_s, "end_s": chunk.finish_s, "iters": chunk.done,
+                             "iter_s": [L] * chunk.done, "instances": list(chunk.gang.instances),
+                             "gpu_ids": None if chunk.gang.gpus is None else [[str(g)] for g in chunk.gang.gpus]})
+        step = self._steps[chunk.trial] = self._steps.get(chunk.trial, 0) + chunk.done
+        if chunk.cut:
+            done = TrainResult(step, [L] * chunk.done, {}) if chunk.done else None
+            raise ChunkInterrupted(f"sim: an instance of trial {chunk.trial} was reclaimed", done)
+        return TrainResult(step, [L] * chunk.done, {w.metric: w.curves.metric(chunk.trial, step)})
 
 
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,

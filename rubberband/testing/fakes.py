@@ -1,10 +1,11 @@
 """In-process fakes of the executor's ports (a clock, a cluster, a trial runner) for unit tests.
 
 Time is manual: the cluster advances the clock by its launch latency (or, while a market has
-no capacity, to the end of the wait), and the runner is a
-small discrete-event simulation (``train`` schedules a chunk to finish ``iters * L(m)``
-fake seconds after it is submitted; ``wait`` advances the clock to the earliest finish), so
-trials on different GPUs run in parallel in fake time exactly as the simulator assumes.
+no capacity, to the end of the wait), and the runner is the rehearsal's virtual-time runner
+(``rubberband.executor.sim.VirtualRunner``: ``train`` schedules a chunk to finish
+``iters * L(m)`` fake seconds after it is submitted; ``wait`` advances the clock to the
+earliest finish) with constant iteration times, so trials on different GPUs run in parallel in
+fake time exactly as the simulator assumes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, Notice, TrainResult, VirtualClock
+from rubberband.executor.sim import SimChunk, SimGang, VirtualRunner
 from rubberband.nodes import NodeType, counts, describe, instance_name
 
 
@@ -188,24 +190,8 @@ def _plain(request: Mapping[NodeType, int]) -> dict[str, int]:
     return {t.name: n for t, n in sorted(request.items()) if n}
 
 
-@dataclass(eq=False)
-class FakeGang:
-    trial: str
-    config: dict[str, Any]
-    instances: tuple[str, ...]
-    step: int
-    alive: bool = True
-    share: int = 1                 # trials per GPU (packed: each worker holds 1/share of a GPU)
-    gpus: tuple[int, ...] = ()     # the GPU index of each worker on its instance, when given
-
-
-@dataclass(eq=False)
-class FakeFuture:
-    gang: FakeGang
-    trial: str
-    iters: int
-    finish: float
-    seq: int
+FakeGang = SimGang         # a gang of the virtual runner (its trial's config and step kept)
+FakeFuture = SimChunk      # a chunk of the virtual runner
 
 
 @dataclass
@@ -245,8 +231,10 @@ class _Failure:
     lose_instance: bool
 
 
-class FakeRunner:
-    """TrialRunnerPort that trains instantly in real time and deterministically in fake time.
+class FakeRunner(VirtualRunner):
+    """The virtual-time runner (``rubberband.executor.sim.VirtualRunner``, the rehearsal's) in a
+    test configuration: constant iteration times instead of draws, a deterministic metric and
+    checkpoints that carry the step; each iteration is a chunk, as on a real cluster.
 
     Args:
         clock: the shared ``FakeClock``.
@@ -266,18 +254,18 @@ class FakeRunner:
                  steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
                  cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None,
                  pace: Callable[[int], float] | None = None, packed_iter_s: Mapping[int, float] | None = None):
-        self.clock, self.iter_s, self.G = clock, dict(iter_s), gpus_per_instance
+        super().__init__(clock)
+        self.iter_s, self.G = dict(iter_s), gpus_per_instance
         self.packed_iter_s = dict(packed_iter_s or {})
         self.pace = pace or (lambda step: 1.0)
         self.steps_per_iter, self.metrics, self.cluster = steps_per_iter, metrics, cluster
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
         self.starts: list[GangRecord] = []
-        self.live: list[FakeGang] = []
+        self.live: list[SimGang] = []
         self.max_in_flight = 0
         self.shut_down = False
         self._in_flight: set[str] = set()
         self._failures: list[_Failure] = []
-        self._seq = 0
 
     def _record(self, method: str, *args: Any) -> None:
         self.calls.append(("runner", method, *args))
@@ -308,11 +296,11 @@ class FakeRunner:
         out: dict[tuple[str, int], list[str]] = {}
         for gang in self.live:
             if gang.share > 1:
-                for inst, g in zip(gang.instances, gang.gpus):
+                for inst, g in zip(gang.instances, gang.gpus or ()):
                     out.setdefault((inst, g), []).append(gang.trial)
         return out
 
-    def _iter_s(self, gang: FakeGang) -> float:
+    def _iter_s(self, gang: SimGang) -> float:
         return (self.packed_iter_s[gang.share] if gang.share > 1 else self.iter_s[len(gang.instances)]) * self.pace(gang.step)
 
     # --- the port --------------------------------------------------------------------------
@@ -337,13 +325,13 @@ class FakeRunner:
         self.shut_down = True
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
-              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> FakeGang:
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> SimGang:
         self._record("start", trial, tuple(instances))
         step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
         if trials_per_gpu > 1 and (len(instances) != 1 or not gpus or len(gpus) != 1):
             raise AssertionError(f"packed start of {trial}: one instance and its GPU index expected, "
                                  f"got {list(instances)} and {gpus}")
-        gang = FakeGang(trial, dict(config), tuple(instances), step, share=trials_per_gpu, gpus=tuple(gpus or ()))
+        gang = SimGang(trial, tuple(instances), trials_per_gpu, tuple(gpus or ()), config=dict(config), step=step)
         self.live.append(gang)
         over = {i: n for i, n in self.gpus_in_use().items() if n > self.G + 1e-9}
         if over:
@@ -352,67 +340,45 @@ class FakeRunner:
         if trials_per_gpu > 1 and crowded:
             raise AssertionError(f"a GPU over-packed starting {trial}: {crowded}")
         self.starts.append(GangRecord(trial, gang.instances, len(gang.instances), step, checkpoint, self.clock.now(),
-                                      trials_per_gpu, gang.gpus))
+                                      trials_per_gpu, gang.gpus or ()))
         return gang
 
-    def reassign(self, gang: FakeGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> FakeGang:
+    def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
         self._record("reassign", gang.trial, trial)
         gang.trial, gang.config = trial, dict(config)
         gang.step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
         return gang
 
-    def train(self, gang: FakeGang, iters: int) -> FakeFuture:
+    def train(self, gang: SimGang, iters: int) -> SimChunk:
         if not gang.alive:
             raise AssertionError(f"train on a stopped gang of {gang.trial}")
-        self._seq += 1
         self._in_flight.add(gang.trial)
         self.max_in_flight = max(self.max_in_flight, len(self._in_flight))
-        finish = self.clock.now() + iters * self._iter_s(gang)
-        return FakeFuture(gang, gang.trial, iters, finish, self._seq)
+        return super().train(gang, iters)
 
-    def wait(self, pending: Sequence[FakeFuture], timeout_s: float) -> tuple[list[FakeFuture], list[FakeFuture]]:
-        """The earliest chunk to finish (ties: the first submitted); the clock moves to its end,
-        or by ``timeout_s`` if that comes first (then nothing is done)."""
-        if not pending:
-            return [], []
-        first = min(pending, key=lambda f: (f.finish, f.seq))
-        if first.finish > self.clock.now() + timeout_s:
-            self.clock.advance(timeout_s)
-            return [], list(pending)
-        if first.finish > self.clock.now():
-            self.clock.advance(first.finish - self.clock.now())
-        return [first], [f for f in pending if f is not first]
-
-    def result(self, future: FakeFuture) -> TrainResult:
-        gang = future.gang
-        self._in_flight.discard(future.trial)
+    def result(self, chunk: SimChunk) -> TrainResult:
+        gang = chunk.gang
+        self._in_flight.discard(chunk.trial)
         if self.cluster is not None:
             self.cluster.tick()
-        new_step = gang.step + future.iters * self.steps_per_iter
+        new_step = gang.step + chunk.done * self.steps_per_iter
         for f in self._failures:
-            if f.trial == future.trial and f.times > 0 and gang.step < f.step <= new_step:
+            if f.trial == chunk.trial and f.times > 0 and gang.step < f.step <= new_step:
                 f.times -= 1
                 if f.lose_instance and self.cluster is not None:
                     self.cluster.lose(gang.instances[0])
-                raise ProviderError(f"injected failure: the gang of {future.trial} was lost before step {f.step}")
+                raise ProviderError(f"injected failure: the gang of {chunk.trial} was lost before step {f.step}")
         if self.cluster is not None and any(i not in self.cluster.alive for i in gang.instances):
-            raise ProviderError(f"the gang of {future.trial} lost its instance")
-        iter_s = self._iter_s(gang)
+            raise ProviderError(f"the gang of {chunk.trial} lost its instance")
         gang.step = new_step
-        return TrainResult(step=new_step, iter_times=[iter_s] * future.iters,
+        return TrainResult(step=new_step, iter_times=[chunk.iter_s] * chunk.done,
                            metrics=self.metrics(gang.config, new_step),
-                           checkpoint=encode_checkpoint(future.trial, new_step))
-
-    def begin_train(self, gang: FakeGang, stage: int) -> None:
-        return None
+                           checkpoint=encode_checkpoint(chunk.trial, new_step))
 
     def chunk_iters(self, left: int) -> int:
         return 1          # each iteration a chunk, ending in a checkpoint, as on a real cluster
 
-    def sync_s(self, stage: int) -> float:
-        return 0.0
-
-    def stop(self, gang: FakeGang) -> None:
+    def stop(self, gang: SimGang) -> None:
         self._record("stop", gang.trial)
         if gang in self.live:
             self.live.remove(gang)
