@@ -168,7 +168,140 @@ class SimWorld:
         return float(dist.sample(self.rng[stream], 1)[0])
 
 
-class SimClusterPort:
+class VirtualCluster:
+    """The lifecycle of instances in virtual time, the one both the rehearsal's cluster
+    (``SimClusterPort``) and the unit tests' (``rubberband.testing.fakes.FakeCluster``) keep:
+    an instance is requested, launched (billed from then), ready and, when its end is known,
+    noticed and reclaimed, each at its time on the clock (``VirtualClock.call_at``); a
+    lowered request cancels the newest launches not up yet. When launches happen, how long they
+    take and how a wait for instances behaves are the subclass's."""
+
+    def __init__(self, clock: VirtualClock):
+        self.clock = clock
+        self.instances: dict[str, SimInstance] = {}
+        self.live: dict[str, None] = {}        # instances not released or reclaimed, oldest first
+        self._nodes: list[Any] | None = None   # ``nodes()`` until something changes
+        self.node_type: dict[str, Any] = {}
+        self.request: dict[Any, int] = {}
+        self.noticed: set[str] = set()         # replaced (under a notice, or retired): not usable
+        self._notices: list[Any] = []
+        self._news = False                     # a notice or an instance up since ``wait_nodes`` last returned
+        self._events: list[dict[str, Any]] = []
+        self._launched = 0
+        self.stage = 0
+        self.reclaims = 0
+
+    def usable(self) -> list[str]:
+        """Instances launched and not released, reclaimed or noticed, oldest first."""
+        return [n for n in self.live if n not in self.noticed]
+
+    def _name(self, n: int) -> str:
+        return f"sim-{n}"
+
+    def _gpus(self, name: str) -> int:
+        raise NotImplementedError(f"{type(self).__name__}: how many GPUs an instance has is the subclass's")
+
+    def _add(self, node_type: Any, requested: float, launched: float, ready: float, down: float, notice: float,
+             gpus: int, price: float = 0.0) -> str:
+        """A new instance of ``node_type`` with its times; it comes up at ``ready`` (unless gone
+        by then), and, when ``down`` is finite, is noticed at ``notice`` and reclaimed at
+        ``down``."""
+        self._launched += 1
+        name = self._name(self._launched)
+        self.instances[name] = SimInstance(name, Market(node_type.market), node_type.instance_type, self.stage,
+                                           requested, launched, ready, down, price_usd_per_hour=price)
+        self.node_type[name] = node_type
+        self.live[name] = None
+        self._nodes = None
+        self._launched_at(name)
+        if ready < down:                 # the driver wakes when it is up
+            self.clock.call_at(ready, functools.partial(self._up, name, ready, gpus))
+        if math.isfinite(down):
+            self.clock.call_at(notice, functools.partial(self._noticed, name))
+            self.clock.call_at(down, functools.partial(self._reclaimed, name))
+        return name
+
+    def _launched_at(self, name: str) -> None:
+        """The events of a launch (``_add``)."""
+        inst = self.instances[name]
+        if inst.down_s > inst.launched_s:    # one whose zone is gone by then never runs (_reclaimed)
+            self._events.append({"event": "running", "instance": name, "t": inst.launched_s})
+
+    def _up(self, name: str, at: float, gpus: int) -> None:
+        self._nodes = None
+        self._events.append({"event": "ready", "instance": name, "t": at, "gpus": gpus})
+        self._news = True
+
+    def _noticed(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.released_s is not None or name in self.noticed:
+            return
+        self._notices.append(Notice(name, inst.down_s, self.node_type[name]))
+        self._news = True
+
+    def _end(self, name: str, reason: str, at: float | None = None) -> None:
+        """``name`` is gone (released, cancelled, reclaimed) at ``at`` (default now)."""
+        inst = self.instances[name]
+        inst.released_s, inst.release_reason = self.clock.now() if at is None else at, reason
+        self.live.pop(name, None)
+        self._nodes = None
+        self.noticed.discard(name)
+
+    def _reclaimed(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.released_s is not None:
+            return
+        # DESIGN §4.1: a zone gone by the end of the SCALE takes the instance back the moment it
+        # would start: it never ran, so it is neither billed (not even the minimum) nor a reclaim.
+        never_ran = inst.down_s <= inst.launched_s
+        self._end(name, "cancelled" if never_ran else "interrupted")
+        self.reclaims += 0 if never_ran else 1
+        if inst.ready_s >= inst.down_s:  # never up, so the driver never heard of it: the standing request relaunches
+            self._reconcile()
+
+    def _reconcile(self) -> None:
+        """Launch what the standing request misses (a cluster that launches only when waited on:
+        nothing)."""
+        return None
+
+    def _release(self, name: str) -> None:
+        inst = self.instances[name]
+        if inst.released_s is not None:
+            return
+        self._end(name, "cancelled" if inst.launched_s > self.clock.now() else "released")
+
+    def _cancel(self, name: str) -> None:
+        """A launch not up yet that a lowered request no longer wants."""
+        self._release(name)
+
+    def _cancel_surplus(self, request: Mapping[Any, int]) -> None:
+        """Cancel, per type, the newest launches not up yet beyond ``request``."""
+        now = self.clock.now()
+        have = counts(self.node_type[n] for n in self.usable())
+        for t, n in have.items():
+            flying = [x for x in self.usable() if self.node_type[x] == t and self.instances[x].ready_s > now]
+            for name in flying[len(flying) - min(n - request.get(t, 0), len(flying)):]:
+                self._cancel(name)
+
+    def nodes(self) -> list[Any]:
+        if self._nodes is None:
+            now = self.clock.now()
+            self._nodes = [Node(n, self._gpus(n), self.node_type[n])
+                           for n in self.usable() if self.instances[n].ready_s <= now]
+        return list(self._nodes)
+
+    def notices(self) -> list[Any]:
+        out, self._notices = self._notices, []
+        return out
+
+    def doomed(self) -> list[str]:
+        return [n for n in self.noticed if self.instances[n].released_s is None]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self._events
+
+
+class SimClusterPort(VirtualCluster):
     """``ClusterPort`` in virtual time, by the truth of the module docstring.
 
     Launches happen when a request rises above the usable instances (``scale_to``,
@@ -183,25 +316,13 @@ class SimClusterPort:
     """
 
     def __init__(self, world: SimWorld):
-        self.world, self.clock = world, world.clock
-        self.instances: dict[str, SimInstance] = {}
-        self.live: dict[str, None] = {}        # instances not released or reclaimed, oldest first
-        self._nodes: list[Any] | None = None   # ``nodes()`` until something changes
-        self.node_type: dict[str, Any] = {}
-        self.request: dict[Any, int] = {}
-        self.noticed: set[str] = set()
-        self._notices: list[Any] = []
-        self._news = False                     # a notice or an instance up since ``wait_nodes`` last returned
-        self._events: list[dict[str, Any]] = []
-        self._launched = 0
-        self.stage = 0
-        self.reclaims = 0
+        super().__init__(world.clock)
+        self.world = world
+
+    def _gpus(self, name: str) -> int:
+        return self.world.cloud(self.instances[name].instance_type).gpus_per_instance
 
     # --- the truth -------------------------------------------------------------------------
-    def usable(self) -> list[str]:
-        """Instances launched and not released, reclaimed or noticed, oldest first."""
-        return [n for n in self.live if n not in self.noticed]
-
     def _launch(self, node_types: list[Any]) -> None:
         """Launch one instance of each of ``node_types``: one SCALE for them all."""
         if not node_types:
@@ -220,74 +341,20 @@ class SimClusterPort:
                 down = w.zone_next(launched, False, itype)
             elif spot and market.rate_per_hour > 0:
                 down = launched + float(w.rng[_LIFE].standard_exponential()) * 3600.0 / market.rate_per_hour
-            self._launched += 1
-            name = f"sim-{self._launched}"
-            self.instances[name] = SimInstance(name, Market(t.market), itype, self.stage, now, launched, ready, down,
-                                               price_usd_per_hour=float(priced.price(Market(t.market))))
-            self.node_type[name] = t
-            self.live[name] = None
-            self._nodes = None
-            if down > launched:              # one whose zone is gone by then never runs (_reclaimed)
-                self._events.append({"event": "running", "instance": name, "t": launched})
-            if ready < down:                 # the driver wakes when it is up
-                self.clock.call_at(ready, functools.partial(self._up, name, ready, cloud.gpus_per_instance))
-            if math.isfinite(down):
-                notice = down if market.trace is not None else max(down - market.notice_s, launched)
-                self.clock.call_at(notice, functools.partial(self._noticed, name))
-                self.clock.call_at(down, functools.partial(self._reclaimed, name))
-
-    def _up(self, name: str, at: float, gpus: int) -> None:
-        self._nodes = None
-        self._events.append({"event": "ready", "instance": name, "t": at, "gpus": gpus})
-        self._news = True
-
-    def _noticed(self, name: str) -> None:
-        inst = self.instances[name]
-        if inst.released_s is not None or name in self.noticed:
-            return
-        self._notices.append(Notice(name, inst.down_s, self.node_type[name]))
-        self._news = True
-
-    def _reclaimed(self, name: str) -> None:
-        inst = self.instances[name]
-        if inst.released_s is not None:
-            return
-        # DESIGN §4.1: a zone gone by the end of the SCALE takes the instance back the moment it
-        # would start: it never ran, so it is neither billed (not even the minimum) nor a reclaim.
-        never_ran = inst.down_s <= inst.launched_s
-        inst.released_s, inst.release_reason = self.clock.now(), "cancelled" if never_ran else "interrupted"
-        self.live.pop(name, None)
-        self._nodes = None
-        self.reclaims += 0 if never_ran else 1
-        self.noticed.discard(name)
-        if inst.ready_s >= inst.down_s:  # never up, so the driver never heard of it: the standing request relaunches
-            self._reconcile()
+            notice = down if market.trace is not None else max(down - market.notice_s, launched)
+            self._add(t, now, launched, ready, down, notice, cloud.gpus_per_instance,
+                      float(priced.price(Market(t.market))))
 
     def _reconcile(self) -> None:
         have = counts(self.node_type[n] for n in self.usable())
         self._launch([t for t, n in self.request.items() for _ in range(n - have.get(t, 0))])
-
-    def _release(self, name: str) -> None:
-        inst = self.instances[name]
-        if inst.released_s is not None:
-            return
-        now = self.clock.now()
-        inst.released_s, inst.release_reason = now, "cancelled" if inst.launched_s > now else "released"
-        self.live.pop(name, None)
-        self._nodes = None
-        self.noticed.discard(name)
 
     # --- the port ----------------------------------------------------------------------------
     def scale_to(self, request: Mapping[Any, int], stage: int) -> None:
         """Ask for ``request``: launch what is missing; a lowered one cancels the newest launches
         not up yet."""
         self.stage, self.request = stage, {t: n for t, n in request.items() if n}
-        now = self.clock.now()
-        have = counts(self.node_type[n] for n in self.usable())
-        for t, n in have.items():
-            flying = [x for x in self.usable() if self.node_type[x] == t and self.instances[x].ready_s > now]
-            for name in flying[len(flying) - min(n - self.request.get(t, 0), len(flying)):]:
-                self._release(name)
+        self._cancel_surplus(self.request)
         self._reconcile()
 
     def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None):
@@ -325,20 +392,6 @@ class SimClusterPort:
         for name in instances:
             self._release(name)
 
-    def nodes(self) -> list[Any]:
-        if self._nodes is None:
-            now = self.clock.now()
-            self._nodes = [Node(n, self.world.cloud(self.instances[n].instance_type).gpus_per_instance,
-                                self.node_type[n]) for n in self.usable() if self.instances[n].ready_s <= now]
-        return list(self._nodes)
-
-    def notices(self) -> list[Any]:
-        out, self._notices = self._notices, []
-        return out
-
-    def doomed(self) -> list[str]:
-        return [n for n in self.noticed if self.instances[n].released_s is None]
-
     def replace(self, instance: str) -> None:
         """Stop counting ``instance`` as usable and launch what the request then misses (a
         noticed one: its replacement; one retired after the request dropped: nothing)."""
@@ -353,9 +406,6 @@ class SimClusterPort:
         self.request = {}
         for name in list(self.instances):
             self._release(name)
-
-    def events(self) -> list[dict[str, Any]]:
-        return self._events
 
 
 @dataclass(eq=False)
