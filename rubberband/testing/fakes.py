@@ -1,23 +1,29 @@
-"""In-process fakes of the executor's ports (a clock, a cluster, a trial runner) for unit tests.
+"""In-process fakes of the executor's ports (a clock, a cluster, a trial runner) for unit tests:
+the rehearsal's virtual-time ports (``rubberband.executor.sim.VirtualCluster`` and
+``VirtualRunner``, which ``SimClusterPort`` and ``SimRunnerPort`` configure with the truth's
+draws) in a test configuration, with call logs and controls (lost instances, notices, injected
+failures, markets with no capacity).
 
-Time is manual: the cluster advances the clock by its launch latency (or, while a market has
-no capacity, to the end of the wait), and the runner is the rehearsal's virtual-time runner
-(``rubberband.executor.sim.VirtualRunner``: ``train`` schedules a chunk to finish
-``iters * L(m)`` fake seconds after it is submitted; ``wait`` advances the clock to the
-earliest finish) with constant iteration times, so trials on different GPUs run in parallel in
+Time is manual: the cluster launches what a wait for instances misses and advances the clock
+by the constant launch latency (or, while a market has no capacity, to the end of the wait),
+and a notice and its reclaim happen at their times on the clock; the runner trains a chunk to
+finish ``iters * L(m)`` fake seconds after it is submitted (``wait`` advances the clock to the
+earliest finish), with constant iteration times, so trials on different GPUs run in parallel in
 fake time exactly as the simulator assumes.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rubberband.errors import ProviderError
-from rubberband.executor.ports import Node, Notice, TrainResult, VirtualClock
-from rubberband.executor.sim import SimChunk, SimGang, VirtualRunner
+from rubberband.executor.ports import Node, TrainResult, VirtualClock
+from rubberband.executor.sim import SimChunk, SimGang, VirtualCluster, VirtualRunner
 from rubberband.nodes import NodeType, counts, describe, instance_name
 
 
@@ -31,58 +37,79 @@ class FakeClock(VirtualClock):
         return self.t
 
 
-class FakeCluster:
-    """ClusterPort over numbered instances ``rb-instance-<n>`` of the requested node types that
-    take ``provision_s`` to run and ``init_s`` more to be ready; events use the local
-    provider's format (with each instance's market). ``no_capacity``: markets whose launches
-    fail until it is emptied (a zone out of spot): their requests are never granted."""
+class FakeCluster(VirtualCluster):
+    """The virtual-time cluster (``rubberband.executor.sim.VirtualCluster``, the rehearsal's) in a
+    test configuration: numbered instances ``rb-instance-<n>`` of the requested node types,
+    launched when the driver waits for them (``wait_nodes``), that take ``provision_s`` to run
+    and ``init_s`` more to be ready (constants, read at each launch); they live until released,
+    lost (``lose``) or reclaimed after a notice (``notify``). Events use the local provider's
+    format (with each instance's market). ``no_capacity``: markets whose launches fail until it
+    is emptied (a zone out of spot): their requests are never granted."""
 
     def __init__(self, clock: FakeClock, gpus_per_instance: int, provision_s: float = 0.0, init_s: float = 0.0,
                  calls: list[tuple[Any, ...]] | None = None):
-        self.clock, self.G = clock, gpus_per_instance
+        super().__init__(clock)
+        self.G = gpus_per_instance
         self.provision_s, self.init_s = provision_s, init_s
-        self.alive: list[str] = []                  # oldest first, launched ones not ready yet included
-        self.ready_at: dict[str, float] = {}        # instance -> when it is ready
         self.no_capacity: set[str] = set()
-        self.types: dict[str, NodeType] = {}        # instance -> its node type
-        self.doomed_set: set[str] = set()           # under an interruption notice
-        self.launched = 0
         # Every port call as ("cluster", method, *args); share the list with a FakeRunner to
         # see the order of both.
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
-        self._events: list[dict[str, Any]] = []
-        self._notices: list[tuple[float, Notice]] = []     # (when it is seen, the notice)
-        self._reclaims: dict[str, float] = {}               # noticed instance -> reclaim time
+
+    # --- views -----------------------------------------------------------------------------
+    @property
+    def alive(self) -> list[str]:
+        """Instances not released or lost, oldest first (launched ones not ready yet included)."""
+        return list(self.live)
+
+    @property
+    def launched(self) -> int:
+        """How many instances were launched."""
+        return self._launched
+
+    def called(self, method: str) -> list[tuple[Any, ...]]:
+        """The arguments of every call of ``method``."""
+        return [c[2:] for c in self.calls if c[:2] == ("cluster", method)]
+
+    # --- the configuration of the virtual cluster -----------------------------------------
+    def _name(self, n: int) -> str:
+        return instance_name(n)
+
+    def _gpus(self, name: str) -> int:
+        return self.G
 
     def _event(self, kind: str, instance: str, t: float, **extra: Any) -> None:
         self._events.append({"event": kind, "instance": instance, "node_id": f"fake-{instance}", "t": t, **extra})
 
+    def _launched_at(self, name: str) -> None:
+        inst, t = self.instances[name], self.node_type[name]
+        self._event("request", name, inst.requested_s, node_type=t.ray_name, market=t.market,
+                    instance_type=t.instance_type)
+        self._event("running", name, inst.launched_s)
+        self._event("ready", name, inst.ready_s)
+
+    def _up(self, name: str, at: float, gpus: int) -> None:
+        self._nodes = None             # its events were written at its launch
+
+    def _end(self, name: str, reason: str, at: float | None = None) -> None:
+        super()._end(name, reason, at)
+        self._event("terminated", name, self.clock.now() if at is None else at, reason=reason)
+
+    def _cancel(self, name: str) -> None:
+        now = self.clock.now()          # it never runs: its events to come go
+        self._events = [e for e in self._events if e["instance"] != name or e["t"] <= now]
+        self._end(name, "cancelled")
+
     def _record(self, method: str, *args: Any) -> None:
         self.calls.append(("cluster", method, *args))
-
-    def _terminate(self, instance: str, reason: str = "released", at: float | None = None) -> None:
-        self.alive.remove(instance)
-        self.doomed_set.discard(instance)
-        self._event("terminated", instance, self.clock.now() if at is None else at, reason=reason)
-
-    def usable(self) -> list[str]:
-        """Instances up and not noticed, launched ones not ready yet included."""
-        return [n for n in self.alive if n not in self.doomed_set]
-
-    def _in_flight(self, t: NodeType) -> list[str]:
-        return [n for n in self.usable() if self.types[n] == t and self.ready_at[n] > self.clock.now()]
 
     # --- the port --------------------------------------------------------------------------
     def scale_to(self, request: Mapping[NodeType, int], stage: int) -> None:
         """A lowered request cancels the newest of its launches not ready yet (a ready surplus
         stays: ``wait_nodes`` fails on it)."""
         self._record("scale_to", _plain(request), stage)
-        for t, n in counts(self.types[i] for i in self.usable()).items():
-            flying = self._in_flight(t)
-            for name in flying[len(flying) - min(n - request.get(t, 0), len(flying)):]:
-                now = self.clock.now()      # it never runs: its events to come go
-                self._events = [e for e in self._events if e["instance"] != name or e["t"] <= now]
-                self._terminate(name, reason="cancelled")
+        self.stage = stage
+        self._cancel_surplus(request)
 
     def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float,
                    until: float | None = None) -> list[Node] | None:
@@ -91,26 +118,16 @@ class FakeCluster:
         before ``until``, to ``until`` (``None`` returned). A request that cannot be met (no
         capacity) fails after ``timeout_s`` (``ProviderError``); one that can never does."""
         self._record("wait_nodes", _plain(request))
-        have = counts(self.types[n] for n in self.usable())
-        extra = {t: n - request.get(t, 0) for t, n in have.items() if n > request.get(t, 0)}
-        if extra:
+        have = counts(self.node_type[n] for n in self.usable())
+        if any(n > request.get(t, 0) for t, n in have.items()):
             raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
-        missing = [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))
-                   if t.market not in self.no_capacity]
         t = self.clock.now()
-        if missing:
-            for node_type in missing:
-                self.launched += 1
-                name = instance_name(self.launched)
-                self._event("request", name, t, node_type=node_type.ray_name, market=node_type.market,
-                            instance_type=node_type.instance_type)
-                self._event("running", name, t + self.provision_s)
-                self._event("ready", name, t + self.provision_s + self.init_s)
-                self.alive.append(name)
-                self.types[name] = node_type
-                self.ready_at[name] = t + self.provision_s + self.init_s
-        have = counts(self.types[n] for n in self.usable())
-        ready = max((self.ready_at[n] for n in self.usable()), default=t)
+        for node_type in [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))
+                          if t.market not in self.no_capacity]:
+            launched = t + self.provision_s
+            self._add(node_type, t, launched, launched + self.init_s, math.inf, math.inf, self.G)
+        have = counts(self.node_type[n] for n in self.usable())
+        ready = max((self.instances[n].ready_s for n in self.usable()), default=t)
         met = all(have.get(k, 0) == n for k, n in request.items())
         if met and (until is None or ready < until):
             self.clock.advance(max(ready - t, 0.0))
@@ -123,35 +140,25 @@ class FakeCluster:
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         self._record("release_to", list(keep), stage)
-        for name in [n for n in self.alive if n not in set(keep)]:
-            self._terminate(name)
+        for name in [n for n in self.live if n not in set(keep)]:
+            self._end(name, "released")
 
     def release(self, instances: Sequence[str], stage: int) -> None:
         self._record("release", list(instances), stage)
         for name in instances:
-            if name in self.alive:
-                self._terminate(name)
-
-    def nodes(self) -> list[Node]:
-        return [Node(name, self.G, self.types[name]) for name in self.usable() if self.ready_at[name] <= self.clock.now()]
-
-    def notices(self) -> list[Notice]:
-        due = [n for at, n in self._notices if at <= self.clock.now()]
-        self._notices = [(at, n) for at, n in self._notices if at > self.clock.now()]
-        return due
-
-    def doomed(self) -> list[str]:
-        return [n for n in self.alive if n in self.doomed_set]
+            if name in self.live:
+                self._end(name, "released")
 
     def replace(self, instance: str) -> None:
         self._record("replace", instance)
-        if instance in self.alive:
-            self.doomed_set.add(instance)
+        if instance in self.live:
+            self.noticed.add(instance)
+            self._nodes = None
 
     def shutdown(self) -> None:
         self._record("shutdown")
-        for name in list(self.alive):
-            self._terminate(name)
+        for name in list(self.live):
+            self._end(name, "released")
 
     def events(self) -> list[dict[str, Any]]:
         return [dict(e) for e in self._events]
@@ -162,27 +169,23 @@ class FakeCluster:
         result (with a ``FakeRunner`` that was given this cluster). ``reason="interrupted"`` is
         a spot reclaim."""
         self._record("lose", instance)
-        self._terminate(instance, reason, at)
+        if instance not in self.live:
+            raise AssertionError(f"lose: {instance} is not alive")
+        self._end(instance, reason, at)
 
     def notify(self, instance: str, notice_s: float, at: float | None = None) -> None:
         """``instance`` gets an interruption notice at clock time ``at`` (default now) and is
-        reclaimed ``notice_s`` later (``tick``), unless the driver released it before."""
+        reclaimed ``notice_s`` later, unless the driver released it before (an instance not
+        alive at ``at`` gets none)."""
         at = self.clock.now() if at is None else at
-        self._notices.append((at, Notice(instance, at + notice_s)))
-        self._reclaims[instance] = at + notice_s
+        self.clock.call_at(at, functools.partial(self._notify, instance, at + notice_s))
 
-    def tick(self) -> None:
-        """Reclaim every noticed instance whose time has come (a ``FakeRunner`` given this
-        cluster calls it before each result)."""
-        for name, at in list(self._reclaims.items()):
-            if at <= self.clock.now():
-                del self._reclaims[name]
-                if name in self.alive:
-                    self.lose(name, reason="interrupted", at=at)
-
-    def called(self, method: str) -> list[tuple[Any, ...]]:
-        """The arguments of every call of ``method``."""
-        return [c[2:] for c in self.calls if c[:2] == ("cluster", method)]
+    def _notify(self, instance: str, down: float) -> None:
+        if instance not in self.live:
+            return
+        self.instances[instance].down_s = down
+        self.clock.call_at(down, functools.partial(self._reclaimed, instance))
+        self._noticed(instance)
 
 
 def _plain(request: Mapping[NodeType, int]) -> dict[str, int]:
@@ -359,8 +362,6 @@ class FakeRunner(VirtualRunner):
     def result(self, chunk: SimChunk) -> TrainResult:
         gang = chunk.gang
         self._in_flight.discard(chunk.trial)
-        if self.cluster is not None:
-            self.cluster.tick()
         new_step = gang.step + chunk.done * self.steps_per_iter
         for f in self._failures:
             if f.trial == chunk.trial and f.times > 0 and gang.step < f.step <= new_step:
