@@ -259,20 +259,20 @@ class VirtualCluster:
         if inst.ready_s >= inst.down_s:  # never up, so the driver never heard of it: the standing request relaunches
             self._reconcile()
 
+    def _launch(self, node_types: list[Any]) -> None:
+        """Launch one instance of each of ``node_types`` (``_add`` each)."""
+        raise NotImplementedError(f"{type(self).__name__}: how instances launch is the subclass's")
+
     def _reconcile(self) -> None:
-        """Launch what the standing request misses (a cluster that launches only when waited on:
-        nothing)."""
-        return None
+        """Launch what the standing request misses."""
+        have = counts(self.node_type[n] for n in self.usable())
+        self._launch([t for t, n in self.request.items() for _ in range(n - have.get(t, 0))])
 
     def _release(self, name: str) -> None:
         inst = self.instances[name]
         if inst.released_s is not None:
             return
         self._end(name, "cancelled" if inst.launched_s > self.clock.now() else "released")
-
-    def _cancel(self, name: str) -> None:
-        """A launch not up yet that a lowered request no longer wants."""
-        self._release(name)
 
     def _cancel_surplus(self, request: Mapping[Any, int]) -> None:
         """Cancel, per type, the newest launches not up yet beyond ``request``."""
@@ -281,7 +281,32 @@ class VirtualCluster:
         for t, n in have.items():
             flying = [x for x in self.usable() if self.node_type[x] == t and self.instances[x].ready_s > now]
             for name in flying[len(flying) - min(n - request.get(t, 0), len(flying)):]:
-                self._cancel(name)
+                self._release(name)
+
+    # --- the port (the parts both clusters share) --------------------------------------------
+    def scale_to(self, request: Mapping[Any, int], stage: int) -> None:
+        """Ask for ``request``: launch what is missing; a lowered one cancels the newest launches
+        not up yet."""
+        self.stage, self.request = stage, {t: n for t, n in request.items() if n}
+        self._cancel_surplus(self.request)
+        self._reconcile()
+
+    def release_to(self, keep: Sequence[str], stage: int) -> None:
+        """Release the instances up (ready) not in ``keep``; launches on their way stay."""
+        now, kept = self.clock.now(), set(keep)
+        for name in [n for n in self.live if self.instances[n].ready_s <= now and n not in kept]:
+            self._release(name)
+        self.request = dict(counts(self.node_type[n] for n in self.usable()))
+
+    def release(self, instances: Sequence[str], stage: int) -> None:
+        for name in instances:
+            self._release(name)
+
+    def shutdown(self) -> None:
+        """The run is over: everything still held is let go (launches on their way cancelled)."""
+        self.request = {}
+        for name in list(self.instances):
+            self._release(name)
 
     def nodes(self) -> list[Any]:
         if self._nodes is None:
@@ -345,18 +370,7 @@ class SimClusterPort(VirtualCluster):
             self._add(t, now, launched, ready, down, notice, cloud.gpus_per_instance,
                       float(priced.price(Market(t.market))))
 
-    def _reconcile(self) -> None:
-        have = counts(self.node_type[n] for n in self.usable())
-        self._launch([t for t, n in self.request.items() for _ in range(n - have.get(t, 0))])
-
     # --- the port ----------------------------------------------------------------------------
-    def scale_to(self, request: Mapping[Any, int], stage: int) -> None:
-        """Ask for ``request``: launch what is missing; a lowered one cancels the newest launches
-        not up yet."""
-        self.stage, self.request = stage, {t: n for t, n in request.items() if n}
-        self._cancel_surplus(self.request)
-        self._reconcile()
-
     def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None):
         self.request = {t: n for t, n in request.items() if n}
         self._reconcile()
@@ -381,17 +395,6 @@ class SimClusterPort(VirtualCluster):
                 raise ProviderError(f"sim: waited {timeout_s:.0f}s for {describe(self.request)}")
             self.clock.advance_to(nxt)
 
-    def release_to(self, keep: Sequence[str], stage: int) -> None:
-        """Release the instances up (ready) not in ``keep``; launches on their way stay."""
-        now, kept = self.clock.now(), set(keep)
-        for name in [n for n in self.live if self.instances[n].ready_s <= now and n not in kept]:
-            self._release(name)
-        self.request = dict(counts(self.node_type[n] for n in self.usable()))
-
-    def release(self, instances: Sequence[str], stage: int) -> None:
-        for name in instances:
-            self._release(name)
-
     def replace(self, instance: str) -> None:
         """Stop counting ``instance`` as usable and launch what the request then misses (a
         noticed one: its replacement; one retired after the request dropped: nothing)."""
@@ -401,11 +404,6 @@ class SimClusterPort(VirtualCluster):
         self._nodes = None
         self._reconcile()
 
-    def shutdown(self) -> None:
-        """The run is over: everything still held is let go (launches on their way cancelled)."""
-        self.request = {}
-        for name in list(self.instances):
-            self._release(name)
 
 
 @dataclass(eq=False)

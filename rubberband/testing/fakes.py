@@ -39,12 +39,14 @@ class FakeClock(VirtualClock):
 
 class FakeCluster(VirtualCluster):
     """The virtual-time cluster (``rubberband.executor.sim.VirtualCluster``, the rehearsal's) in a
-    test configuration: numbered instances ``rb-instance-<n>`` of the requested node types,
-    launched when the driver waits for them (``wait_nodes``), that take ``provision_s`` to run
-    and ``init_s`` more to be ready (constants, read at each launch); they live until released,
-    lost (``lose``) or reclaimed after a notice (``notify``). Events use the local provider's
-    format (with each instance's market). ``no_capacity``: markets whose launches fail until it
-    is emptied (a zone out of spot): their requests are never granted."""
+    test configuration: numbered instances ``rb-instance-<n>`` of the requested node types that
+    take ``provision_s`` to run and ``init_s`` more to be ready (constants, read at each
+    launch), all of a request at once; they live until released, lost (``lose``) or reclaimed
+    after a notice (``notify``). ``wait_nodes`` blocks until the whole request is ready (the
+    sim's returns at each instance up), and ``replace`` launches nothing (the driver asks for
+    the replacement with ``scale_to``). Events use the local provider's format (with each
+    instance's market). ``no_capacity``: markets whose launches fail until it is emptied (a zone
+    out of spot): their requests are never granted."""
 
     def __init__(self, clock: FakeClock, gpus_per_instance: int, provision_s: float = 0.0, init_s: float = 0.0,
                  calls: list[tuple[Any, ...]] | None = None):
@@ -71,12 +73,21 @@ class FakeCluster(VirtualCluster):
         """The arguments of every call of ``method``."""
         return [c[2:] for c in self.calls if c[:2] == ("cluster", method)]
 
+    def _record(self, method: str, *args: Any) -> None:
+        self.calls.append(("cluster", method, *args))
+
     # --- the configuration of the virtual cluster -----------------------------------------
     def _name(self, n: int) -> str:
         return instance_name(n)
 
     def _gpus(self, name: str) -> int:
         return self.G
+
+    def _launch(self, node_types: list[Any]) -> None:
+        t = self.clock.now()
+        for node_type in sorted(k for k in node_types if k.market not in self.no_capacity):
+            launched = t + self.provision_s
+            self._add(node_type, t, launched, launched + self.init_s, math.inf, math.inf, self.G)
 
     def _event(self, kind: str, instance: str, t: float, **extra: Any) -> None:
         self._events.append({"event": kind, "instance": instance, "node_id": f"fake-{instance}", "t": t, **extra})
@@ -93,39 +104,28 @@ class FakeCluster(VirtualCluster):
 
     def _end(self, name: str, reason: str, at: float | None = None) -> None:
         super()._end(name, reason, at)
-        self._event("terminated", name, self.clock.now() if at is None else at, reason=reason)
-
-    def _cancel(self, name: str) -> None:
-        now = self.clock.now()          # it never runs: its events to come go
-        self._events = [e for e in self._events if e["instance"] != name or e["t"] <= now]
-        self._end(name, "cancelled")
-
-    def _record(self, method: str, *args: Any) -> None:
-        self.calls.append(("cluster", method, *args))
+        at = self.clock.now() if at is None else at     # its events to come never happen
+        self._events = [e for e in self._events if e["instance"] != name or e["t"] <= at]
+        self._event("terminated", name, at, reason=reason)
 
     # --- the port --------------------------------------------------------------------------
     def scale_to(self, request: Mapping[NodeType, int], stage: int) -> None:
-        """A lowered request cancels the newest of its launches not ready yet (a ready surplus
-        stays: ``wait_nodes`` fails on it)."""
         self._record("scale_to", _plain(request), stage)
-        self.stage = stage
-        self._cancel_surplus(request)
+        super().scale_to(request, stage)
 
     def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float,
                    until: float | None = None) -> list[Node] | None:
-        """Launch the missing instances of each type (all at once, none on a market with no
-        capacity) and wait until they are ready; the clock moves to then, or, when that is not
-        before ``until``, to ``until`` (``None`` returned). A request that cannot be met (no
-        capacity) fails after ``timeout_s`` (``ProviderError``); one that can never does."""
+        """Launch the missing instances of each type (none on a market with no capacity) and
+        wait until they are ready; the clock moves to then, or, when that is not before
+        ``until``, to ``until`` (``None`` returned). A ready surplus fails at once, a request
+        that cannot be met (no capacity) after ``timeout_s`` (``ProviderError``)."""
         self._record("wait_nodes", _plain(request))
         have = counts(self.node_type[n] for n in self.usable())
         if any(n > request.get(t, 0) for t, n in have.items()):
             raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
         t = self.clock.now()
-        for node_type in [t for t, n in sorted(request.items()) for _ in range(n - have.get(t, 0))
-                          if t.market not in self.no_capacity]:
-            launched = t + self.provision_s
-            self._add(node_type, t, launched, launched + self.init_s, math.inf, math.inf, self.G)
+        self.request = {k: n for k, n in request.items() if n}
+        self._reconcile()
         have = counts(self.node_type[n] for n in self.usable())
         ready = max((self.instances[n].ready_s for n in self.usable()), default=t)
         met = all(have.get(k, 0) == n for k, n in request.items())
@@ -140,14 +140,11 @@ class FakeCluster(VirtualCluster):
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         self._record("release_to", list(keep), stage)
-        for name in [n for n in self.live if n not in set(keep)]:
-            self._end(name, "released")
+        super().release_to(keep, stage)
 
     def release(self, instances: Sequence[str], stage: int) -> None:
         self._record("release", list(instances), stage)
-        for name in instances:
-            if name in self.live:
-                self._end(name, "released")
+        super().release(instances, stage)
 
     def replace(self, instance: str) -> None:
         self._record("replace", instance)
@@ -157,8 +154,7 @@ class FakeCluster(VirtualCluster):
 
     def shutdown(self) -> None:
         self._record("shutdown")
-        for name in list(self.live):
-            self._end(name, "released")
+        super().shutdown()
 
     def events(self) -> list[dict[str, Any]]:
         return [dict(e) for e in self._events]
