@@ -39,6 +39,13 @@ fast, but some good ones start slowly, so curves cross); at step ``s`` it report
 ``A (1 - exp(-s / tau)) + N(0, 0.01)`` (an accuracy), or one minus that when the job
 minimises.
 
+The virtual-time mechanics are ``VirtualCluster`` (instances requested, launched, ready,
+noticed, reclaimed and released at their times on the clock; launches of what a request
+misses; a lowered request cancelling the newest launches) and ``VirtualRunner`` (a chunk ends
+at ``startup + k * L`` after its submission, or at its instance's end): ``SimClusterPort`` and
+``SimRunnerPort`` configure them with the truth's draws, and the unit tests' fakes
+(``rubberband.testing.fakes``) with constants, a call log and failure injection.
+
 ``--provider sim`` (``rubberband.providers.sim``, registered beside ``local`` and ``aws``)
 starts no Ray cluster: ``rubberband run EXP --provider sim`` rehearses through
 ``rubberband.executor.rehearse``, which runs this module's ``rehearse_once``.
