@@ -42,7 +42,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rubberband import ExperimentSpec, InfeasibleDeadlineError, ModelProfile, SpecError, load_experiment  # noqa: E402
+from rubberband import (  # noqa: E402
+    ExperimentSpec,
+    InfeasibleDeadlineError,
+    ModelProfile,
+    SpecError,
+    load_experiment,
+)
 from rubberband.plan import POLICIES, compile_plan  # noqa: E402
 from rubberband.profiles.spot import SpotMarket, load_trace  # noqa: E402
 from rubberband.render import render  # noqa: E402

@@ -38,7 +38,7 @@ def _changes(times: list[float], values: list[int], period_s: float) -> dict:
 
 def single_node(path: Path) -> dict:
     rows = list(csv.DictReader(path.open()))
-    stamps = [dt.datetime.fromisoformat(r["date"]).replace(tzinfo=dt.timezone.utc) for r in rows]
+    stamps = [dt.datetime.fromisoformat(r["date"]).replace(tzinfo=dt.UTC) for r in rows]
     times = [s.timestamp() for s in stamps]
     gaps = sorted(b - a for a, b in zip(times, times[1:]))
     period = gaps[len(gaps) // 2]

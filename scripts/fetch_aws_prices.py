@@ -225,7 +225,7 @@ def fetch_spot_by_zone(
     and follows ``NextToken`` pages. Types without any spot offer are absent from the result.
     """
     errors = _aws_errors()
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     latest: dict[tuple[str, str], tuple[Any, float]] = {}
     kwargs: dict[str, Any] = {
         "InstanceTypes": list(instance_types),

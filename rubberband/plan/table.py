@@ -42,7 +42,13 @@ from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.engine import HeldInstances, simulate
-from rubberband.simulator.model import StageDraws, StageShape, instances_needed, iter_latency, stage_shape
+from rubberband.simulator.model import (
+    StageDraws,
+    StageShape,
+    instances_needed,
+    iter_latency,
+    stage_shape,
+)
 from rubberband.simulator.result import SimResult
 from rubberband.simulator.spot import PositionSchedule, bill_window, run_stage, trace_offsets
 from rubberband.spec.experiment import ExperimentSpec
