@@ -209,8 +209,9 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
     the driver's ``timeline``) and its provider's events (``provider/events.jsonl``, for the
     spot notices of a result with no timeline; optional).
 
-    Instances are the ledger's: SCALE from request to launch, INIT from launch to ready (to the
-    first TRAIN on it where no ready time was recorded), then held until released; one the
+    Instances are the ledger's: SCALE from request to launch, INIT from launch to usable (its
+    workers warm: the driver's ``nodes`` event in ``timeline``; else its ready time, else the
+    first TRAIN on it), then held until released; one the
     cloud took back (release reason ``interrupted``) is reclaimed there. Its replacement is the
     first instance of its type requested from its notice (the event's, else ``notice_s`` before
     the reclaim, not before its launch) to ``REPLACE_WITHIN_S`` after the reclaim and not
@@ -237,6 +238,13 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
         for i in rows:
             first_train[i] = min(first_train.get(i, math.inf), run["start_s"])
 
+    # INIT runs until the instance is usable, as the model's does: its workers warm (the
+    # driver's first ``nodes`` event naming it), not just its raylet up.
+    warm: dict[str, float] = {}
+    for e in result.get("timeline") or []:
+        if isinstance(e, Mapping) and e.get("event") == "nodes" and "t" in e:
+            for name in e.get("instances") or []:
+                warm.setdefault(name, float(e["t"]))
     spans: list[dict[str, Any]] = []
     for i, r in enumerate(recs):
         released = r["released_s"] if r.get("released_s") is not None else end
@@ -244,6 +252,8 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
         ready = r.get("ready_s")
         if ready is None:
             ready = min(first_train.get(i, released), released)
+        if r["instance_id"] in warm:
+            ready = min(max(ready, warm[r["instance_id"]]), first_train.get(i, released), released)
         reclaimed = released if r.get("release_reason") == Release.INTERRUPTED and r.get("launched_s") is not None else None
         spans.append(dict(instance=i, requested_s=r["requested_s"], launched_s=launched,
                           ready_s=min(max(ready, launched), released), released_s=released,

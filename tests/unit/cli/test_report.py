@@ -359,3 +359,23 @@ def test_a_train_a_reclaim_moved_is_drawn_on_each_instance_it_ran_on():
                     (0, "rb-instance-3", 22.175, 42.006),      # from its resume on the replacement
                     (1, "rb-instance-1", 13.949, 41.667)]
     assert chart.moved == 0 and chart.notices == {1: 14.2359} and chart.timeline.instances[2].replaces == 1
+
+
+def test_init_runs_until_the_instances_workers_are_warm_as_the_models_does():
+    # The raylet was up at 3 s but the driver had warm workers only at 5.5 s (its `nodes`
+    # event): the model's INIT is running -> usable, so the actual INIT is drawn to 5.5 s, not 3.
+    result = {
+        "actual": {"jct_s": 9.0},
+        "ledger": {"instances": [{"instance_id": "rb-instance-1", "instance_type": "local.2gpu", "requested_s": 0.2,
+                                  "launched_s": 2.0, "ready_s": 3.0, "released_s": 9.0, "market": "on-demand",
+                                  "release_reason": "released"}],
+                   "trials": [{"trial": "t000", "stage": 0, "gpus": 1.0, "start_s": 5.6, "end_s": 8.9, "iters": 2,
+                               "iter_s": [1.6, 1.6], "instance_type": "local.2gpu", "instances": ["rb-instance-1"]}]},
+        "trials": {"t000": {"history": [{"stage": 0, "instances": ["rb-instance-1"], "gpu_ids": [["0"]]}]}},
+        "timeline": [{"t": 0.0, "event": "stage", "index": 0}, {"t": 5.5, "event": "nodes", "instances": ["rb-instance-1"]},
+                     {"t": 5.6, "event": "start", "trial": "t000", "stage": 0}],
+    }
+    (span,) = run_chart(result).timeline.instances
+    assert (span.launched_s, span.ready_s) == (2.0, 5.5)
+    without = {**result, "timeline": []}
+    assert run_chart(without).timeline.instances[0].ready_s == 3.0      # no timeline: the raylet's ready
