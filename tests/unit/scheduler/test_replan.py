@@ -17,18 +17,14 @@ from rubberband.plan import compile_plan, plan_allocation
 from rubberband.profiles import Constant, Normal
 from rubberband.profiles.cloud import CloudCatalog, Market
 from rubberband.scheduler import (
-    ComputeReplan,
-    InstanceReady,
     Replan,
     Replanner,
-    ReplanReady,
     RequestInstances,
     RunSync,
     Scheduler,
     StartTrial,
-    SyncDone,
-    TrainFinished,
 )
+from rubberband.testing.drive import drive
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = ModelProfile({g: Constant(40.0 / g ** 0.8) for g in (1, 2, 4, 8)}, Constant(2.0), Constant(1.0), name="m")
@@ -64,35 +60,16 @@ def test_the_replan_line_reads_like_the_issue():
         "reclaim in stage 2: 1.22x slower than profiled; stage 3 re-planned 8→12 GPUs, +$0.14")
 
 
-def drive(sched: Scheduler, slowdown: float) -> list:
+def drive_slow(sched: Scheduler, slowdown: float) -> list:
     """Instances come up at once; every TRAIN takes ``slowdown`` times the profile's time."""
-    log, pending, now = [], list(sched.start(0.0)), 0.0
-    running: dict[str, float] = {}
-    while pending or running:
-        if not pending:
-            trial, now = min(running.items(), key=lambda kv: kv[1])
-            del running[trial]
-            pending += sched.on(TrainFinished(trial, sched._trials[trial].target, 1.0), now)
-            continue
-        d = pending.pop(0)
-        log.append(d)
-        if isinstance(d, RequestInstances):
-            for name in d.names:
-                pending += sched.on(InstanceReady(name, 4, now), now)
-        elif isinstance(d, StartTrial):
-            running[d.trial] = now + 2.0 + d.iters * MODEL.latency(len(d.slots)).mean * slowdown
-        elif isinstance(d, RunSync):
-            now += 1.0
-            pending += sched.on(SyncDone(d.stage), now)
-        elif isinstance(d, ComputeReplan):          # off the loop in a real run; here at once
-            pending += sched.on(ReplanReady(d.token, d.compute()), now)
-    return log
+    return drive(sched, metric=lambda trial, step: 1.0, tick_s=0.0, sync_s=1.0,
+                 train_s=lambda d: 2.0 + d.iters * MODEL.latency(len(d.slots)).mean * slowdown)
 
 
 def test_a_slow_job_is_replanned_onto_more_gpus_and_the_scheduler_follows():
     plan = plan_for(plan_for(10_000).predicted.mean_jct_s * 1.1)      # cheap, with 10% slack
     sched = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4))
-    log = drive(sched, slowdown=1.6)
+    log = drive_slow(sched, slowdown=1.6)
     replans = [d for d in log if isinstance(d, Replan)]
     assert replans and replans[0].sync == 0 and replans[0].reason == "to meet the deadline"
     assert replans[0].factor > 1.3
@@ -107,7 +84,7 @@ def test_a_slow_job_is_replanned_onto_more_gpus_and_the_scheduler_follows():
 def test_a_job_on_the_profiled_pace_is_never_replanned():
     plan = plan_for(plan_for(10_000).predicted.mean_jct_s * 1.1)
     sched = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4))
-    log = drive(sched, slowdown=1.0)
+    log = drive_slow(sched, slowdown=1.0)
     assert not [d for d in log if isinstance(d, Replan)]
     assert [d.stage for d in log if isinstance(d, RunSync)] == [0, 1, 2]
 
@@ -212,10 +189,10 @@ def test_a_slow_job_is_replanned_within_the_room_its_cluster_has():
     cluster's max_workers) it is still re-planned to meet the deadline, on 2 at most."""
     plan = plan_for(plan_for(10_000).predicted.mean_jct_s * 1.1)
     free = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4))
-    drive(free, slowdown=1.7)
+    drive_slow(free, slowdown=1.7)
     assert max(s.instances for s in free.report().stages) == 4
     sched = Scheduler(plan, replanner=Replanner(plan, MODEL, samples=4, max_instances={CLOUD.instance_type: 2}))
-    log = drive(sched, slowdown=1.7)
+    log = drive_slow(sched, slowdown=1.7)
     replans = [d for d in log if isinstance(d, Replan)]
     assert replans and replans[0].reason == "to meet the deadline"
     assert max(s.instances for s in sched.report().stages) == 2
