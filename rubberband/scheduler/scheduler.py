@@ -426,10 +426,13 @@ class Scheduler:
             if cur.name in self._waiting:
                 self._waiting.add(name)
             fresh.append(name)
-        if retired:
-            out.append(RetireInstances(tuple(retired)))
+        # Spot launches still on their way are cancelled before the ones up are retired, so that
+        # the request the retirement lowers counts none of them (a virtual cluster would launch a
+        # spot instance for the difference, only to cancel it the next moment).
         if cancel:
             out.append(self._release(cancel))
+        if retired:
+            out.append(RetireInstances(tuple(retired)))
         if fresh:
             out.append(RequestInstances(tuple(fresh), self._types[i], Market.ON_DEMAND, i))
         return out

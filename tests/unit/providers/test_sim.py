@@ -181,6 +181,22 @@ def test_a_high_reclaim_rate_misses_the_deadline_without_the_safety_net_and_meet
         assert all(i["released_s"] is not None for i in net.ledger["instances"])
 
 
+def test_the_safety_nets_switch_launches_no_spot_instance_it_cancels_at_once(resnet101):
+    """At the switch, spot launches on their way are cancelled before the spot instances up are
+    retired: a spot replacement counted in the request while the retirements lowered it made the
+    rehearsal launch one more spot instance and cancel it the same instant (seeds 0 and 3)."""
+    exp = resnet101
+    cloud = exp.catalog.get("p3.8xlarge", Market.SPOT,
+                            {**exp.cloud_overrides, "spot": {"notice_s": 120, "preemption": {"rate_per_hour": 12.0}}})
+    plan = plan_allocation(exp.spec, (32, 20, 12, 12), exp.model, cloud, 1320.0, samples=50, seed=0)
+    switched = 0
+    for seed in range(4):
+        run = rehearse_once(plan, exp.model, seed=seed, mode=exp.mode, safety_net=exp.model)
+        switched += any(i.market is Market.ON_DEMAND for i in run.instances)
+        assert [i.name for i in run.instances if i.release_reason == "cancelled" and i.released_s == i.requested_s] == []
+    assert switched >= 2           # (seeds 0 and 3 switch; the bug hit both)
+
+
 def test_a_budget_stops_a_rehearsal_cleanly_within_it(resnet101):
     exp = resnet101
     from rubberband.executor.sim import rehearse_once
