@@ -180,8 +180,9 @@ class VirtualCluster:
     (``SimClusterPort``) and the unit tests' (``rubberband.testing.fakes.FakeCluster``) keep:
     an instance is requested, launched (billed from then), ready and, when its end is known,
     noticed and reclaimed, each at its time on the clock (``VirtualClock.call_at``); a
-    lowered request cancels the newest launches not up yet. When launches happen, how long they
-    take and how a wait for instances behaves are the subclass's."""
+    lowered request cancels the newest launches not up yet; a wait for instances returns at each
+    piece of news (``wait_nodes``), and ``replace`` launches one more of a noticed instance's type
+    at once. When launches happen and how long they take are the subclass's."""
 
     def __init__(self, clock: VirtualClock):
         self.clock = clock
@@ -329,6 +330,48 @@ class VirtualCluster:
     def doomed(self) -> list[str]:
         return [n for n in self.noticed if self.instances[n].released_s is None]
 
+    def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None):
+        """Ask for ``request`` (launching what it misses) and move the clock on until exactly it
+        is up and nothing else is usable (the nodes returned), or until news the driver must
+        hear first — an instance up, a notice — or ``until`` (``None`` returned).
+
+        Raises:
+            ProviderError: the request is not met within ``timeout_s`` (a market with no
+                capacity; a surplus never released).
+            SpecError: nothing is left to happen on the clock and the request is not met.
+        """
+        self.request = {t: n for t, n in request.items() if n}
+        self._reconcile()
+        self._news = False
+        end = self.clock.now() + timeout_s
+        while True:
+            now = self.clock.now()
+            up = [n for n in self.usable() if self.instances[n].ready_s <= now]
+            if counts(self.node_type[n] for n in up) == self.request and len(up) == len(self.usable()):
+                return self.nodes()
+            if self._news:             # news for the driver (a notice, an instance up): it looks, then waits on
+                self._news = False
+                return None
+            nxt = min(self.clock.next_at(), end)
+            if until is not None and until <= nxt:
+                self.clock.advance_to(until)
+                return None
+            if not math.isfinite(nxt):
+                raise SpecError("sim: the rehearsal stalled: the scheduler waits for instances that never come "
+                                "(spot capacity never returns?)")
+            if nxt >= end:
+                raise ProviderError(f"sim: waited {timeout_s:.0f}s for {describe(self.request)}")
+            self.clock.advance_to(nxt)
+
+    def replace(self, instance: str) -> None:
+        """Stop counting ``instance`` as usable and launch what the request then misses (a
+        noticed one: its replacement; one retired after the request dropped: nothing)."""
+        if instance in self.noticed:
+            return
+        self.noticed.add(instance)
+        self._nodes = None
+        self._reconcile()
+
     def events(self) -> list[dict[str, Any]]:
         return self._events
 
@@ -376,40 +419,6 @@ class SimClusterPort(VirtualCluster):
             notice = down if market.trace is not None else max(down - market.notice_s, launched)
             self._add(t, now, launched, ready, down, notice, cloud.gpus_per_instance,
                       float(priced.price(Market(t.market))))
-
-    # --- the port ----------------------------------------------------------------------------
-    def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None):
-        self.request = {t: n for t, n in request.items() if n}
-        self._reconcile()
-        self._news = False
-        end = self.clock.now() + timeout_s
-        while True:
-            now = self.clock.now()
-            up = [n for n in self.usable() if self.instances[n].ready_s <= now]
-            if counts(self.node_type[n] for n in up) == self.request and len(up) == len(self.usable()):
-                return self.nodes()
-            if self._news:             # news for the driver (a notice, an instance up): it looks, then waits on
-                self._news = False
-                return None
-            nxt = min(self.clock.next_at(), end)
-            if until is not None and until <= nxt:
-                self.clock.advance_to(until)
-                return None
-            if not math.isfinite(nxt):
-                raise SpecError("sim: the rehearsal stalled: the scheduler waits for instances that never come "
-                                "(spot capacity never returns?)")
-            if nxt >= end:
-                raise ProviderError(f"sim: waited {timeout_s:.0f}s for {describe(self.request)}")
-            self.clock.advance_to(nxt)
-
-    def replace(self, instance: str) -> None:
-        """Stop counting ``instance`` as usable and launch what the request then misses (a
-        noticed one: its replacement; one retired after the request dropped: nothing)."""
-        if instance in self.noticed:
-            return
-        self.noticed.add(instance)
-        self._nodes = None
-        self._reconcile()
 
 
 

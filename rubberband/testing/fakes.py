@@ -4,12 +4,13 @@ the rehearsal's virtual-time ports (``rubberband.executor.sim.VirtualCluster`` a
 draws) in a test configuration, with call logs and controls (lost instances, notices, injected
 failures, markets with no capacity).
 
-Time is manual: the cluster launches what a wait for instances misses and advances the clock
-by the constant launch latency (or, while a market has no capacity, to the end of the wait),
-and a notice and its reclaim happen at their times on the clock; the runner trains a chunk to
-finish ``iters * L(m)`` fake seconds after it is submitted (``wait`` advances the clock to the
-earliest finish), with constant iteration times, so trials on different GPUs run in parallel in
-fake time exactly as the simulator assumes.
+Time is manual: the cluster launches what a request misses (at ``scale_to``, ``wait_nodes`` and,
+for a noticed instance, ``replace``), each instance up after the constant launch latency; a wait
+for instances moves the clock as the rehearsal's does (``VirtualCluster.wait_nodes``: it returns
+at each instance up or notice); a notice and its reclaim happen at their times on the clock; the
+runner trains a chunk to finish ``iters * L(m)`` fake seconds after it is submitted (``wait``
+advances the clock to the earliest finish), with constant iteration times, so trials on
+different GPUs run in parallel in fake time exactly as the simulator assumes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, TrainResult, VirtualClock
 from rubberband.executor.sim import SimChunk, SimGang, VirtualCluster, VirtualRunner
-from rubberband.nodes import NodeType, counts, describe, instance_name
+from rubberband.nodes import NodeType, instance_name
 
 
 class FakeClock(VirtualClock):
@@ -42,9 +43,8 @@ class FakeCluster(VirtualCluster):
     test configuration: numbered instances ``rb-instance-<n>`` of the requested node types that
     take ``provision_s`` to run and ``init_s`` more to be ready (constants, read at each
     launch), all of a request at once; they live until released, lost (``lose``) or reclaimed
-    after a notice (``notify``). ``wait_nodes`` blocks until the whole request is ready (the
-    sim's returns at each instance up), and ``replace`` launches nothing (the driver asks for
-    the replacement with ``scale_to``). Events use the local provider's format (with each
+    after a notice (``notify``). Waits and replacements are the rehearsal's
+    (``VirtualCluster``); only launches differ. Events use the local provider's format (with each
     instance's market). ``no_capacity``: markets whose launches fail until it is emptied (a zone
     out of spot): their requests are never granted."""
 
@@ -101,6 +101,7 @@ class FakeCluster(VirtualCluster):
 
     def _up(self, name: str, at: float, gpus: int) -> None:
         self._nodes = None             # its events were written at its launch
+        self._news = True
 
     def _end(self, name: str, reason: str, at: float | None = None) -> None:
         super()._end(name, reason, at)
@@ -115,28 +116,8 @@ class FakeCluster(VirtualCluster):
 
     def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float,
                    until: float | None = None) -> list[Node] | None:
-        """Launch the missing instances of each type (none on a market with no capacity) and
-        wait until they are ready; the clock moves to then, or, when that is not before
-        ``until``, to ``until`` (``None`` returned). A ready surplus fails at once, a request
-        that cannot be met (no capacity) after ``timeout_s`` (``ProviderError``)."""
         self._record("wait_nodes", _plain(request))
-        have = counts(self.node_type[n] for n in self.usable())
-        if any(n > request.get(t, 0) for t, n in have.items()):
-            raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
-        t = self.clock.now()
-        self.request = {k: n for k, n in request.items() if n}
-        self._reconcile()
-        have = counts(self.node_type[n] for n in self.usable())
-        ready = max((self.instances[n].ready_s for n in self.usable()), default=t)
-        met = all(have.get(k, 0) == n for k, n in request.items())
-        if met and (until is None or ready < until):
-            self.clock.advance(max(ready - t, 0.0))
-            return self.nodes()
-        if until is not None and (met or until <= t + timeout_s):
-            self.clock.advance(max(until - t, 0.0))
-            return None
-        self.clock.advance(timeout_s)
-        raise ProviderError(f"cluster: {describe(have)} alive, waited {timeout_s:.0f}s for {describe(request)}")
+        return super().wait_nodes(request, timeout_s, until)
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         self._record("release_to", list(keep), stage)
@@ -148,9 +129,7 @@ class FakeCluster(VirtualCluster):
 
     def replace(self, instance: str) -> None:
         self._record("replace", instance)
-        if instance in self.live:
-            self.noticed.add(instance)
-            self._nodes = None
+        super().replace(instance)
 
     def shutdown(self) -> None:
         self._record("shutdown")
