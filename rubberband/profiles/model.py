@@ -1,10 +1,11 @@
-"""Model profile: per-iteration latency by GPUs per trial (and by trials packed on one GPU), trial start-up and SYNC latency."""
+"""Model profile: per-iteration latency by GPUs per trial (and by trials packed, or fused, on one GPU), trial start-up and SYNC latency."""
 
 from __future__ import annotations
 
 import math
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,11 @@ _KEYS_REQUIRED = ["iter_latency_s"]
 _KEYS_OPTIONAL = [
     "name", "description", "notes", "measured_on", "measured_at", "rubberband_version",
     "global_batch_size", "trial_startup_s", "sync_s", "profiling",
-    "packed_iter_latency_s", "gpu_memory_gb_per_trial",
+    "packed_iter_latency_s", "gpu_memory_gb_per_trial", "fused_iter_latency_s", "fused_memory_gb",
 ]
 # Read into fields of their own, not kept as ``extra``.
-_FIELDS = ("name", "measured_on", "trial_startup_s", "sync_s", "packed_iter_latency_s", "gpu_memory_gb_per_trial")
+_FIELDS = ("name", "measured_on", "trial_startup_s", "sync_s", "packed_iter_latency_s", "gpu_memory_gb_per_trial",
+           "fused_iter_latency_s", "fused_memory_gb")
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,15 @@ class ModelProfile:
     Packing gives more iterations per GPU-second where ``packed_latency(k).mean < k *
     latency(1).mean``; the planner offers ``k`` only where that gain is at least 5%
     (``plan.variants.packing_pays``). Packed counts are not interpolated.
+
+    Fusion (DESIGN §4.5; only 1-GPU trials are fused): ``fused_iter_latency_s`` maps a group
+    size ``F >= 1`` to the seconds of *one* iteration of the whole group of ``F`` trials trained
+    as one program on one GPU (``F = 1``: the fused program with one member, which may be slower
+    than ``iter_latency_s[1]``, the plain program). ``fused_memory_gb`` (optional) maps ``F`` to
+    the group's peak GPU memory; ``fused_memory_fit`` fits ``m(F) = m1 + (F - 1) * delta`` to it
+    and ``max_fused`` gives the largest group a device holds (Hydro's rule). Fused counts are
+    not interpolated; the planner offers ``F`` only where ``F * E[L_1] / E[L_F]`` beats one
+    plain trial by 5% (``plan.variants.fusion_pays``).
     """
 
     iter_latency_s: dict[int, Distribution]
@@ -48,6 +59,8 @@ class ModelProfile:
     extra: dict[str, Any] = field(default_factory=dict)
     packed_iter_latency_s: dict[int, Distribution] = field(default_factory=dict)
     gpu_memory_gb_per_trial: float | None = None
+    fused_iter_latency_s: dict[int, Distribution] = field(default_factory=dict)
+    fused_memory_gb: dict[int, float] = field(default_factory=dict)
     # ``latency(m)`` by GPU count, built once per profile (the planner asks for the same counts
     # hundreds of thousands of times in one search). Not a field that compares, hashes or is
     # passed in: ``replace`` (e.g. the re-planner's corrected profile) runs ``__init__`` again,
@@ -85,6 +98,7 @@ class ModelProfile:
                 RubberbandWarning, stacklevel=3,
             )
         self._check_packing()
+        self._check_fusion()
 
     def _check_packing(self) -> None:
         packed = {}
@@ -117,6 +131,108 @@ class ModelProfile:
                 "one trial alone under-used the GPU, or a measurement is off; check the profile",
                 RubberbandWarning, stacklevel=4,
             )
+
+    def _check_fusion(self) -> None:
+        fused = {}
+        for f, dist in self.fused_iter_latency_s.items():
+            where = f"fused_iter_latency_s.{f}"
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or f != int(f) or f < 1:
+                raise SpecError(f"{where}: trials in a fused group must be a whole number of at least 1, got {f!r}; "
+                                "key each latency by the group size, e.g. {8: {dist: normal, mean: 0.5, std: 0.05}}")
+            if not isinstance(dist, Distribution):
+                raise SpecError(f"{where}: expected a distribution")
+            if not dist.mean > 0:
+                raise SpecError(f"{where}: the mean time of one iteration of a group of {int(f)} fused trials must be "
+                                f"greater than 0 s, got {dist.mean:g}; re-profile it or remove the entry")
+            fused[int(f)] = dist
+        object.__setattr__(self, "fused_iter_latency_s", dict(sorted(fused.items())))
+        memory = {}
+        for f, gb in self.fused_memory_gb.items():
+            where = f"fused_memory_gb.{f}"
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or f != int(f) or f < 1:
+                raise SpecError(f"{where}: trials in a fused group must be a whole number of at least 1, got {f!r}")
+            if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not gb > 0 or not math.isfinite(gb):
+                raise SpecError(f"{where}: expected the group's peak GPU memory in GB, greater than 0, got {gb!r}")
+            memory[int(f)] = float(gb)
+        object.__setattr__(self, "fused_memory_gb", dict(sorted(memory.items())))
+        if fused and 1 not in self.iter_latency_s:
+            raise SpecError("fused_iter_latency_s: only 1-GPU trials are fused, but iter_latency_s has no entry for "
+                            "1 GPU; profile 1 GPU per trial or remove the fused latencies")
+        if len(memory) == 1:
+            raise SpecError(f"fused_memory_gb: one group size ({next(iter(memory))}) cannot fit m1 + (F - 1) * delta; "
+                            "give the peak memory of at least two group sizes, e.g. {1: 2.1, 8: 6.3}, or remove it")
+
+    @property
+    def fused_counts(self) -> tuple[int, ...]:
+        """Group sizes with a fused latency, ascending."""
+        return tuple(self.fused_iter_latency_s)
+
+    def fused_latency(self, fused: int) -> Distribution:
+        """Seconds of one iteration of a fused group of ``fused`` trials on one GPU (the whole group's).
+
+        Raises:
+            SpecError: if ``fused`` is not an integer or has no profiled fused latency.
+        """
+        if isinstance(fused, bool) or not isinstance(fused, (int, float)) or int(fused) != fused:
+            raise SpecError(f"fused per GPU: expected an integer, got {fused!r}")
+        f = int(fused)
+        if f not in self.fused_iter_latency_s:
+            have = ", ".join(map(str, self.fused_counts)) or "none"
+            raise SpecError(f"fused per GPU: {f} has no fused_iter_latency_s in model profile {self.name!r} "
+                            f"(profiled: {have}); profile it with `rubberband profile` or choose a profiled size")
+        return self.fused_iter_latency_s[f]
+
+    @property
+    def fused_memory_fit(self) -> tuple[float, float] | None:
+        """``(m1, delta)`` of ``m(F) = m1 + (F - 1) * delta``, least squares over ``fused_memory_gb``
+        (``None`` without it): one member's memory and what each further member adds (Hydro)."""
+        if len(self.fused_memory_gb) < 2:
+            return None
+        xs = [f - 1.0 for f in self.fused_memory_gb]
+        ys = list(self.fused_memory_gb.values())
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        delta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        return my - delta * mx, delta
+
+    def fused_memory(self, fused: int) -> float | None:
+        """Peak GPU memory of a fused group of ``fused`` trials: the measured one where profiled,
+        else the fitted ``m1 + (F - 1) * delta`` (``None`` without ``fused_memory_gb``)."""
+        if fused in self.fused_memory_gb:
+            return self.fused_memory_gb[fused]
+        fit = self.fused_memory_fit
+        return None if fit is None else fit[0] + (fused - 1) * fit[1]
+
+    def max_fused(self, device_gb: float | None) -> int | None:
+        """The largest fused group one GPU of ``device_gb`` holds, by Hydro's rule on the fitted
+        ``m(F) = m1 + (F - 1) * delta``: ``m(F) <= M  <=>  F <= (M - m1) / delta + 1``, so
+        ``F_max = floor((M - m1) / delta) + 1``. ``None``: no memory cap known (no
+        ``fused_memory_gb``, an unknown device memory, or memory that does not grow with ``F``).
+
+        Raises:
+            SpecError: if one member alone (``m1``) is above ``device_gb``.
+        """
+        fit = self.fused_memory_fit
+        if fit is None or device_gb is None:
+            return None
+        m1, delta = fit
+        if m1 > device_gb:
+            raise SpecError(f"fused_memory_gb: one fused member needs {m1:.3g} GB (fitted m1), above the "
+                            f"{device_gb:g} GB of one GPU; pick a type with more GPU memory or check the profile")
+        if delta <= 0:
+            return None
+        return math.floor((device_gb - m1) / delta + 1e-9) + 1
+
+    def fused_fits(self, fused: int, device_gb: float | None) -> bool:
+        """Whether a fused group of ``fused`` trials fits one GPU of ``device_gb``: within Hydro's
+        ``max_fused`` and, where its memory was measured, within the measurement too."""
+        if device_gb is None or self.fused_memory_fit is None:
+            return True
+        try:
+            cap = self.max_fused(device_gb)
+        except SpecError:
+            return False
+        measured = self.fused_memory_gb.get(fused)
+        return (cap is None or fused <= cap) and (measured is None or measured <= device_gb)
 
     @property
     def packing_counts(self) -> tuple[int, ...]:
@@ -239,13 +355,20 @@ class ModelProfile:
             if kk in packed_latency:
                 raise SpecError(f"{where}.packed_iter_latency_s.{k}: {kk} trials per GPU given twice; keep one entry")
             packed_latency[kk] = parse_distribution(dist, f"{where}.packed_iter_latency_s.{k}")
+        fused_latency = _by_count(data.get("fused_iter_latency_s"), f"{where}.fused_iter_latency_s",
+                                  "trials in a fused group to distribution, e.g. {8: {dist: normal, mean: 0.5, std: 0.05}}",
+                                  parse=lambda d, w: parse_distribution(d, w))
+        fused_memory = _by_count(data.get("fused_memory_gb"), f"{where}.fused_memory_gb",
+                                 "trials in a fused group to peak GPU memory in GB, e.g. {1: 2.1, 8: 6.3}",
+                                 parse=lambda v, w: v)
         mem = data.get("gpu_memory_gb_per_trial")
         trial_startup_s = parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s")
         sync_s = parse_distribution(data.get("sync_s", 0), f"{where}.sync_s")
         try:
             return cls(iter_latency_s=iter_latency, trial_startup_s=trial_startup_s, sync_s=sync_s,
                        name=str(data.get("name", "model")), measured_on=dict(measured_on), extra=extra,
-                       packed_iter_latency_s=packed_latency, gpu_memory_gb_per_trial=mem)
+                       packed_iter_latency_s=packed_latency, gpu_memory_gb_per_trial=mem,
+                       fused_iter_latency_s=fused_latency, fused_memory_gb=fused_memory)
         except SpecError as exc:  # the checks of __post_init__ name the field; add the file
             raise SpecError(f"{where}.{exc}") from None
 
@@ -266,6 +389,10 @@ class ModelProfile:
             out["packed_iter_latency_s"] = {k: d.to_dict() for k, d in self.packed_iter_latency_s.items()}
         if self.gpu_memory_gb_per_trial is not None:
             out["gpu_memory_gb_per_trial"] = self.gpu_memory_gb_per_trial
+        if self.fused_iter_latency_s:
+            out["fused_iter_latency_s"] = {f: d.to_dict() for f, d in self.fused_iter_latency_s.items()}
+        if self.fused_memory_gb:
+            out["fused_memory_gb"] = dict(self.fused_memory_gb)
         return out
 
     def replace(self, **changes: Any) -> ModelProfile:
@@ -273,3 +400,18 @@ class ModelProfile:
         from dataclasses import replace
 
         return replace(self, **changes)
+
+
+def _by_count(value: Any, where: str, shape: str, parse: Callable[[Any, str], Any]) -> dict[Any, Any]:
+    """A YAML mapping keyed by a count (``"8"`` and ``8`` are one key), each value parsed."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping of {shape}")
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        k = int(key) if isinstance(key, str) and key.isdigit() else key
+        if k in out:
+            raise SpecError(f"{where}.{key}: {k} given twice; keep one entry")
+        out[k] = parse(item, f"{where}.{key}")
+    return out

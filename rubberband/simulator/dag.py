@@ -25,14 +25,15 @@ def dag_size(shapes: Sequence[StageShape], held: Sequence[int], spot: Sequence[i
     nodes = edges = 0
     for shape, fresh in zip(shapes, launches(held, spot, types)):
         new = sum(fresh)
-        nodes += shape.num_trials + 1 + (new + 1 if new else 0)
-        edges += shape.running * (new or 1) + 2 * shape.num_trials + 2 * new
+        nodes += shape.nodes + 1 + (new + 1 if new else 0)
+        edges += shape.running * (new or 1) + 2 * shape.nodes + 2 * new
     return nodes, edges
 
 
 def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile, cloud: CloudProfile | CloudCatalog,
               instances: Sequence[int] | None = None, spot_instances: Sequence[int] | None = None,
-              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> nx.DiGraph:
+              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
+              fused_per_gpu: Sequence[int] | None = None) -> nx.DiGraph:
     """Build the inspectable task graph of a plan.
 
     Every node carries ``type`` (SCALE, INIT_INSTANCE, TRAIN, SYNC), ``stage`` and the
@@ -57,6 +58,10 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     them to a GPU), ``gpu`` (which GPU of the stage, ``gpu_slot // k``) and the packed
     ``iter_latency`` when ``k > 1``.
 
+    Fusion is ``simulate``'s (DESIGN §4.5): the graph carries ``fused_per_gpu``; a fused stage
+    has one TRAIN node per group (``trial`` is the group's number, ``members`` the trials it
+    trains, ``fused_per_gpu`` its ``F``), with the group's ``iter_latency`` ``L_F``.
+
     Queued trials (allocation below the trial count) are chained per GPU slot in trial order
     (trial j after trial j - a): the graph of a deterministic run. With random latencies the
     simulator instead hands each freed GPU the next queued trial, as the executor does.
@@ -65,7 +70,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
         SpecError: for an invalid allocation, instance or spot vector.
     """
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
-    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu)
+    shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
     check_dag(*dag_size(shapes, held, spot, types))
@@ -73,6 +78,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     g = nx.DiGraph(allocation=tuple(s.allocation for s in shapes), instances=tuple(held),
                    instance_type=clouds[0].instance_type, gpus_per_instance=clouds[0].gpus_per_instance,
                    instance_types=tuple(types), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
+                   fused_per_gpu=tuple(s.fused_per_gpu for s in shapes),
                    spot_instances=tuple(spot), preemption=first.spot.to_dict().get("preemption") if any(spot) else None)
     frontier: Sequence[tuple[object, ...]] = []
     launched = 0
@@ -97,12 +103,14 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
         g.add_node(sync, type=SYNC, stage=i, latency=model.sync_s, instances_after=count, instance_type=c.instance_type)
         slot_markets = [_market(p, count - s) for p in trial_positions(shape, c.gpus_per_instance)]
         k = shape.trials_per_gpu
-        for t in range(shape.num_trials):
+        F = shape.fused_per_gpu
+        for t in range(shape.nodes):
             node = (TRAIN, i, t)
             slot = t % shape.running
             g.add_node(node, type=TRAIN, stage=i, trial=t, gpu_slot=slot, gpu=slot // k, gpus=shape.gpus_per_trial,
                        trials_per_gpu=k, iters=shape.iters, iter_latency=lat, startup=model.trial_startup_s,
-                       market=slot_markets[slot], instance_type=c.instance_type)
+                       market=slot_markets[slot], instance_type=c.instance_type, fused_per_gpu=F,
+                       members=min(F, shape.num_trials - t * F))
             if t < shape.running:
                 g.add_edges_from((f, node) for f in frontier)
             else:

@@ -30,12 +30,13 @@ from rubberband.spec.experiment import ExperimentSpec
 
 def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile | Sequence[ModelProfile],
            cloud: CloudProfile | Sequence[CloudProfile], instances: Sequence[int] | None = None,
-           trials_per_gpu: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
+           trials_per_gpu: Sequence[int] | None = None,
+           fused_per_gpu: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
     """Validate an allocation vector and return each stage's shape and held instance count.
 
     ``cloud`` is one profile, or one per stage (``stage_clouds``): a stage's instances are
     counted in its own type; ``model`` likewise (``stage_models``). ``trials_per_gpu`` packs
-    stages (default: 1 everywhere).
+    stages and ``fused_per_gpu`` fuses them (default: 1 everywhere).
 
     Raises:
         SpecError: wrong length, non-integers, zero or out-of-profile allocations, an explicit
@@ -51,9 +52,10 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile 
         )
     clouds = [cloud] * len(allocation) if isinstance(cloud, CloudProfile) else list(cloud)
     packing = _per_stage(trials_per_gpu, "trials_per_gpu", len(clouds), "trials per GPU") or [1] * len(clouds)
+    fusion = _per_stage(fused_per_gpu, "fused_per_gpu", len(clouds), "trials fused per GPU") or [1] * len(clouds)
     models = [model] * len(clouds) if isinstance(model, ModelProfile) else list(model)
-    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], m, c, k)
-              for i, (s, c, k, m) in enumerate(zip(spec.stages, clouds, packing, models))]
+    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], m, c, k, f)
+              for i, (s, c, k, m, f) in enumerate(zip(spec.stages, clouds, packing, models, fusion))]
     if instances is None:
         held = [s.instances_needed for s in shapes]
     else:
@@ -74,7 +76,8 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile 
         # floor(a / n) GPUs per trial can leave GPUs over that no instance holds (33 GPUs for
         # 32 one-GPU trials on eight 4-GPU instances): the plan would show GPUs it never pays for.
         if shape.allocation > count * G:
-            packed = f" at {shape.trials_per_gpu} per GPU" if shape.trials_per_gpu > 1 else ""
+            packed = f" at {shape.trials_per_gpu} per GPU" if shape.trials_per_gpu > 1 else \
+                f" in groups of {shape.fused_per_gpu} fused" if shape.fused_per_gpu > 1 else ""
             raise SpecError(
                 f"allocation[{shape.index}]: {shape.allocation} GPUs do not fit on the {count} {c.instance_type} "
                 f"instances ({count * G} GPUs) that hold stage {shape.index}'s {shape.running} running trials of "
@@ -225,7 +228,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
              samples: int = 1000, seed: int = 0, instances: Sequence[int] | None = None,
              draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None,
              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
-             held_at_start: HeldInstances | int | None = None) -> SimResult:
+             held_at_start: HeldInstances | int | None = None,
+             fused_per_gpu: Sequence[int] | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
 
     Packing (``trials_per_gpu[i] = k > 1``; ``docs/model.md``): only a stage whose trials get
@@ -240,6 +244,15 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     Per-function billing charges a packed TRAIN ``duration * price / (k * G)``. On spot, a
     reclaim interrupts every trial on the instance, packed ones included. ``k = 1`` is the
     unpacked model exactly.
+
+    Fusion (``fused_per_gpu[i] = F > 1``; DESIGN §4.5): only a stage whose trials get 1 GPU
+    each, and that does not pack, fuses. Its ``n`` trials form ``ceil(n / F)`` groups of ``F``
+    in trial order (the last may be smaller), each one program on one GPU: one TRAIN per group,
+    ``startup + iters * L_F`` with ``L_F`` drawn from ``model.fused_latency(F)`` (row j of the
+    stage's TRAIN stream for group j), the last group's too. Groups run and queue as 1-GPU
+    trials do, one to a GPU; per-function billing charges a group its GPU (``1 / F`` of it per
+    member). ``F`` must have a fused latency and fit the type's ``gpu_memory_gb``
+    (``ModelProfile.fused_fits``). ``F = 1`` is the unfused model exactly.
 
     Instance types (``instance_types[i]``, with ``cloud`` a ``CloudCatalog`` or a mapping of
     type name to ``CloudProfile``): stage ``i`` runs on its type — GPUs per instance, prices,
@@ -279,6 +292,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         spot_instances: how many of each stage's held instances are spot, the rest on-demand
             (DESIGN §4.1); default: all of them when the stage's type is a spot market, else none.
         trials_per_gpu: trials sharing one GPU per stage (default: 1, no packing).
+        fused_per_gpu: trials fused into one program per GPU per stage (default: 1, no fusion).
         instance_types: the instance type of each stage (default: ``cloud``'s one type).
         held_at_start: instances held at t = 0 (``HeldInstances``; an int: that many
             on-demand ones of stage 0's type); default none.
@@ -293,7 +307,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     check_samples_seed(samples, seed)
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
     models = stage_models(model, clouds, instance_types is not None)
-    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
+    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
     held_now = HeldInstances.of(held_at_start)
@@ -380,12 +394,13 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h, launched[s.index],
                    float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()),
                    spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()),
-                   trials_per_gpu=s.trials_per_gpu, instance_type=c.instance_type)
+                   trials_per_gpu=s.trials_per_gpu, instance_type=c.instance_type, fused_per_gpu=s.fused_per_gpu)
         for s, h, n_spot, c in zip(shapes, held, spot, clouds)
     )
     return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),
                      spot_instances=tuple(spot), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
-                     instance_types=tuple(types) if several else ())
+                     instance_types=tuple(types) if several else (),
+                     fused_per_gpu=tuple(s.fused_per_gpu for s in shapes))
 
 
 def mixed_usd_per_s(on_demand: int, spot: int, on_demand_usd: float, spot_usd: float) -> float:

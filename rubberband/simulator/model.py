@@ -16,10 +16,17 @@ iterations. With ``G`` GPUs per instance:
   once, ``k`` to a GPU (slots filled GPU by GPU, ``k * G`` to an instance), the rest queued;
   every TRAIN of the stage draws ``L`` from ``packed_latency(k)``, also when its GPU happens
   to hold fewer trials (the tail of a queue). ``k = 1`` is the unpacked model exactly.
+* Fusion (``F = fused_per_gpu > 1``, only when ``m = 1``; DESIGN §4.5): the ``n`` trials form
+  ``g = ceil(n / F)`` groups of ``F`` in trial order (the last may hold fewer), each trained as
+  one program on one GPU: one TRAIN node per group, ``trial_startup_s + iters * L_F`` with
+  ``L_F`` drawn once per group from ``fused_latency(F)`` (the last group's too). Groups take
+  the place of trials everywhere else: ``min(g, a)`` run at once, one to a GPU, the rest queued.
+  ``F = 1`` is the unfused model exactly.
 * Per-instance billing: an instance is billed from the end of the SCALE that launched it
   until the SYNC after which it is released (most recently launched first), rounded up to
   ``granularity_s`` and at least ``minimum_s``. Per-function billing charges only TRAIN
-  work: ``m * duration * price / G`` (``duration * price / (k * G)`` packed). Each launch costs ``dataset_gb * price_usd_per_gb``.
+  work: ``m * duration * price / G`` (``duration * price / (k * G)`` packed; a fused group
+  holds one GPU, ``duration * price / G``, so each of ``F`` members pays ``1 / F``). Each launch costs ``dataset_gb * price_usd_per_gb``.
 
 Random numbers are common across plans: every (seed, stage, component) has its own
 stream, and the j-th trial or j-th new instance of a stage always reads the j-th row of
@@ -52,17 +59,23 @@ def gpus_per_trial(num_trials: int, allocation: int) -> int:
     return allocation // num_trials if allocation >= num_trials else 1
 
 
-def running_trials(num_trials: int, allocation: int, trials_per_gpu: int = 1) -> int:
-    """How many trials run at the same time: all of them, or ``k`` per GPU when they queue
-    (``k = trials_per_gpu``, 1 unless the stage packs)."""
-    return min(num_trials, allocation * trials_per_gpu)
+def fused_groups(num_trials: int, fused_per_gpu: int = 1) -> int:
+    """TRAIN nodes of a stage: its trials, or ``ceil(n / F)`` fused groups of ``F`` (DESIGN §4.5)."""
+    return -(-num_trials // fused_per_gpu)
 
 
-def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int, trials_per_gpu: int = 1) -> int:
+def running_trials(num_trials: int, allocation: int, trials_per_gpu: int = 1, fused_per_gpu: int = 1) -> int:
+    """How many TRAIN nodes run at the same time: all of them, or ``k`` per GPU when they queue
+    (``k = trials_per_gpu``, 1 unless the stage packs); fused, ``min(g, a)`` groups, one per GPU."""
+    return min(fused_groups(num_trials, fused_per_gpu), allocation * trials_per_gpu)
+
+
+def instances_needed(num_trials: int, allocation: int, gpus_per_instance: int, trials_per_gpu: int = 1,
+                     fused_per_gpu: int = 1) -> int:
     """Fewest instances that hold the stage's running trials with each trial's workers together
-    (packed trials: ``k`` to a GPU, so ``k * G`` to an instance)."""
+    (packed trials: ``k`` to a GPU, so ``k * G`` to an instance; fused groups: one to a GPU)."""
     m = gpus_per_trial(num_trials, allocation)
-    slots = running_trials(num_trials, allocation, trials_per_gpu)
+    slots = running_trials(num_trials, allocation, trials_per_gpu, fused_per_gpu)
     if m <= gpus_per_instance:
         return math.ceil(slots / (gpus_per_instance // m * trials_per_gpu))
     return slots * math.ceil(m / gpus_per_instance)
@@ -88,6 +101,12 @@ class StageShape:
     running: int
     instances_needed: int
     trials_per_gpu: int = 1       # k trials sharing one GPU (packing; only 1-GPU trials)
+    fused_per_gpu: int = 1        # F trials fused into one program on one GPU (only 1-GPU trials)
+
+    @property
+    def nodes(self) -> int:
+        """TRAIN nodes: one per trial, or one per fused group (``ceil(n / F)``)."""
+        return fused_groups(self.num_trials, self.fused_per_gpu)
 
     @property
     def gpus_used(self) -> int:
@@ -96,25 +115,30 @@ class StageShape:
 
     @property
     def gpu_share(self) -> float:
-        """The share of GPUs one trial holds (per-function billing): ``m``, or ``1 / k`` packed."""
+        """The share of GPUs one TRAIN node holds (per-function billing): ``m``, or ``1 / k`` packed;
+    a fused group holds its whole GPU (``m = 1``), ``1 / F`` of it per member."""
         return self.gpus_per_trial / self.trials_per_gpu
 
 
 def iter_latency(model: ModelProfile, shape: StageShape) -> Distribution:
-    """The distribution of a stage's seconds per iteration: ``packed_latency(k)`` when ``k > 1``
-    trials share a GPU, else ``latency(m)``."""
+    """The distribution of a stage's seconds per iteration of one TRAIN node: ``packed_latency(k)``
+    when ``k > 1`` trials share a GPU, ``fused_latency(F)`` (the whole group's) when ``F > 1``
+    are fused, else ``latency(m)``."""
+    if shape.fused_per_gpu > 1:
+        return model.fused_latency(shape.fused_per_gpu)
     return model.packed_latency(shape.trials_per_gpu) if shape.trials_per_gpu > 1 else model.latency(shape.gpus_per_trial)
 
 
 def stage_shape(index: int, num_trials: int, iters: int, allocation: object, model: ModelProfile,
-                cloud: CloudProfile, trials_per_gpu: object = 1) -> StageShape:
-    """Validate one stage's allocation (and trials per GPU) and lay it out.
+                cloud: CloudProfile, trials_per_gpu: object = 1, fused_per_gpu: object = 1) -> StageShape:
+    """Validate one stage's allocation (and trials per GPU, or trials fused per GPU) and lay it out.
 
     Raises:
         SpecError: naming the stage and the valid range when the allocation is not a positive
             integer or gives a GPU count per trial outside the model profile; naming
             ``trials_per_gpu[index]`` when ``k`` is not a whole number >= 1, has no packed
-            latency, is above what the type's GPU memory holds, or packs trials of more than 1 GPU.
+            latency, is above what the type's GPU memory holds, or packs trials of more than 1 GPU;
+            naming ``fused_per_gpu[index]`` likewise for ``F`` (``_fused_per_gpu``).
     """
     low = 1 if model.min_gpus == 1 else num_trials * model.min_gpus
     # No more GPUs than the instances of the widest trials hold (``layout`` checks each count).
@@ -136,8 +160,37 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
     m = gpus_per_trial(num_trials, allocation)
     model.latency(m)  # raises SpecError if m is outside the profile (e.g. a < n without a 1-GPU profile)
     k = _trials_per_gpu(index, trials_per_gpu, m, model, cloud)
-    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation, k),
-                      instances_needed(num_trials, allocation, cloud.gpus_per_instance, k), k)
+    f = _fused_per_gpu(index, fused_per_gpu, m, k, model, cloud)
+    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation, k, f),
+                      instances_needed(num_trials, allocation, cloud.gpus_per_instance, k, f), k, f)
+
+
+def _fused_per_gpu(index: int, f: object, m: int, k: int, model: ModelProfile, cloud: CloudProfile) -> int:
+    """Validate one stage's trials fused per GPU (see ``stage_shape``; DESIGN §4.5)."""
+    where = f"fused_per_gpu[{index}]"
+    if isinstance(f, float) and f.is_integer():
+        f = int(f)
+    if isinstance(f, (bool, np.bool_)) or not isinstance(f, (int, np.integer)) or f < 1:
+        raise SpecError(f"{where}: expected a whole number of trials fused per GPU (1 = not fused), got {f!r}")
+    f = int(f)
+    if f == 1:
+        return 1
+    if k > 1:
+        raise SpecError(f"{where}: stage {index} also packs {k} trials per GPU; fused and packed are exclusive per "
+                        f"stage: set trials_per_gpu[{index}] or fused_per_gpu[{index}] to 1")
+    if m != 1:
+        raise SpecError(f"{where}: only 1-GPU trials are fused, and stage {index}'s allocation gives each trial "
+                        f"{m} GPUs; give at most as many GPUs as trials, or fused_per_gpu 1")
+    if f not in model.fused_iter_latency_s:
+        have = ", ".join(map(str, model.fused_counts)) or "none"
+        raise SpecError(f"{where}: {f} trials fused per GPU has no fused_iter_latency_s in model profile "
+                        f"{model.name!r} (profiled: {have}); profile it or choose a profiled size")
+    if not model.fused_fits(f, cloud.gpu_memory_gb):
+        fits = [g for g in model.fused_counts if model.fused_fits(g, cloud.gpu_memory_gb)]
+        raise SpecError(f"{where}: a fused group of {f} needs {model.fused_memory(f) or 0.0:.3g} GB, more than the "
+                        f"{cloud.gpu_memory_gb:g} GB of one {cloud.instance_type} GPU (fused_memory_gb); fuse at most "
+                        f"{max(fits, default=1)}")
+    return f
 
 
 def _trials_per_gpu(index: int, k: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:
@@ -231,8 +284,9 @@ class StageDraws:
         return self._cache[key]
 
     def train_durations(self, model: ModelProfile, shape: StageShape) -> np.ndarray:
-        """TRAIN durations, shape ``(num_trials, samples)``: ``startup + k * L``, L per node."""
-        key = ("train", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
+        """TRAIN durations, shape ``(nodes, samples)``: ``startup + k * L``, L per node (a trial, or a
+        fused group: ``StageShape.nodes``)."""
+        key = ("train", iter_latency(model, shape), model.trial_startup_s, shape.nodes, shape.iters)
         if key not in self._cache:
             latency, startup = self.train_parts(model, shape)
             durations = shape.iters * latency
@@ -241,12 +295,12 @@ class StageDraws:
         return self._cache[key]
 
     def train_parts(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray | float]:
-        """Seconds per iteration ``L`` and start-up of each TRAIN node, ``(num_trials, samples)``
+        """Seconds per iteration ``L`` and start-up of each TRAIN node, ``(nodes, samples)``
         (a constant start-up is one number): ``train_durations`` is ``startup + iters * L``."""
         dist = iter_latency(model, shape)
-        key = ("parts", dist, model.trial_startup_s, shape.num_trials)
+        key = ("parts", dist, model.trial_startup_s, shape.nodes)
         if key not in self._parts:
-            size = (shape.num_trials, self.samples)
+            size = (shape.nodes, self.samples)
             latency = _frozen(dist.sample(self._rng(_TRAIN), size))
             startup = model.trial_startup_s
             boot = startup.mean if startup.is_constant else _frozen(startup.sample(self._rng(_STARTUP), size))
@@ -264,7 +318,7 @@ class StageDraws:
         buffer whose first row carries the running sum, so the sum still adds row after row in
         trial order, as numpy's ``sum(axis=0)`` does (the test checks it to the bit).
         """
-        key = ("stats", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
+        key = ("stats", iter_latency(model, shape), model.trial_startup_s, shape.nodes, shape.iters)
         if key not in self._stats:
             longest, total = self._train_stats(model, shape)
             self._stats[key] = (_frozen(longest), _frozen(total))
@@ -272,15 +326,15 @@ class StageDraws:
 
     def _train_stats(self, model: ModelProfile, shape: StageShape) -> tuple[np.ndarray, np.ndarray]:
         dist, startup = iter_latency(model, shape), model.trial_startup_s
-        known = ("train", dist, startup, shape.num_trials, shape.iters) in self._cache
+        known = ("train", dist, startup, shape.nodes, shape.iters) in self._cache
         if known or not _shares_normals(dist, startup):
             durations = self.train_durations(model, shape)
             return durations.max(axis=0), durations.sum(axis=0)
-        z = self.standard_normals(_TRAIN, shape.num_trials)
+        z = self.standard_normals(_TRAIN, shape.nodes)
         rows = max(1, _BLOCK // self.samples)
-        buffer = np.empty((min(rows, shape.num_trials) + 1, self.samples))
+        buffer = np.empty((min(rows, shape.nodes) + 1, self.samples))
         longest, total = np.full(self.samples, -np.inf), np.zeros(self.samples)
-        for start in range(0, shape.num_trials, rows):
+        for start in range(0, shape.nodes, rows):
             block = z[start:start + rows]
             part = buffer[1:len(block) + 1]
             dist.from_standard_normal(block, out=part)
@@ -298,7 +352,7 @@ class StageDraws:
         (times ``sigma >= 0``, plus ``mu``, clipped at 0, times the iterations, plus the
         constant start-up) is non-decreasing, rounding included, so the slowest trial is the
         one of the largest ``z``, and its duration is the same number."""
-        key = ("longest", iter_latency(model, shape), model.trial_startup_s, shape.num_trials, shape.iters)
+        key = ("longest", iter_latency(model, shape), model.trial_startup_s, shape.nodes, shape.iters)
         if key not in self._cache:
             dist, startup = iter_latency(model, shape), model.trial_startup_s
             stats = self._stats.get(("stats", *key[1:]))
@@ -306,9 +360,9 @@ class StageDraws:
             if known or not _shares_normals(dist, startup):
                 longest = self.train_stats(model, shape)[0]
             else:
-                zkey = ("largest", _TRAIN, shape.num_trials)
+                zkey = ("largest", _TRAIN, shape.nodes)
                 if zkey not in self._cache:
-                    self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.num_trials).max(axis=0))
+                    self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.nodes).max(axis=0))
                 longest = np.asarray(dist.from_standard_normal(self._cache[zkey]))
                 longest *= shape.iters
                 longest += startup.mean
@@ -317,7 +371,7 @@ class StageDraws:
         return self._cache[key]
 
     def train_longest_many(self, model: ModelProfile, shapes: list[StageShape]) -> list[np.ndarray]:
-        """``train_longest`` of several shapes of this stage (one ``num_trials`` and ``iters``), the
+        """``train_longest`` of several shapes of this stage (one ``nodes`` and ``iters``), the
         same arrays to the bit: those whose latency is a ``Normal`` (with a constant start-up) are
         formed together, one row per shape, by the very operations ``train_longest`` applies to
         the stage's largest standard normal per sample (elementwise, so each row is its
@@ -328,7 +382,7 @@ class StageDraws:
         batch = []
         for j, shape in enumerate(shapes):
             dist, startup = iter_latency(model, shape), model.trial_startup_s
-            key = ("longest", dist, startup, shape.num_trials, shape.iters)
+            key = ("longest", dist, startup, shape.nodes, shape.iters)
             if key in self._cache:
                 out[j] = self._cache[key]
             elif (type(dist) is Normal and startup.is_constant and ("stats", *key[1:]) not in self._stats
@@ -338,9 +392,9 @@ class StageDraws:
                 out[j] = self.train_longest(model, shape)
         if batch:
             shape = shapes[batch[0][0]]
-            zkey = ("largest", _TRAIN, shape.num_trials)
+            zkey = ("largest", _TRAIN, shape.nodes)
             if zkey not in self._cache:
-                self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.num_trials).max(axis=0))
+                self._cache[zkey] = _frozen(self.standard_normals(_TRAIN, shape.nodes).max(axis=0))
             sigma = np.array([[d.sigma] for _, _, d in batch], dtype=float)
             mu = np.array([[d.mu] for _, _, d in batch], dtype=float)
             rows = np.multiply(self._cache[zkey][None, :], sigma)      # Normal.from_standard_normal, per row
@@ -369,7 +423,7 @@ class StageDraws:
         """
         durations = self.train_durations(model, shape)
         total = durations.sum(axis=0)
-        if shape.running >= shape.num_trials:
+        if shape.running >= shape.nodes:
             return durations.max(axis=0), total
         return list_schedule(durations, shape.running), total
 

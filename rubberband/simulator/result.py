@@ -25,9 +25,14 @@ class StageStats:
     mean_reclaims: float = 0.0       # spot instances reclaimed during the stage, on average
     trials_per_gpu: int = 1          # trials sharing one GPU (packing)
     instance_type: str = ""          # the stage's instance type
+    fused_per_gpu: int = 1           # trials fused into one program per GPU (DESIGN §4.5)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The fields; ``fused_per_gpu`` only when the stage fuses (files written before have none)."""
+        out = dict(self.__dict__)
+        if self.fused_per_gpu == 1:
+            del out["fused_per_gpu"]
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +52,7 @@ class SimResult:
     spot_instances: tuple[int, ...] = ()
     trials_per_gpu: tuple[int, ...] = ()     # per stage (all 1 when nothing is packed)
     instance_types: tuple[str, ...] = ()     # per stage, when the plan names a type per stage
+    fused_per_gpu: tuple[int, ...] = ()      # per stage (all 1 when nothing is fused)
 
     @property
     def samples(self) -> int:
@@ -100,6 +106,8 @@ class SimResult:
             out["spot_instances"] = list(self.spot_instances)
         if any(k > 1 for k in self.trials_per_gpu):
             out["trials_per_gpu"] = list(self.trials_per_gpu)
+        if any(f > 1 for f in self.fused_per_gpu):
+            out["fused_per_gpu"] = list(self.fused_per_gpu)
         if self.instance_types:
             out["instance_types"] = list(self.instance_types)
         if include_samples:

@@ -565,7 +565,9 @@ def run_stage(schedule: PositionSchedule, shape: StageShape, gpus_per_instance: 
               log: list[tuple[Any, ...]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Finish time of a stage's last TRAIN and the summed TRAIN time, per sample, on positions
     that may be reclaimed. Trials start at ``ready``; when trials queue (``a < n``) each GPU
-    takes the next queued trial as soon as it frees up, as on on-demand instances.
+    takes the next queued trial as soon as it frees up, as on on-demand instances. A fused
+    stage runs its groups as trials (``StageShape.nodes``; a reclaim interrupts the whole group,
+    and every member resumes from its checkpoint with the group).
 
     ``rounds=True`` (the planner's stage means) queues trials round-robin instead — trial ``j``
     on GPU ``j mod a``, one vectorised call per round — which is list scheduling exactly when
@@ -577,12 +579,12 @@ def run_stage(schedule: PositionSchedule, shape: StageShape, gpus_per_instance: 
     """
     samples = ready.shape[0]
     positions = trial_positions(shape, gpus_per_instance)
-    if rounds and shape.running < shape.num_trials:
+    if rounds and shape.running < shape.nodes:
         a, free = shape.running, np.broadcast_to(ready, (shape.running, samples)).copy()
         busy = np.zeros(samples)
         pos = np.broadcast_to(positions[:, :, None], (*positions.shape, samples))
-        for first in range(0, shape.num_trials, a):
-            batch = np.arange(first, min(first + a, shape.num_trials))
+        for first in range(0, shape.nodes, a):
+            batch = np.arange(first, min(first + a, shape.nodes))
             g = batch - first
             boot = startup if np.ndim(startup) == 0 else np.asarray(startup)[batch]
             finish = run_trials(schedule, pos[g], free[g], shape.iters, latency[batch], boot)
@@ -590,9 +592,9 @@ def run_stage(schedule: PositionSchedule, shape: StageShape, gpus_per_instance: 
             free[g] = finish
         return free.max(axis=0), busy
     attempts: list[tuple[Any, ...]] = []
-    if shape.running >= shape.num_trials:
+    if shape.running >= shape.nodes:
         pos = np.broadcast_to(positions[:, :, None], (*positions.shape, samples))
-        t = np.broadcast_to(ready, (shape.num_trials, samples))
+        t = np.broadcast_to(ready, (shape.nodes, samples))
         finish = run_trials(schedule, pos, t, shape.iters, latency, startup, attempts if log is not None else None)
         if log is not None:
             log.extend((trial, trial, *rest) for trial, *rest in attempts)
@@ -601,7 +603,7 @@ def run_stage(schedule: PositionSchedule, shape: StageShape, gpus_per_instance: 
     slot_position = positions[:, 0]
     rows = np.arange(samples)
     busy = np.zeros(samples)
-    for j in range(shape.num_trials):
+    for j in range(shape.nodes):
         gpu = free.argmin(axis=1)
         start = free[rows, gpu]
         boot = startup if np.ndim(startup) == 0 else np.asarray(startup)[j][None, :]

@@ -75,6 +75,7 @@ class TrialSpan:
     end_s: float
     lost_from_s: float | None = None    # interrupted by a reclaim at ``end_s``: work after this checkpoint is lost
     trials_per_gpu: int = 1      # k trials share its GPU (lanes ``k * g .. k * g + k - 1`` are GPU ``g``)
+    fused: int = 1               # members of the fused group this TRAIN trains (``trial`` is then the group)
 
     @property
     def gpu(self) -> int:
@@ -133,15 +134,17 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
                     cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile],
                     seed: int = 0, instances: Sequence[int] | None = None, samples: int = 1,
                     sample: int = 0, spot_instances: Sequence[int] | None = None,
-                    trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None) -> Timeline:
+                    trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
+                    fused_per_gpu: Sequence[int] | None = None) -> Timeline:
     """Replay one sample of the simulator event by event.
 
     Its JCT equals ``simulate(..., samples=samples, seed=seed).jct_s[sample]`` and its cost
     that sample's cost (to rounding in the last bits: sums run in another order); trials are
     laid on instances as the placement policy packs them (each trial's GPUs on one instance,
     or on whole instances when it needs more than one; packed trials ``k`` to a GPU),
-    on-demand instances before spot ones. ``spot_instances``, ``trials_per_gpu`` and
-    ``instance_types`` are ``simulate``'s.
+    on-demand instances before spot ones. ``spot_instances``, ``trials_per_gpu``,
+    ``fused_per_gpu`` and ``instance_types`` are ``simulate``'s; a fused group is one trial span
+    (``TrialSpan.fused`` members, ``trial`` the group's number).
 
     Raises:
         SpecError: for an invalid allocation, spot, packing or type vector, or ``sample``
@@ -151,7 +154,7 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
     models = stage_models(model, clouds, instance_types is not None)
-    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu)
+    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     for i, (c, n_spot) in enumerate(zip(clouds, spot)):
         check_trace_cap(c.spot, [n_spot], stages=[i])
@@ -239,13 +242,13 @@ def _plain_trials(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape
     positions = trial_positions(shape, cloud.gpus_per_instance)
     per_instance = cloud.gpus_per_instance // shape.gpus_per_trial * shape.trials_per_gpu
     free = [begin] * shape.running
-    for t in range(shape.num_trials):
+    for t in range(shape.nodes):
         slot = t if t < shape.running else min(range(shape.running), key=lambda g: free[g])
         started = free[slot]
         free[slot] = started + float(durations[t])
         trials.append(TrialSpan(shape.index, t, tuple(hosts[p].iid for p in positions[slot]),
                                 slot % per_instance if per_instance else 0, shape.gpus_per_trial, started, free[slot],
-                                trials_per_gpu=shape.trials_per_gpu))
+                                trials_per_gpu=shape.trials_per_gpu, fused=_members(shape, t)))
     return float(durations.sum())
 
 
@@ -314,5 +317,10 @@ def _spot_stage(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: 
             on = tuple(next(h.iid for h, u, dn in lives[p] if u <= b < dn) for p in positions[g])
             trials.append(TrialSpan(shape.index, int(j), on, int(g) % per_instance if per_instance else 0,
                                     shape.gpus_per_trial, float(b), float(e), None if f else float(c),
-                                    shape.trials_per_gpu))
+                                    shape.trials_per_gpu, _members(shape, int(j))))
     return end, float(busy[0]), ready
+
+
+def _members(shape: StageShape, node: int) -> int:
+    """Trials TRAIN node ``node`` trains: 1, or its fused group's (``F``, the last group the rest)."""
+    return min(shape.fused_per_gpu, shape.num_trials - node * shape.fused_per_gpu)

@@ -56,7 +56,8 @@ def _billed_seconds(lifetime: float, granularity_s: float, minimum_s: float) -> 
 
 def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
              cloud: CloudProfile | Sequence[CloudProfile], rng: np.random.Generator,
-             instances: Sequence[int] | None = None, trials_per_gpu: Sequence[int] | None = None) -> ReferenceRun:
+             instances: Sequence[int] | None = None, trials_per_gpu: Sequence[int] | None = None,
+             fused_per_gpu: Sequence[int] | None = None) -> ReferenceRun:
     """Sample one run of the plan ``allocation`` (GPUs per stage) and return its JCT and cost.
 
     Args:
@@ -69,12 +70,17 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         instances: optional instances held per stage (at least what each stage needs).
         trials_per_gpu: optional trials sharing a GPU per stage (packing, 1-GPU trials only):
             ``a * k`` slots, every TRAIN at ``packed_latency(k)``.
+        fused_per_gpu: optional trials fused into one program per GPU per stage (DESIGN §4.5,
+            1-GPU trials only): ``ceil(n / F)`` groups, each one TRAIN of ``startup + iters * L_F``
+            on its own GPU (the last, smaller group at ``L_F`` too), queued as trials are,
+            billed per function one GPU per group.
 
     Returns:
         A ``ReferenceRun``.
     """
     clouds = [cloud] * spec.num_stages() if isinstance(cloud, CloudProfile) else list(cloud)
     packing = list(trials_per_gpu) if trials_per_gpu is not None else [1] * spec.num_stages()
+    fusion = list(fused_per_gpu) if fused_per_gpu is not None else [1] * spec.num_stages()
     cloud = clouds[0]
 
     now = 0.0
@@ -101,11 +107,12 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         G = cloud.gpus_per_instance
         usd_per_s = cloud.hourly_usd / 3600.0
         per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-        n, k, a, pack = stage.num_trials, stage.iters, int(allocation[i]), packing[i]
+        n, k, a, pack, fuse = stage.num_trials, stage.iters, int(allocation[i]), packing[i], fusion[i]
+        groups = math.ceil(n / fuse)         # TRAIN nodes: the trials, or their fused groups
         if a >= n:
-            m, running = a // n, n
+            m, running = a // n, groups
         else:
-            m, running = 1, min(n, a * pack)
+            m, running = 1, min(groups, a * pack)
         if m <= G:
             need = math.ceil(running / (G // m * pack))
         else:
@@ -127,9 +134,12 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             data += new * cloud.data.dataset_gb * cloud.data.price_usd_per_gb
             now = ready
 
-        latency = model.packed_latency(pack) if pack > 1 else model.latency(m)
-        trains = [_draw(model.trial_startup_s, rng) + k * _draw(latency, rng) for _ in range(n)]
-        nodes["TRAIN"] += n
+        if fuse > 1:
+            latency = model.fused_latency(fuse)          # one iteration of the whole group
+        else:
+            latency = model.packed_latency(pack) if pack > 1 else model.latency(m)
+        trains = [_draw(model.trial_startup_s, rng) + k * _draw(latency, rng) for _ in range(groups)]
+        nodes["TRAIN"] += groups
         # Each of the `running` GPU slots takes the next queued trial as soon as it is free.
         slots = [(now, g) for g in range(running)]
         for duration in trains:
@@ -149,12 +159,14 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
 def reference_simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
                        cloud: CloudProfile | Sequence[CloudProfile], samples: int, seed: int = 0,
                        instances: Sequence[int] | None = None,
-                       trials_per_gpu: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       trials_per_gpu: Sequence[int] | None = None,
+                       fused_per_gpu: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run ``run_once`` ``samples`` times from one seeded generator.
 
     Returns:
         ``(jct_s, cost_usd)``: numpy arrays with one value per sample.
     """
     rng = np.random.default_rng(seed)
-    runs = [run_once(spec, allocation, model, cloud, rng, instances, trials_per_gpu) for _ in range(samples)]
+    runs = [run_once(spec, allocation, model, cloud, rng, instances, trials_per_gpu, fused_per_gpu)
+            for _ in range(samples)]
     return np.array([r.jct_s for r in runs]), np.array([r.cost_usd for r in runs])
