@@ -20,7 +20,14 @@ from rubberband.plan.policies import (
 )
 from rubberband.plan.search import Progress, StageGraph
 from rubberband.plan.table import StageTable
-from rubberband.plan.variants import PACKING_MIN_GAIN, VariantTable, packing_gain, packing_pays
+from rubberband.plan.variants import (
+    PACKING_MIN_GAIN,
+    VariantTable,
+    fusion_gain,
+    fusion_pays,
+    packing_gain,
+    packing_pays,
+)
 from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
@@ -51,7 +58,10 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
             over the GPU models is kept; each type's own plan is in ``plan.considered``.
             Under the optimal policy a profile with ``packed_iter_latency_s`` lets each stage
             of 1-GPU trials pack ``k`` trials to a GPU (within the type's GPU memory) where
-            that is cheaper (``Plan.trials_per_gpu``).
+            that is cheaper (``Plan.trials_per_gpu``); one with ``fused_iter_latency_s`` lets it
+            fuse ``F`` trials into one program per GPU instead (``Plan.fused_per_gpu``, DESIGN
+            §4.5), only where the profile's fused throughput pays (``fusion_pays``) and the
+            group fits the type's GPU memory (``ModelProfile.fused_fits``).
         deadline_s: the deadline in seconds.
         policy: ``optimal`` (default), ``greedy``, ``static`` or ``naive-elastic``.
         samples, seed: Monte-Carlo samples and seed; all candidates share the random numbers.
@@ -153,7 +163,7 @@ def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None =
     job's). With a finite ``cost_cap`` (a plan in hand costs that much), only plans of surrogate
     cost under it are weighed: ``None`` when there is none."""
     policy = policy or job.policy
-    if table is None and policy == "optimal" and packing_counts(model, cloud):
+    if table is None and policy == "optimal" and (packing_counts(model, cloud) or fusion_counts(model, cloud)):
         table = VariantTable(variant_tables(job.spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
                                             else cloud, job.samples, job.seed, held=job.held, caps=job.caps), model)
     if market == AUTO:
@@ -222,17 +232,33 @@ def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
     return [k for k in model.packing_counts if 1 < k <= cap and packing_pays(model, k)]
 
 
+def fusion_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
+    """The trials fused per GPU above 1 the search may use on ``cloud`` (DESIGN §4.5): the
+    profile's fused group sizes that one of its GPUs holds (``ModelProfile.fused_fits``: Hydro's
+    ``max_fused`` on the fitted memory, and the measured memory) and whose throughput clearly
+    pays (``fusion_pays``); none when the profile has no 1-GPU trials."""
+    if 1 not in model.iter_latency_s:
+        return []
+    return [f for f in model.fused_counts
+            if f > 1 and model.fused_fits(f, cloud.gpu_memory_gb) and fusion_pays(model, f)]
+
+
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
                    draws=None, held: HeldInstances | None = None, caps: Caps = None) -> list[StageTable]:
-    """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``),
-    on one set of random streams (``draws``: another type's, to share), from the instances
-    ``held`` at the start, with at most ``caps`` instances of the type."""
+    """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``), and
+    one per trials fused per GPU (each of ``fusion_counts``), on one set of random streams
+    (``draws``: another type's, to share), from the instances ``held`` at the start, with at
+    most ``caps`` instances of the type. Packing and fusion are variants of their own, so a
+    stage is unfused, packed or fused, never both."""
     cap = type_cap(caps, cloud)
     first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held,
                        max_instances=cap)
-    return [first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
-                                 held_at_start=held, max_instances=cap)
-                      for k in packing_counts(model, cloud)]
+    return ([first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
+                                  held_at_start=held, max_instances=cap)
+                       for k in packing_counts(model, cloud)]
+            + [StageTable(spec, model, cloud, samples=samples, seed=seed, fused_per_gpu=f, draws=first.draws,
+                          held_at_start=held, max_instances=cap)
+               for f in fusion_counts(model, cloud)])
 
 
 AUTO = "auto"
@@ -518,6 +544,31 @@ def plan_warnings(plan: Plan, model: ModelProfile, catalog: CloudCatalog | None 
         gains = ", ".join(f"{packing_gain(model, k):.2f}x at {k} per GPU" for k in unpaid)
         out.append(f"packing: profile {model.name!r} gains {gains} over one trial alone, under the "
                    f"{1 + PACKING_MIN_GAIN:.2f}x that pays (the profiler's noise): not offered")
+    return tuple(out) + fusion_warnings(model, plan.stage_clouds)
+
+
+def fusion_warnings(model: ModelProfile, clouds: list[CloudProfile]) -> tuple[str, ...]:
+    """What fusion the search left out, and why (DESIGN §4.5): group sizes whose fused throughput
+    is under the 1.05x that pays (``fusion_pays``), those no GPU of the plan's types holds
+    (``ModelProfile.fused_fits``), and all of them when the profile has no 1-GPU trials."""
+    sizes = [f for f in model.fused_counts if f > 1]
+    if not sizes:
+        return ()
+    if 1 not in model.iter_latency_s:
+        return (f"fusion: profile {model.name!r} has no 1-GPU trials, and only those are fused: "
+                f"{', '.join(map(str, sizes))} per GPU not offered",)
+    out = []
+    unpaid = [f for f in sizes if not fusion_pays(model, f)]
+    if unpaid:
+        gains = ", ".join(f"{fusion_gain(model, f):.2f}x at {f} fused" for f in unpaid)
+        out.append(f"fusion: profile {model.name!r} gains {gains} over one trial alone, under the "
+                   f"{1 + PACKING_MIN_GAIN:.2f}x that pays (the profiler's noise): not offered")
+    for c in {c.instance_type: c for c in clouds}.values():
+        big = [f for f in sizes if f not in unpaid and not model.fused_fits(f, c.gpu_memory_gb)]
+        if big:
+            out.append(f"fusion: {', '.join(f'{f} ({model.fused_memory(f) or 0.0:.3g} GB)' for f in big)} fused per "
+                       f"GPU do not fit the {c.gpu_memory_gb:g} GB of one {c.instance_type} GPU (fused_memory_gb, "
+                       f"m1 + (F - 1) * delta): not offered")
     return tuple(out)
 
 
@@ -702,17 +753,20 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
 
 def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int], model: ModelProfile,
                     cloud: CloudProfile, deadline_s: float, instances: tuple[int, ...] | list[int] | None = None,
-                    samples: int = 200, seed: int = 0, held_at_start: HeldInstances | int | None = None) -> Plan:
+                    samples: int = 200, seed: int = 0, held_at_start: HeldInstances | int | None = None,
+                    fused_per_gpu: tuple[int, ...] | list[int] | None = None) -> Plan:
     """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction
-    (from the instances ``held_at_start``, as ``compile_plan``).
+    (from the instances ``held_at_start``, as ``compile_plan``), its stages fused ``fused_per_gpu``
+    to a GPU if given (DESIGN §4.5).
 
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
     held = _held_type(held_at_start, cloud, None)
     result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
-                      held_at_start=held)
+                      held_at_start=held, fused_per_gpu=fused_per_gpu)
+    fused = tuple(s.fused_per_gpu for s in result.stages)
     return Plan(allocation=result.allocation, instances=result.instances,
                 gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,
                 deadline_s=float(deadline_s), policy="manual", spec=spec, cloud=cloud, samples=samples, seed=seed,
-                held_at_start=held)
+                held_at_start=held, fused_per_gpu=fused if any(f > 1 for f in fused) else ())

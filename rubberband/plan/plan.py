@@ -21,7 +21,7 @@ from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
 _OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
-             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets"]
+             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets", "fused_per_gpu"]
 # A stage's market in a plan file: all its instances on one market, or some of each.
 MIXED = "mixed"
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
@@ -55,6 +55,8 @@ class Plan:
         instance_types: the instance type of each stage; empty means ``cloud``'s one type.
             ``cloud`` is then stage 0's type and ``type_clouds`` has every type's profile.
         trials_per_gpu: trials sharing one GPU per stage (packing); empty means 1 everywhere.
+        fused_per_gpu: trials fused into one program per GPU per stage (DESIGN §4.5); empty
+            means 1 everywhere (a plan file without it loads so).
         type_clouds: the profile of each type ``instance_types`` names.
         held_at_start: the instances the job held when it was planned (a re-plan of the rest
             of a job): ``predicted`` starts from them, and so does ``simulate_plan``.
@@ -79,6 +81,7 @@ class Plan:
     trials_per_gpu: tuple[int, ...] = ()
     type_clouds: dict[str, CloudProfile] = field(default_factory=dict)
     held_at_start: HeldInstances | None = None
+    fused_per_gpu: tuple[int, ...] = ()
 
     @property
     def instance_type(self) -> str:
@@ -109,6 +112,11 @@ class Plan:
         return self.trials_per_gpu or (1,) * len(self.allocation)
 
     @property
+    def fusion(self) -> tuple[int, ...]:
+        """Trials fused per GPU per stage, 1 filled in."""
+        return self.fused_per_gpu or (1,) * len(self.allocation)
+
+    @property
     def spot_counts(self) -> tuple[int, ...]:
         """Spot instances per stage, with the cloud's market filled in."""
         return tuple(spot_layout(self.instances, self.stage_clouds, self.spot_instances or None))
@@ -116,10 +124,11 @@ class Plan:
     def simulation_args(self) -> dict[str, Any]:
         """What ``simulate`` takes, besides spec, allocation and model, to simulate exactly this
         plan: its cloud (the types' profiles when stages differ), instances, spot instances,
-        types, trials per GPU and the instances held at the start."""
+        types, trials per GPU, trials fused per GPU and the instances held at the start."""
         return {"cloud": self.type_clouds if self.instance_types else self.cloud, "instances": self.instances,
                 "spot_instances": self.spot_instances or None, "trials_per_gpu": self.trials_per_gpu or None,
-                "instance_types": self.instance_types or None, "held_at_start": self.held_at_start}
+                "instance_types": self.instance_types or None, "held_at_start": self.held_at_start,
+                "fused_per_gpu": self.fused_per_gpu or None}
 
     def summary(self) -> dict[str, Any]:
         """One line of a 'considered plans' table."""
@@ -129,6 +138,7 @@ class Plan:
             "allocation": list(self.allocation),
             "instances": list(self.instances),
             **({"trials_per_gpu": list(self.trials_per_gpu)} if any(k > 1 for k in self.trials_per_gpu) else {}),
+            **({"fused_per_gpu": list(self.fused_per_gpu)} if any(f > 1 for f in self.fused_per_gpu) else {}),
             **({"instance_types": list(self.instance_types)} if len(set(self.instance_types)) > 1 else {}),
             **self.predicted.summary(),
             "p_meet": self.predicted.p_meet(self.deadline_s),
@@ -148,6 +158,7 @@ class Plan:
             "markets": list(self.markets),
             "instance_types": list(self.stage_types),
             "trials_per_gpu": list(self.packing),
+            "fused_per_gpu": list(self.fusion),
             "type_clouds": {name: c.to_dict() for name, c in self.type_clouds.items()},
             **({"held_at_start": self.held_at_start.to_dict()} if self.held_at_start is not None else {}),
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
@@ -203,6 +214,12 @@ class Plan:
             if data.get("spot_instances") is not None else ()
         cloud = CloudProfile.from_dict(data["cloud"], f"{where}.cloud")
         types, packing, type_clouds = _types_packing(data, where, len(stages), cloud)
+        fusion = tuple(_ints(data["fused_per_gpu"], f"{where}.fused_per_gpu", length=len(stages))) \
+            if data.get("fused_per_gpu") else ()
+        for i, (k, f) in enumerate(zip(packing or (1,) * len(stages), fusion)):
+            if k > 1 and f > 1:
+                raise SpecError(f"{where}.fused_per_gpu[{i}]: stage {i} also packs {k} trials per GPU; fused and "
+                                f"packed are exclusive per stage: set one of them to 1")
         deadline = data["deadline_s"]
         if deadline != math.inf:    # a plan of your own allocation may have no deadline
             deadline = number(deadline, f"{where}.deadline_s", positive=True)
@@ -224,6 +241,7 @@ class Plan:
             considered=tuple(data.get("considered") or ()), info=dict(data.get("info") or {}), warnings=tuple(warnings),
             spot_instances=spot, instance_types=types, trials_per_gpu=packing, type_clouds=type_clouds,
             held_at_start=_held(data.get("held_at_start"), f"{where}.held_at_start"),
+            fused_per_gpu=fusion if set(fusion) != {1} else (),
         )
         _check_markets(plan, data.get("markets"), where)
         return plan
@@ -401,18 +419,21 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
         arrays.append(np.asarray([number(v, f"{where}.{key}[{i}]", minimum=0) for i, v in enumerate(samples)]))
     if len(arrays[0]) != len(arrays[1]):
         raise SpecError(f"{where}: jct_s has {len(arrays[0])} samples but cost_usd {len(arrays[1])}; plan it again")
-    names = [f.name for f in fields(StageStats)]
+    # ``fused_per_gpu`` is written only for a fused stage (files written before have none).
+    names = [f.name for f in fields(StageStats) if f.name != "fused_per_gpu"]
     rows = data["stages"]
     if not isinstance(rows, list):
         raise SpecError(f"{where}.stages: expected a list of per-stage summaries")
-    stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names)) for i, r in enumerate(rows))
-    return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed)
+    stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names, optional=["fused_per_gpu"]))
+                  for i, r in enumerate(rows))
+    return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed,
+                     fused_per_gpu=tuple(s.fused_per_gpu for s in stats))
 
 
 def simulate_plan(plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], samples: int | None = None,
                   seed: int | None = None) -> SimResult:
     """Simulate exactly what ``plan`` says — allocation, instances held, spot instances, each
-    stage's instance type and trials per GPU — on its own cloud, e.g. out of sample with
+    stage's instance type, trials per GPU and trials fused per GPU — on its own cloud, e.g. out of sample with
     another ``seed`` to re-check its promise.
 
     Args:

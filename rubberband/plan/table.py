@@ -82,6 +82,13 @@ def _one_gpu_slots(num_trials: int, slots_per_instance: int | None) -> set[int]:
     return out
 
 
+def fused_allocations(num_trials: int, gpus_per_instance: int, fused_per_gpu: int) -> list[int]:
+    """Allocations of a stage whose 1-GPU trials run fused ``F = fused_per_gpu`` to a GPU,
+    ascending: the fair slot counts of its ``ceil(n / F)`` groups, one to a GPU (a group is a
+    1-GPU trial to the layout, DESIGN §4.5)."""
+    return sorted(_one_gpu_slots(-(-num_trials // fused_per_gpu), gpus_per_instance))
+
+
 def packed_allocations(num_trials: int, gpus_per_instance: int, trials_per_gpu: int) -> list[int]:
     """Allocations of a stage whose 1-GPU trials run ``k = trials_per_gpu`` to a GPU, ascending:
     the fair slot counts of ``k * G`` slots per instance, on ``ceil(slots / k)`` GPUs."""
@@ -125,6 +132,9 @@ class StageTable:
         allocations: optional candidate allocations per stage (default: ``valid_allocations``,
             ``packed_allocations`` when packed).
         trials_per_gpu: ``k`` 1-GPU trials share each GPU in every stage (packing; 1: none).
+        fused_per_gpu: ``F`` 1-GPU trials fused into one program per GPU in every stage (DESIGN
+            §4.5; 1: none; not with ``trials_per_gpu``). The stage's groups stand for its trials
+            everywhere below (``StageShape.nodes``).
         draws: the random streams of another table with the same seed and samples, to share.
         held_at_start: instances already held when the job starts (``HeldInstances``); every
             plan is weighed, and simulated, starting from them.
@@ -152,23 +162,30 @@ class StageTable:
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
                  markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
                  draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None,
-                 max_instances: int | None = None):
+                 max_instances: int | None = None, fused_per_gpu: int = 1):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
         self.max_instances = max_instances
         self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
+        self.fused = int(fused_per_gpu)
+        if self.k > 1 and self.fused > 1:
+            raise SpecError("fused_per_gpu: a table packs (trials_per_gpu) or fuses, not both; fused and packed "
+                            "are exclusive per stage")
         self._shapes: dict[tuple[int, int], StageShape] = {}    # (stage, allocation) -> layout (``shape``)
         check_samples_seed(samples, seed)
         check_table_size(spec, model, cloud, None, samples)
         G = cloud.gpus_per_instance
         base = [allocations[i] if allocations is not None else
+                fused_allocations(s.num_trials, G, self.fused) if self.fused > 1 else
                 valid_allocations(s.num_trials, model, G) if self.k == 1 else
                 packed_allocations(s.num_trials, G, self.k) for i, s in enumerate(spec.stages)]
         self._candidates: list[list[int]] = []
         for i, stage in enumerate(spec.stages):
-            if stage.num_trials < self.k:
+            if stage.num_trials < max(self.k, self.fused):
                 # Fewer trials than fill one GPU share nothing: such a "packed" stage is only
                 # slower, and per-function billing would charge its lone trials 1/k of a GPU.
+                # Likewise a "fused" group of fewer than F runs at L_F (DESIGN §4.5): a smaller
+                # F, where profiled, is its own variant.
                 self._candidates.append([])
                 continue
             cands = set(base[i])
@@ -178,8 +195,8 @@ class StageTable:
                 for j in (i - 1, i + 1):
                     if 0 <= j < len(base):
                         n_j = spec.stages[j].num_trials
-                        cands.update(h * G for h in {instances_needed(n_j, a, G, self.k) for a in base[j]}
-                                     if h * G * self.k < stage.num_trials)
+                        cands.update(h * G for h in {self._need(n_j, a) for a in base[j]}
+                                     if h * G * self.k < -(-stage.num_trials // self.fused))
             self._candidates.append(sorted(int(a) for a in cands))
         if max_instances is not None:
             self._fit_candidates(max_instances)
@@ -301,7 +318,8 @@ class StageTable:
                                               seed=self.seed, instances=key[2], draws=self.draws,
                                               spot_instances=self.spot_instances(key[2]),
                                               trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None,
-                                              held_at_start=self.held_at_start)
+                                              held_at_start=self.held_at_start,
+                                              fused_per_gpu=(self.fused,) * self.num_stages if self.fused > 1 else None)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -330,8 +348,8 @@ class StageTable:
                 or self.queue_bound_s_stage(stage, a) + others <= deadline_s]
 
     def parallel(self, stage: int, allocation: int) -> bool:
-        """Whether every trial of the stage runs at once under ``allocation`` (no queue)."""
-        return allocation * self.k >= self.spec.stages[stage].num_trials
+        """Whether every trial (or fused group) of the stage runs at once under ``allocation`` (no queue)."""
+        return allocation * self.k >= -(-self.spec.stages[stage].num_trials // self.fused)
 
     def shape(self, i: int, allocation: int):
         """Stage ``i``'s layout under ``allocation`` (and the table's trials per GPU), laid out once:
@@ -342,12 +360,12 @@ class StageTable:
         if shape is None:
             stage = self.spec.stages[i]
             shape = self._shapes[key] = stage_shape(i, stage.num_trials, stage.iters, key[1], self.model, self.cloud,
-                                                    self.k)
+                                                    self.k, self.fused)
         return shape
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
         """Lower bound on stage ``i``'s mean duration, without simulating it: its average load
-        per GPU slot, ``n * E[duration] / slots``, plus the SYNC."""
+        per GPU slot, ``nodes * E[duration] / slots``, plus the SYNC (nodes: trials or fused groups)."""
         key = (i, int(allocation))
         if key not in self._queue_bounds:
             self._queue_bounds[key] = self._queue_bound(i, allocation)
@@ -358,7 +376,7 @@ class StageTable:
         shape = self.shape(i, allocation)
         slots = shape.running
         duration = self.model.trial_startup_s.mean + stage.iters * iter_latency(self.model, shape).mean
-        return stage.num_trials * duration / slots + self.sync_s[i]
+        return shape.nodes * duration / slots + self.sync_s[i]
 
     def tail(self, first: int, held_at_start: HeldInstances | int | None = None,
              model: ModelProfile | None = None) -> StageTable:
@@ -368,7 +386,7 @@ class StageTable:
 
             StageTable(remaining, model, cloud, samples, seed, markets=markets[first:],
                        trials_per_gpu=k, draws=self.draws[first:], held_at_start=held_at_start,
-                       max_instances=max_instances)
+                       max_instances=max_instances, fused_per_gpu=F)
 
         (``remaining``: stages ``first..`` with their brackets), built so, but warm: it reads this
         table's draws (its TRAIN normals, INIT maxima, SCALE and SYNC, never drawn again) and, on
@@ -398,7 +416,7 @@ class StageTable:
         same = model is None or model == self.model
         out = StageTable(remaining, self.model if same else model, self.cloud, self.samples, self.seed,
                          markets=self.markets[first:], trials_per_gpu=self.k, draws=self.draws[first:],
-                         held_at_start=held_at_start, max_instances=self.max_instances)
+                         held_at_start=held_at_start, max_instances=self.max_instances, fused_per_gpu=self.fused)
         if same:
             at_risk = self.cloud.spot.at_risk and self.cloud.spot.trace is None
             for market in Market:
@@ -490,10 +508,12 @@ class StageTable:
         return previous
 
     def plan_fields(self, allocation: Sequence[int], held: Sequence[int]) -> dict:
-        """A plan's ``Plan`` fields: allocation, instances, cloud, spot instances, trials per GPU."""
+        """A plan's ``Plan`` fields: allocation, instances, cloud, spot instances, trials per GPU,
+        trials fused per GPU."""
         return {"allocation": tuple(int(a) for a in allocation), "instances": tuple(int(h) for h in held),
                 "cloud": self.cloud, "spot_instances": self.spot_instances(held),
-                "trials_per_gpu": (self.k,) * self.num_stages if self.k > 1 else ()}
+                "trials_per_gpu": (self.k,) * self.num_stages if self.k > 1 else (),
+                "fused_per_gpu": (self.fused,) * self.num_stages if self.fused > 1 else ()}
 
     def spot_instances(self, held: Sequence[int]) -> tuple[int, ...]:
         """Spot instances per stage of a plan holding ``held`` on this table's markets."""
@@ -501,7 +521,10 @@ class StageTable:
 
     def need(self, stage: int, allocation: int) -> int:
         """Fewest instances stage ``stage`` needs under ``allocation``."""
-        return instances_needed(self.spec.stages[stage].num_trials, allocation, self.cloud.gpus_per_instance, self.k)
+        return self._need(self.spec.stages[stage].num_trials, allocation)
+
+    def _need(self, num_trials: int, allocation: int) -> int:
+        return instances_needed(num_trials, allocation, self.cloud.gpus_per_instance, self.k, self.fused)
 
     def init_s(self, stage: int, new: int) -> float:
         """E[max of ``new`` INIT draws] of a stage (0 when nothing is launched)."""

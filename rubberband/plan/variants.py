@@ -1,7 +1,8 @@
-"""Per-stage instance types and trials per GPU: one exact search over several ``StageTable``s.
+"""Per-stage instance types, trials per GPU and fused trials: one exact search over several ``StageTable``s.
 
-A plan may run each stage on another instance type, and pack ``k`` 1-GPU trials to a GPU in
-a stage. Each (instance type, k) is a *variant* with its own ``StageTable`` (same job, same
+A plan may run each stage on another instance type, and pack ``k`` 1-GPU trials to a GPU, or
+fuse ``F`` of them into one program per GPU (DESIGN §4.5), in a stage. Each (instance type, k
+or F) is a *variant* with its own ``StageTable`` (same job, same
 seed and samples, so the same random numbers in every variant). ``VariantTable`` lays the
 variants out as one table that the exact search (``StageGraph``, ``pareto_front``,
 ``optimal_policy``, ``choose``) runs on unchanged, by encoding the variant in the integers
@@ -63,8 +64,25 @@ def packing_pays(model: ModelProfile, k: int) -> bool:
     return k == 1 or packing_gain(model, k) >= 1 + PACKING_MIN_GAIN - 1e-12
 
 
+def fusion_gain(model: ModelProfile, fused: int) -> float:
+    """The profile's fused throughput at ``F`` trials per GPU over one plain trial alone:
+    iterations per GPU-second, ``F * E[L_1] / E[L_F]`` (``L_1`` the unfused ``iter_latency_s[1]``,
+    ``L_F`` one iteration of the whole group; 1.0: fusing gives nothing)."""
+    return fused * model.latency(1).mean / model.fused_latency(fused).mean
+
+
+def fusion_pays(model: ModelProfile, fused: int) -> bool:
+    """Whether the search may fuse ``F`` 1-GPU trials into one program per GPU: by the rule of
+    ``packing_pays``, only where the profile's fused throughput ``fusion_gain(model, F)`` beats
+    one plain trial by at least ``PACKING_MIN_GAIN`` (5%). A fused stage runs one start-up per
+    group instead of one per trial, so with a start-up fusion looks cheaper in the model even
+    where ``L_F = F * L_1``; that saving is real (one program loads once) but the profile never
+    measured it, so it earns nothing on its own. ``F = 1`` (no fusion) is always offered."""
+    return fused == 1 or fusion_gain(model, fused) >= 1 + PACKING_MIN_GAIN - 1e-12
+
+
 class VariantTable:
-    """Several ``StageTable``s of one job (one per instance type and trials per GPU) as one table.
+    """Several ``StageTable``s of one job (one per instance type and trials per GPU or fused per GPU) as one table.
 
     Args:
         tables: the variants; all of the same spec, samples and seed (build them with one
@@ -224,9 +242,9 @@ class VariantTable:
         return out
 
     def plan_fields(self, allocation: Sequence[int], held: Sequence[int]) -> dict[str, Any]:
-        """A plan's ``Plan`` fields from its keys: allocation, instances, types, trials per GPU."""
+        """A plan's ``Plan`` fields from its keys: allocation, instances, types, trials (and fused) per GPU."""
         fields: dict[str, list] = {"allocation": [], "instances": [], "instance_types": [], "trials_per_gpu": [],
-                                   "spot_instances": []}
+                                   "spot_instances": [], "fused_per_gpu": []}
         for i, (key, state) in enumerate(zip(allocation, held)):
             a, table = self._split(key)
             h = int(state) // self.state_types
@@ -234,6 +252,7 @@ class VariantTable:
             fields["instances"].append(h)
             fields["instance_types"].append(table.cloud.instance_type)
             fields["trials_per_gpu"].append(table.k)
+            fields["fused_per_gpu"].append(table.fused)
             fields["spot_instances"].append(h if table.markets[i] is Market.SPOT else 0)
         out: dict[str, Any] = {k: tuple(v) for k, v in fields.items()}
         types = set(out["instance_types"])
@@ -243,6 +262,8 @@ class VariantTable:
             out["instance_types"] = ()
         if all(k == 1 for k in out["trials_per_gpu"]):
             out["trials_per_gpu"] = ()
+        if all(f == 1 for f in out["fused_per_gpu"]):
+            out["fused_per_gpu"] = ()
         return out
 
     def _one_variant(self, allocation: Sequence[int], held: Sequence[int]):
@@ -265,7 +286,8 @@ class VariantTable:
                 self.spec, f["allocation"], self.model, self.clouds if f["instance_types"] else f["cloud"],
                 samples=self.samples, seed=self.seed, instances=f["instances"], draws=self.draws,
                 spot_instances=f["spot_instances"], trials_per_gpu=f["trials_per_gpu"] or None,
-                instance_types=f["instance_types"] or None, held_at_start=self.held_at_start)
+                instance_types=f["instance_types"] or None, held_at_start=self.held_at_start,
+                fused_per_gpu=f["fused_per_gpu"] or None)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -278,12 +300,12 @@ class VariantTable:
         return tuple(int(h) // self.state_types if m is Market.SPOT else 0 for h, m in zip(held, self.markets))
 
     def static_candidates(self, deadline_s: float = math.inf, cost_cap: float = math.inf) -> list:
-        """Each unpacked variant's static clusters, as keys."""
+        """Each unpacked, unfused variant's static clusters, as keys."""
         from rubberband.plan.policies import Candidate, static_candidates
 
         V, T, out = len(self.tables), self.state_types, []
         for v, table in enumerate(self.tables):
-            if table.k != 1:
+            if table.k != 1 or table.fused != 1:
                 continue
             for c in static_candidates(table, deadline_s, cost_cap):
                 out.append(Candidate(tuple(a * V + v for a in c.allocation),

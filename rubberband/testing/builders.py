@@ -32,7 +32,9 @@ def latency(value: Seconds) -> Distribution:
 def model_profile(iter_latency_s: Mapping[int, Seconds], *, startup_s: Seconds = 0.0, sync_s: Seconds = 0.0,
                   name: str = "model", packed_iter_latency_s: Mapping[int, Seconds] | None = None,
                   gpu_memory_gb_per_trial: float | None = None,
-                  measured_on: str | Mapping[str, Any] | None = None) -> ModelProfile:
+                  measured_on: str | Mapping[str, Any] | None = None,
+                  fused_iter_latency_s: Mapping[int, Seconds] | None = None,
+                  fused_memory_gb: Mapping[int, float] | None = None) -> ModelProfile:
     """A model profile.
 
     Args:
@@ -43,6 +45,8 @@ def model_profile(iter_latency_s: Mapping[int, Seconds], *, startup_s: Seconds =
         packed_iter_latency_s: one of ``k`` trials packed on a GPU, seconds per iteration, by ``k``.
         gpu_memory_gb_per_trial: one trial's peak GPU memory.
         measured_on: where it was measured; a string is an instance type.
+        fused_iter_latency_s: one iteration of a whole group of ``F`` fused trials, seconds, by ``F``.
+        fused_memory_gb: a fused group's peak GPU memory by ``F``.
 
     Returns:
         The profile, as ``ModelProfile.from_dict`` would build it from the same values.
@@ -51,13 +55,16 @@ def model_profile(iter_latency_s: Mapping[int, Seconds], *, startup_s: Seconds =
     return ModelProfile(
         {g: latency(v) for g, v in iter_latency_s.items()}, latency(startup_s), latency(sync_s), name=name,
         measured_on=where, packed_iter_latency_s={k: latency(v) for k, v in (packed_iter_latency_s or {}).items()},
-        gpu_memory_gb_per_trial=gpu_memory_gb_per_trial)
+        gpu_memory_gb_per_trial=gpu_memory_gb_per_trial,
+        fused_iter_latency_s={f: latency(v) for f, v in (fused_iter_latency_s or {}).items()},
+        fused_memory_gb=dict(fused_memory_gb or {}))
 
 
 def scaling_model(one_gpu_s: float = 12.0, one_gpu_std_s: float = 1.2, *, gpus: Iterable[int] = (1, 2, 4, 8),
                   packed: Mapping[int, float] | None = None, startup_s: Seconds = 5.0, sync_s: Seconds = 1.0,
                   gpu_memory_gb_per_trial: float | None = 3.0, measured_on: str | None = "p3.16xlarge",
-                  name: str = "m") -> ModelProfile:
+                  name: str = "m", fused: Mapping[int, float] | None = None,
+                  fused_memory_gb: Mapping[int, float] | None = None) -> ModelProfile:
     """A model that scales over GPUs as the Figure 12 curve: on ``g`` GPUs an iteration takes
     ``N(one_gpu_s · f(g), one_gpu_std_s · f(g))`` with ``f(g) = 0.05 + 0.95 / g`` (5% serial).
 
@@ -67,7 +74,10 @@ def scaling_model(one_gpu_s: float = 12.0, one_gpu_std_s: float = 1.2, *, gpus: 
         gpus: the GPU counts profiled.
         packed: one of ``k`` trials packed on a GPU, as a multiple ``packed[k]`` of the one-GPU
             latency (mean and deviation alike).
-        startup_s, sync_s, gpu_memory_gb_per_trial, measured_on, name: as in :func:`model_profile`.
+        fused: one iteration of a whole group of ``F`` fused trials, as a multiple ``fused[F]`` of
+            the one-GPU latency (mean and deviation alike): ``F / fused[F]`` is the throughput gain.
+        startup_s, sync_s, gpu_memory_gb_per_trial, measured_on, name, fused_memory_gb: as in
+            :func:`model_profile`.
     """
     def curve(g: int) -> Normal:
         return Normal(one_gpu_s * (0.05 + 0.95 / g), one_gpu_std_s * (0.05 + 0.95 / g))
@@ -75,7 +85,10 @@ def scaling_model(one_gpu_s: float = 12.0, one_gpu_std_s: float = 1.2, *, gpus: 
     return model_profile({g: curve(g) for g in gpus}, startup_s=startup_s, sync_s=sync_s, name=name,
                          packed_iter_latency_s={k: Normal(one_gpu_s * f, one_gpu_std_s * f)
                                                 for k, f in (packed or {}).items()},
-                         gpu_memory_gb_per_trial=gpu_memory_gb_per_trial, measured_on=measured_on)
+                         gpu_memory_gb_per_trial=gpu_memory_gb_per_trial, measured_on=measured_on,
+                         fused_iter_latency_s={f: Normal(one_gpu_s * x, one_gpu_std_s * x)
+                                               for f, x in (fused or {}).items()},
+                         fused_memory_gb=fused_memory_gb)
 
 
 def spot_market(rate_per_hour: float = 0.0, notice_s: float = 0.0, trace: SpotTrace | None = None) -> SpotMarket:
