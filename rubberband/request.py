@@ -56,6 +56,7 @@ class Overrides:
     allocation: tuple[int, ...] | None = None
     instances: tuple[int, ...] | None = None
     trials_per_gpu: tuple[int, ...] | None = None
+    fused_per_gpu: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, Any] | Any) -> Overrides:
@@ -256,11 +257,13 @@ def _idle_warnings(req: Request) -> list[str]:
     G = req.cloud.gpus_per_instance
     stages = req.spec.stages
     packing = ov.trials_per_gpu or (1,) * len(stages)
-    if not (len(ov.allocation) == len(ov.instances) == len(stages) == len(packing)):
+    fusion = ov.fused_per_gpu or (1,) * len(stages)
+    if not (len(ov.allocation) == len(ov.instances) == len(stages) == len(packing) == len(fusion)):
         return []       # the simulator names the wrong length
     try:
-        needed = [instances_needed(s.num_trials, a, G, k) for s, a, k in zip(stages, ov.allocation, packing)]
-    except (SpecError, ValueError, ZeroDivisionError):
+        needed = [instances_needed(s.num_trials, a, G, k, f)
+                  for s, a, k, f in zip(stages, ov.allocation, packing, fusion)]
+    except (SpecError, ValueError, ZeroDivisionError, TypeError):
         return []
     out = []
     for i, (held, need) in enumerate(zip(ov.instances, needed)):

@@ -120,11 +120,12 @@ def plan_table(plan) -> str:
     def held(s) -> str:
         # A stage may hold more instances than its trials need, for a later stage.
         idle = s.instances - instances_needed(s.num_trials, s.allocation, clouds[s.index].gpus_per_instance,
-                                              plan.packing[s.index])
+                                              plan.packing[s.index], plan.fusion[s.index])
         return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
 
     types = len(set(plan.instance_types)) > 1
     packed = any(k > 1 for k in plan.packing)
+    fused = any(f > 1 for f in plan.fusion)
 
     spot = plan.spot_counts
     on_spot = any(spot)
@@ -136,9 +137,10 @@ def plan_table(plan) -> str:
     markets = ["market", "reclaims"] if on_spot else []
     return render(
         ["stage", "trials", "iters", *(["type"] if types else []), "GPUs/trial", *(["per GPU"] if packed else []),
-         "GPUs", "instances", *markets, "mean time", "stage cost"],
+         *(["fused/GPU"] if fused else []), "GPUs", "instances", *markets, "mean time", "stage cost"],
         [[s.index, s.num_trials, s.iters, *([clouds[s.index].instance_type] if types else []), s.gpus_per_trial,
-          *([plan.packing[s.index]] if packed else []), s.allocation, held(s),
+          *([plan.packing[s.index]] if packed else []), *([plan.fusion[s.index]] if fused else []),
+          s.allocation, held(s),
           *(["spot" if n else "on-demand", f"{s.mean_reclaims:.2f}"] if on_spot else []),
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s, n in zip(p.stages, spot)],
         title=f"plan ({plan.policy}) on "
@@ -169,6 +171,7 @@ def considered_table(plan) -> str:
             mark = "*" if (c["policy"].split(",")[0] == plan.policy
                            and c["instance_type"] == plan.summary()["instance_type"]) else ""
         packed = f" ({max(c['trials_per_gpu'])} per GPU)" if c.get("trials_per_gpu") else ""
+        packed += f" ({max(c['fused_per_gpu'])} fused)" if c.get("fused_per_gpu") else ""
         rows.append([c["policy"], c["instance_type"] + packed, *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
                      format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])

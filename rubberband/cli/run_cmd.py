@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
 
 from rubberband.cli.common import (
     IMAGE_TYPES,
@@ -57,6 +59,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "when it runs out")
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
+    p.add_argument("--fused-per-gpu", help="with --allocation: trials fused into one program per GPU per stage, e.g. "
+                                           "16,4,1 (default 1; DESIGN §4.5)")
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples for planning")
     p.add_argument("--runs-dir", default=runs_dir_default(), help="where runs write checkpoints, ledger and result.json "
@@ -92,7 +96,12 @@ def run_cmd(args: argparse.Namespace) -> int:
         raise SpecError("--gantt: draws one run, and --repeat rehearses many; drop --repeat, "
                         "or draw one of them with --seed N")
     # The budget of a run that plans nothing caps its spending only: it plans no deadline away.
-    req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget)
+    fusion = int_list(args.fused_per_gpu, "--fused-per-gpu") if args.fused_per_gpu else None
+    if fusion is not None and not args.allocation:
+        raise SpecError("--fused-per-gpu: goes with --allocation (a plan file has its own, and when run plans, the "
+                        "planner chooses fusion itself); add --allocation, or drop --fused-per-gpu")
+    req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget,
+                       fused_per_gpu=tuple(fusion) if fusion else None)
     exp = req.experiment
     if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
@@ -130,10 +139,18 @@ def run_cmd(args: argparse.Namespace) -> int:
         from rubberband.plan import plan_allocation
 
         plan = plan_allocation(req.spec, int_list(args.allocation, "--allocation"), exp.model, req.cloud,
-                               req.deadline_s or float("inf"), samples=req.samples, seed=req.seed)
+                               req.deadline_s or float("inf"), samples=req.samples, seed=req.seed,
+                               fused_per_gpu=fusion)
     else:
+        unfused = args.provider not in FUSED_PROVIDERS and has_fusion(req.models)
         # With --budget, plan for it as `plan --budget` does (below the cheapest plan: its error).
-        plan = plan_from_args(args, req)
+        # The executor cannot run what the planner would fuse: plan without it, and say so.
+        plan = plan_from_args(args, replace(req, models=without_fusion(req.models)) if unfused else req)
+        if unfused:
+            plan = replace(plan, warnings=(*plan.warnings, (
+                f"fusion: the {args.provider} executor does not run fused stages yet (issue #23 item 4), so run "
+                "plans without them; `rubberband plan` shows what fusion would save")))
+    refuse_fusion(plan, args.provider)
     print_warnings(plan, req)
     if not args.json:
         print(plan_table(plan))
@@ -150,6 +167,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     if not args.json and sys.stderr.isatty():     # the cluster's start (Ray's head, the autoscaler) takes seconds
         print(f"starting a {args.provider} cluster for {plan.instance_type} x{max(plan.instances)} at most; "
               "the run's events follow once it is up", file=sys.stderr, flush=True)
+    # Re-plans fuse nothing where the executor cannot run fused stages.
+    loop_model = plan_model(exp, plan) if args.provider in FUSED_PROVIDERS else without_fusion(plan_model(exp, plan))
     result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=req.seed, runs_dir=args.runs_dir,
                      latency_scale=1.0 if args.latency_scale is None else args.latency_scale,
@@ -157,8 +176,8 @@ def run_cmd(args: argparse.Namespace) -> int:
                      cluster_config=cluster, launch_attempts=args.launch_attempts, launch_backoff_s=backoff,
                      spot_emulation=args.spot_emulation,
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
-                     replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else plan_model(exp, plan),
-                     safety_net=None if args.no_safety_net else plan_model(exp, plan), budget_usd=budget,
+                     replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else loop_model,
+                     safety_net=None if args.no_safety_net else loop_model, budget_usd=budget,
                      max_failures=exp.max_failures)
     keep_model(result.run_dir, req.models)
     payload, text = result.to_dict(), run_summary(result)
@@ -167,6 +186,37 @@ def run_cmd(args: argparse.Namespace) -> int:
         payload["gantt"] = args.gantt
     emit(args, payload, text)
     return EXIT_BUDGET if result.loop.get("stopped") else 0
+
+
+# Providers whose executor runs fused stages (DESIGN §4.5): none yet; the fused worker is issue
+# #23 item 4, and the `sim` backend's scheduler places trials one program each.
+FUSED_PROVIDERS: frozenset[str] = frozenset()
+
+
+def refuse_fusion(plan, provider: str) -> None:
+    """One line for a plan with fused stages on a provider whose executor cannot run them.
+
+    Raises:
+        SpecError: naming ``fused_per_gpu``, the stages and the fix.
+    """
+    fused = [i for i, f in enumerate(plan.fusion) if f > 1]
+    if fused and provider not in FUSED_PROVIDERS:
+        raise SpecError(f"fused_per_gpu: fused stages run on the {provider} provider not yet: its executor trains one "
+                        f"trial per program (issue #23 item 4), and stage(s) {', '.join(map(str, fused))} fuse "
+                        f"{', '.join(str(plan.fusion[i]) for i in fused)} per GPU; give --fused-per-gpu 1 or a plan "
+                        "without fusion")
+
+
+def has_fusion(models) -> bool:
+    """Whether a profile (or any of a mapping by GPU model) has fused latencies."""
+    return any(m.fused_iter_latency_s for m in (models.values() if isinstance(models, Mapping) else [models]))
+
+
+def without_fusion(models):
+    """The profile(s) without their fused latencies and memory, so that the planner fuses nothing."""
+    if isinstance(models, Mapping):
+        return {gpu: without_fusion(m) for gpu, m in models.items()}
+    return models.replace(fused_iter_latency_s={}, fused_memory_gb={})
 
 
 # Flags that only planning reads: with --plan (a plan made already) or --allocation (one given),

@@ -36,6 +36,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                                             "when the experiment's market is spot, else none)")
     p.add_argument("--trials-per-gpu", help="trials sharing one GPU per stage, e.g. 4,2,1,1 (default: 1, no packing; "
                                             "only stages of 1-GPU trials pack)")
+    p.add_argument("--fused-per-gpu", help="trials fused into one program per GPU per stage, e.g. 16,4,1,1 (default: 1, "
+                                           "no fusion; only stages of 1-GPU trials fuse, at the profile's "
+                                           "fused_iter_latency_s; a stage packs or fuses, not both)")
     p.add_argument("--instance-type", help="instance type of the cloud profile (default: the experiment's)")
     p.add_argument("--instance-types", help="instance type per stage, e.g. p3.2xlarge,p3.2xlarge,p3.8xlarge,p3.16xlarge: "
                                             "a change of type releases every instance at the SYNC and launches anew")
@@ -62,8 +65,10 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     instances = int_list(args.instances, "--instances") if args.instances else None
     spot = int_list(args.spot_instances, "--spot-instances") if args.spot_instances else None
     packing = int_list(args.trials_per_gpu, "--trials-per-gpu") if args.trials_per_gpu else None
+    fusion = int_list(args.fused_per_gpu, "--fused-per-gpu") if args.fused_per_gpu else None
     req = resolve_args(args, allocation=tuple(allocation), instances=tuple(instances) if instances else None,
                        trials_per_gpu=tuple(packing) if packing else None,
+                       fused_per_gpu=tuple(fusion) if fusion else None,
                        instance_type=types[0] if types else args.instance_type)
     print_warnings(req)
     exp, deadline, samples, seed = req.experiment, req.deadline_s, req.samples, req.seed
@@ -78,9 +83,10 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     # One profile per GPU model, when the experiment has several: each stage runs by its type's.
     model = req.models
     result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
-                      spot_instances=spot, trials_per_gpu=packing, instance_types=types)
+                      spot_instances=spot, trials_per_gpu=packing, instance_types=types, fused_per_gpu=fusion)
     on_spot = any(s.spot_instances for s in result.stages)
     packed = any(k > 1 for k in result.trials_per_gpu)
+    fused = any(f > 1 for f in result.fused_per_gpu)
     payload = {"experiment": exp.name, "instance_type": first.instance_type, **result.to_dict()}
     if deadline:
         payload["deadline_s"] = deadline
@@ -89,8 +95,10 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     on = ", ".join(dict.fromkeys(types)) if types else first.instance_type
     text = [render(
         ["stage", "trials", "iters", "GPUs", "GPUs/trial", *(["trials/GPU"] if packed else []),
+         *(["fused/GPU"] if fused else []),
          *(["type"] if types else []), "instances", "new", *spot_columns, "mean time", "mean cost"],
         [[s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, *([s.trials_per_gpu] if packed else []),
+          *([s.fused_per_gpu] if fused else []),
           *([s.instance_type] if types else []), s.instances, s.new_instances,
           *([s.spot_instances, f"{s.mean_reclaims:.2f}"] if on_spot else []),
           format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s in result.stages],
@@ -110,7 +118,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
             math.floor(q * (len(result.jct_s) - 1))])
         timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k,
                                    instances=instances, spot_instances=spot, trials_per_gpu=packing,
-                                   instance_types=types)
+                                   instance_types=types, fused_per_gpu=fusion)
         title = gantt_title(exp.name, run, k, samples, seed, result, timeline.jct_s)
         draw_gantt(timeline, args.gantt, title=title, init_s=first.init_latency_s)
         text.append(f"wrote {args.gantt} (the {run} run)")

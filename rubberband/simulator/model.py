@@ -159,13 +159,21 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
         )
     m = gpus_per_trial(num_trials, allocation)
     model.latency(m)  # raises SpecError if m is outside the profile (e.g. a < n without a 1-GPU profile)
+    if _above_one(trials_per_gpu) and _above_one(fused_per_gpu):
+        raise SpecError(f"fused_per_gpu[{index}]: stage {index} also packs {trials_per_gpu} trials per GPU; fused and "
+                        f"packed are exclusive per stage: set trials_per_gpu[{index}] or fused_per_gpu[{index}] to 1")
     k = _trials_per_gpu(index, trials_per_gpu, m, model, cloud)
-    f = _fused_per_gpu(index, fused_per_gpu, m, k, model, cloud)
+    f = _fused_per_gpu(index, fused_per_gpu, m, model, cloud)
     return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation, k, f),
                       instances_needed(num_trials, allocation, cloud.gpus_per_instance, k, f), k, f)
 
 
-def _fused_per_gpu(index: int, f: object, m: int, k: int, model: ModelProfile, cloud: CloudProfile) -> int:
+def _above_one(count: object) -> bool:
+    """Whether a per-stage count is a number above 1 (its own check names it if it is no count)."""
+    return isinstance(count, (int, float, np.integer, np.floating)) and not isinstance(count, bool) and count > 1
+
+
+def _fused_per_gpu(index: int, f: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:
     """Validate one stage's trials fused per GPU (see ``stage_shape``; DESIGN §4.5)."""
     where = f"fused_per_gpu[{index}]"
     if isinstance(f, float) and f.is_integer():
@@ -175,9 +183,6 @@ def _fused_per_gpu(index: int, f: object, m: int, k: int, model: ModelProfile, c
     f = int(f)
     if f == 1:
         return 1
-    if k > 1:
-        raise SpecError(f"{where}: stage {index} also packs {k} trials per GPU; fused and packed are exclusive per "
-                        f"stage: set trials_per_gpu[{index}] or fused_per_gpu[{index}] to 1")
     if m != 1:
         raise SpecError(f"{where}: only 1-GPU trials are fused, and stage {index}'s allocation gives each trial "
                         f"{m} GPUs; give at most as many GPUs as trials, or fused_per_gpu 1")
