@@ -170,7 +170,7 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
 
 def _above_one(count: object) -> bool:
     """Whether a per-stage count is a number above 1 (its own check names it if it is no count)."""
-    return isinstance(count, (int, float, np.integer, np.floating)) and not isinstance(count, bool) and count > 1
+    return isinstance(count, (int, float, np.integer, np.floating)) and not isinstance(count, bool) and bool(count > 1)
 
 
 def _fused_per_gpu(index: int, f: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:

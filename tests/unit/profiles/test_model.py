@@ -299,3 +299,57 @@ def test_latency_refuses_every_time(two_point, gpus):
     for _ in range(2):
         with pytest.raises(SpecError, match="gpus per trial"):
             two_point.latency(gpus)
+
+
+# --- fused trials (DESIGN §4.5) ----------------------------------------------------------------
+
+FUSED = {"iter_latency_s": {1: 1.0}, "fused_iter_latency_s": {"1": 1.5, 8: {"dist": "normal", "mean": 2.7, "std": 0.2}},
+         "fused_memory_gb": {1: 2.0, 2: 2.5, 8: 5.5}}
+
+
+def test_fused_latencies_and_memory_round_trip_and_answer_by_group_size():
+    profile = ModelProfile.from_dict(FUSED)
+    assert profile.fused_counts == (1, 8)
+    assert profile.fused_latency(8) == Normal(2.7, 0.2) and profile.fused_latency(1) == Constant(1.5)
+    assert ModelProfile.from_dict(profile.to_dict()) == profile
+    assert profile.to_dict()["fused_memory_gb"] == {1: 2.0, 2: 2.5, 8: 5.5}
+    with pytest.raises(SpecError, match=r"fused per GPU: 4 has no fused_iter_latency_s .*profiled: 1, 8"):
+        profile.fused_latency(4)
+    # A profile without fusion writes no fused keys (files written before stay as they were).
+    assert "fused_iter_latency_s" not in ModelProfile.from_dict({"iter_latency_s": {1: 1.0}}).to_dict()
+
+
+def test_hydros_rule_on_the_fitted_memory():
+    """m(F) = 2 + (F - 1) * 0.5 exactly through the three points; F_max = floor((M - m1) / delta) + 1."""
+    profile = ModelProfile.from_dict(FUSED)
+    m1, delta = profile.fused_memory_fit
+    assert m1 == pytest.approx(2.0) and delta == pytest.approx(0.5)
+    assert profile.max_fused(5.4) == 7           # m(7) = 5.0 <= 5.4 < m(8) = 5.5
+    assert profile.max_fused(5.5) == 8           # exactly full fits
+    assert profile.max_fused(2.0) == 1
+    assert profile.max_fused(None) is None
+    assert profile.fused_fits(8, 5.5) and not profile.fused_fits(8, 5.4) and profile.fused_fits(8, None)
+    assert profile.fused_memory(4) == pytest.approx(3.5) and profile.fused_memory(8) == 5.5
+    with pytest.raises(SpecError, match=r"fused_memory_gb: one fused member needs 2 GB \(fitted m1\), above the 1.5 GB"):
+        profile.max_fused(1.5)
+    # A measured size above the device is out even where the fitted line would let it in.
+    bumpy = ModelProfile.from_dict({**FUSED, "fused_memory_gb": {1: 2.0, 4: 5.0, 8: 5.5}})
+    assert not bumpy.fused_fits(4, 4.9) and bumpy.fused_fits(2, 4.9)
+    # Memory that does not grow with F gives no cap.
+    flat = ModelProfile.from_dict({**FUSED, "fused_memory_gb": {1: 3.0, 8: 3.0}})
+    assert flat.max_fused(16.0) is None
+
+
+@pytest.mark.parametrize(("changes", "pattern"), [
+    ({"fused_iter_latency_s": {0: 1.0}}, r"p.yaml.fused_iter_latency_s.0: trials in a fused group must be a whole "
+                                         r"number of at least 1, got 0"),
+    ({"fused_iter_latency_s": {2: 0.0}}, r"fused_iter_latency_s.2: the mean time of one iteration of a group of 2"),
+    ({"fused_iter_latency_s": [1, 2]}, r"p.yaml.fused_iter_latency_s: expected a mapping of trials in a fused group"),
+    ({"fused_iter_latency_s": {2: 1.0, "2": 1.0}}, r"fused_iter_latency_s.2: 2 given twice"),
+    ({"fused_memory_gb": {1: 2.0}}, r"fused_memory_gb: one group size \(1\) cannot fit m1 \+ \(F - 1\) \* delta"),
+    ({"fused_memory_gb": {1: 2.0, 2: "x"}}, r"fused_memory_gb.2: expected the group's peak GPU memory in GB"),
+    ({"iter_latency_s": {2: 1.0}}, r"fused_iter_latency_s: only 1-GPU trials are fused"),
+])
+def test_bad_fusion_input_is_one_line_naming_the_field(changes, pattern):
+    with pytest.raises(SpecError, match=pattern):
+        ModelProfile.from_dict({**FUSED, **changes}, where="p.yaml")
