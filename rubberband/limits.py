@@ -21,7 +21,9 @@ algorithm reads or writes. With ``S`` samples and stage ``i`` running ``n_i`` tr
       work   = S * sum_i sum_{a in A_i} (n_i + q_i(a))
 
   ``M`` GPU counts per trial in the profile (each caches its TRAIN durations per stage, its
-  latency draws, and the search simulates its candidates on copies), ``H`` the instances of
+  latency draws, and the search simulates its candidates on copies; ``check_plan_size`` adds
+  one for all fused ``F`` together, whose groups are ``sum 1/F < 1`` rows per trial), ``H`` the
+  instances of
   the widest allocation of any stage (their INIT draws); a spot market that may reclaim adds
   each position's incarnations (the spot kernel's schedule). Calibrated on the peak RSS
   (``VmHWM``) of `rubberband plan` (every policy compared), cells per sample (issue 21: the

@@ -291,7 +291,10 @@ def check_plan_size(req: Request) -> None:
     widest = max(instances_needed(s.num_trials, s.num_trials * model.max_gpus, cloud.gpus_per_instance)
                  for s in req.spec.stages)
     spot = req.market != Market.ON_DEMAND and cloud.spot.at_risk and cloud.spot_price_usd_per_hour is not None
-    check_plan(req.spec.trials, model.max_gpus - model.min_gpus + 1, widest, req.samples, spot)
+    # The fused variant tables draw one latency per group, ceil(n / F) rows per stage: fewer than
+    # one more GPU count's together (sum of 1/F < 1).
+    latencies = model.max_gpus - model.min_gpus + 1 + (1 if any(f > 1 for f in model.fused_counts) else 0)
+    check_plan(req.spec.trials, latencies, widest, req.samples, spot)
 
 
 def _dropped_deadline(req: Request) -> tuple[str, ...]:
