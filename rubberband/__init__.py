@@ -29,6 +29,10 @@ _EXPORTS = {
     "get_context": "rubberband.function_api", "Checkpoint": "rubberband.function_api",
     "prepare_model": "rubberband.function_api", "prepare_data_loader": "rubberband.function_api",
     "get_device": "rubberband.function_api",
+    # Search spaces with Ray Tune's names, and the Python entry in Ray Tune's habits (rubberband/tuner.py)
+    **dict.fromkeys(["uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint", "randn",
+                     "choice", "grid_search"], "rubberband.executor.search_space"),
+    **dict.fromkeys(["Tuner", "TuneConfig", "Cloud", "Result", "ResultGrid"], "rubberband.tuner"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

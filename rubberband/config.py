@@ -17,7 +17,7 @@ from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, M
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import resolve_trace_file
 from rubberband.schema import check_mapping, choice, did_you_mean, integer, load_yaml, number
-from rubberband.spec.experiment import ExperimentSpec
+from rubberband.spec.experiment import ExperimentSpec, search_algorithm
 from rubberband.units import parse_duration
 
 POLICIES = ("optimal", "greedy", "static", "naive-elastic")
@@ -26,6 +26,7 @@ SAMPLERS = ("choice", "grid", "uniform", "loguniform", "randint", "quniform", "q
 _TOP_OPTIONAL = [
     "name", "description", "sha", "stages", "hyperband", "deadline", "policy", "samples", "seed",
     "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster", "max_failures",
+    "search",
 ]
 _TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -56,6 +57,7 @@ class Experiment:
     cluster: str | None = None      # a Ray cluster YAML for `--provider aws`
     models: dict[str, ModelProfile] = field(default_factory=dict)   # GPU model -> its profile, when several
     max_failures: int = 0           # retries of a trial whose own code fails (Ray Tune's FailureConfig)
+    search: str = "random"          # how each bracket's configs are drawn (spec/experiment.py: SEARCH_ALGORITHMS)
 
     @property
     def model_for_planning(self) -> ModelProfile | dict[str, ModelProfile]:
@@ -269,7 +271,9 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         cluster=str(_resolve(data["cluster"], base, "cluster")) if data.get("cluster") is not None else None,
         models={str(k): v for k, v in models.items() if k is not None},
         max_failures=_max_failures(data.get("max_failures", 0)),
+        search=search_algorithm(data.get("search"), "search"),
     )
+    _check_search(exp)
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
     else:
@@ -338,6 +342,15 @@ def _confidence(value: Any) -> float | None:
     if not 0 < conf < 1:
         raise SpecError(f"confidence: must be between 0 and 1 (e.g. 0.9 for P(JCT <= deadline) >= 90%), got {value!r}")
     return conf
+
+
+def _check_search(exp: Experiment) -> None:
+    """The search algorithm can search the space (``search_space.check_search``); its doubts are warnings."""
+    from rubberband.executor.search_space import check_search
+
+    for doubt in check_search(exp.search_space, exp.search, None if len(exp.spec.bracket_starts) > 1
+                              else exp.spec.stages[0].num_trials):
+        warnings.warn(doubt, RubberbandWarning, stacklevel=3)
 
 
 def _max_failures(value: Any) -> int:

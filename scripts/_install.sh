@@ -18,6 +18,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         # torch first and exactly 2.13.0: a bare `torch` would pull a multi-GB CUDA build.
         .venv/bin/python -m pip install "torch==2.13.0" &&
         .venv/bin/python -m pip install -r requirements/pinned.txt &&
+        # the optional `optuna` extra (search: optuna), small and quick: its tests run in CI
+        .venv/bin/python -m pip install "optuna==5.0.0" &&
         .venv/bin/python -m pip install --no-deps -e .
     } > "$log" 2>&1 || { tail -40 "$log"; echo "[rubberband] install failed; full log in $log" >&2; exit 1; }
     echo "$want" > "$stamp"

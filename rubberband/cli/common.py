@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import sys
 import time
@@ -13,10 +12,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from rubberband.errors import SpecError
-from rubberband.profiles.cloud import BillingModel
+from rubberband.plan.show import stage_cost_footnote, summary_line  # noqa: F401 - the commands' shared text
 from rubberband.request import Overrides, Request, resolve
 from rubberband.schema import jsonable
-from rubberband.units import format_duration, format_usd
 
 # name -> (help, add_arguments, run); filled by the modules below via `command`.
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -191,24 +189,6 @@ def int_list(text: str, field: str, what: str = "whole numbers such as 32,20,12,
     if not values:
         raise SpecError(f"{field}: expected comma-separated {what}, got {text!r}")
     return values
-
-
-def stage_cost_footnote(cloud, column: str) -> str:
-    """Where per-instance billing's rounding lands: the simulator adds it when an instance is
-    released (DESIGN §4), so a stage's cost can exceed its own instance-seconds."""
-    if cloud.billing.model is not BillingModel.PER_INSTANCE:
-        return ""
-    return (f"\n{column}: billing round-ups and minimum-billing top-ups land on the last stage "
-            "an instance serves")
-
-
-def summary_line(result, deadline: float | None) -> str:
-    line = (f"JCT  mean {format_duration(result.mean_jct_s)}  p50 {format_duration(result.p50_jct_s)}  "
-            f"p90 {format_duration(result.p90_jct_s)}\ncost mean {format_usd(result.mean_cost_usd)}  "
-            f"p50 {format_usd(result.p50_cost_usd)}  p90 {format_usd(result.p90_cost_usd)}")
-    if deadline and math.isfinite(deadline):    # a plan with no deadline (inf) has none to meet
-        line += f"\nP(JCT <= {format_duration(deadline)}) = {result.p_meet(deadline):.1%}"
-    return line
 
 
 def floats(text: str, field: str) -> list[float]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 from rubberband.cli.common import (
@@ -18,11 +17,11 @@ from rubberband.cli.common import (
     print_warnings,
     probability,
     resolve_args,
-    stage_cost_footnote,
     summary_line,
     whole,
 )
 from rubberband.errors import InfeasibleDeadlineError
+from rubberband.plan.show import plan_table  # noqa: F401 - run prints it too
 from rubberband.render import render
 from rubberband.request import Request, plan_request
 from rubberband.units import format_duration, format_usd
@@ -108,49 +107,6 @@ def confidence_note(args: argparse.Namespace, req: Request, plan) -> str | None:
     cost = surer.predicted.mean_cost_usd
     return (f"{head}; --confidence {SURER_CONFIDENCE:g} would cost {format_usd(cost)} mean "
             f"({cost / plan.predicted.mean_cost_usd - 1:+.0%}), P(meet) {surer.predicted.p_meet(plan.deadline_s):.0%}")
-
-
-def plan_table(plan) -> str:
-    from rubberband.simulator import instances_needed
-
-    p = plan.predicted
-
-    clouds = plan.stage_clouds
-
-    def held(s) -> str:
-        # A stage may hold more instances than its trials need, for a later stage.
-        idle = s.instances - instances_needed(s.num_trials, s.allocation, clouds[s.index].gpus_per_instance,
-                                              plan.packing[s.index], plan.fusion[s.index])
-        return f"{s.instances} ({idle} held idle)" if idle > 0 else str(s.instances)
-
-    types = len(set(plan.instance_types)) > 1
-    packed = any(k > 1 for k in plan.packing)
-    fused = any(f > 1 for f in plan.fusion)
-
-    spot = plan.spot_counts
-    on_spot = any(spot)
-    if on_spot and not all(spot):
-        prices = (f"on-demand {format_usd(plan.cloud.price_usd_per_hour)}/h, "
-                  f"spot {format_usd(plan.cloud.spot_price_usd_per_hour)}/h")
-    else:
-        prices = f"{'spot' if on_spot else 'on-demand'} {format_usd(plan.cloud.spot_price_usd_per_hour if on_spot else plan.cloud.price_usd_per_hour)}/h"
-    markets = ["market", "reclaims"] if on_spot else []
-    return render(
-        ["stage", "trials", "iters", *(["type"] if types else []), "GPUs/trial", *(["per GPU"] if packed else []),
-         *(["fused/GPU"] if fused else []), "GPUs", "instances", *markets, "mean time", "stage cost"],
-        [[s.index, s.num_trials, s.iters, *([clouds[s.index].instance_type] if types else []), s.gpus_per_trial,
-          *([plan.packing[s.index]] if packed else []), *([plan.fusion[s.index]] if fused else []),
-          s.allocation, held(s),
-          *(["spot" if n else "on-demand", f"{s.mean_reclaims:.2f}"] if on_spot else []),
-          format_duration(s.mean_duration_s), format_usd(s.mean_cost_usd)] for s, n in zip(p.stages, spot)],
-        title=f"plan ({plan.policy}) on "
-              + (f"{' + '.join(dict.fromkeys(plan.instance_types))}, a type per stage, " if types else
-                 f"{plan.instance_type} x{max(plan.instances)} at most, ")
-              + (f"zone {plan.info['zone']}, " if plan.info.get("zone") else "")
-              + (f"{prices}, " if not types else "")
-              + (f"deadline {format_duration(plan.deadline_s)}" if math.isfinite(plan.deadline_s) else "no deadline")
-              + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
-    ) + stage_cost_footnote(plan.cloud, "stage cost")
 
 
 def considered_table(plan) -> str:

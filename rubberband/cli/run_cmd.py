@@ -169,7 +169,9 @@ def run_cmd(args: argparse.Namespace) -> int:
               "the run's events follow once it is up", file=sys.stderr, flush=True)
     # Re-plans fuse nothing where the executor cannot run fused stages.
     loop_model = plan_model(exp, plan) if args.provider in FUSED_PROVIDERS else without_fusion(plan_model(exp, plan))
-    result = execute(plan, exp.trainer, exp.search_space, provider=args.provider, metric=exp.metric, mode=exp.mode,
+    from rubberband.executor.search_space import Search
+
+    result = execute(plan, exp.trainer, Search.of(exp.search_space, exp.search), provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=req.seed, runs_dir=args.runs_dir,
                      latency_scale=1.0 if args.latency_scale is None else args.latency_scale,
                      on_event=None if args.json else progress_printer(),

@@ -51,12 +51,13 @@ def check_cluster(exp: Experiment, cluster: str) -> None:
     raise SpecError(f"cluster: {errors[0]}")
 
 
-def check_trainer(exp: Experiment) -> None:
+def check_trainer(exp: Experiment) -> object:
     """Import and build ``trainer:`` as each worker will (a function trainable: check its
     signature, and warn when it never checkpoints).
 
-    This imports the user's module, and with it whatever that imports (torch, often): fine
-    for `validate`, which is asked to check everything; `plan` and `simulate` never do it.
+    Returns the trainer as the workers build it. This imports the user's module, and with it
+    whatever that imports (torch, often): fine for `validate`, which is asked to check
+    everything; `plan` and `simulate` never do it.
 
     Raises:
         SpecError: ``trainer: ...`` when it cannot be imported, built, or is not a trainer.
@@ -74,10 +75,11 @@ def check_trainer(exp: Experiment) -> None:
     if function_api.is_function_trainable(trainer):
         for warning in function_api.check_function(trainer, repr(exp.trainer)):
             print(f"warning: {warning}", file=sys.stderr)
-        return
+        return trainer
     missing = [m for m in ("build_model", "build_optimizer", "build_data") if not callable(getattr(trainer, m, None))]
     if missing:
         raise SpecError(f"trainer: {exp.trainer!r} has no {', '.join(missing)}; subclass rubberband.Trainer")
+    return trainer
 
 
 def spot_model(spot) -> str:
@@ -99,8 +101,7 @@ def validate(args: argparse.Namespace) -> int:
     print_warnings(req)
     if exp.cluster:
         check_cluster(exp, exp.cluster)
-    if exp.trainer:
-        check_trainer(exp)
+    trainer = check_trainer(exp) if exp.trainer else None
     clouds = [req.cloud_for(t) for t in req.types]
     market = req.market if isinstance(req.market, str) else req.market.value
     on_spot = req.market != Market.ON_DEMAND
@@ -124,6 +125,7 @@ def validate(args: argparse.Namespace) -> int:
         "warnings": list(req.warnings),
         "trainer": exp.trainer,
         "search_space": exp.search_space,
+        "search": exp.search,
         "metric": exp.metric,
         "mode": exp.mode,
     }
@@ -154,7 +156,12 @@ def validate(args: argparse.Namespace) -> int:
     if exp.trainer:
         lines.append(f"trainer        {exp.trainer}  (metric {exp.metric}, mode {exp.mode})")
     if exp.search_space:
-        lines.append(f"search space   {', '.join(exp.search_space)}")
+        lines.append(f"search space   {', '.join(exp.search_space)} (search {exp.search})")
+        from rubberband.executor.search_space import width_note
+
+        note = width_note(exp.search_space, getattr(trainer, "width_keys", None))
+        if note:
+            lines.append(f"note: {note}")
     emit(args, payload, "\n".join(lines))
     return 0
 

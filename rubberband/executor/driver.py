@@ -60,7 +60,7 @@ from rubberband.executor.ports import (
     TrialRunnerPort,
     WallClock,
 )
-from rubberband.executor.search_space import sample_configs
+from rubberband.executor.search_space import Observation, Search
 from rubberband.function_api import TrialFunctionError
 from rubberband.nodes import NodeType
 from rubberband.plan.plan import Plan
@@ -165,7 +165,7 @@ class Driver:
     for a gang failure rather than a lost instance. ``wait_for_resumes``: see ``_must_wait``.
     """
 
-    def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any],
+    def __init__(self, plan: Plan, cluster: ClusterPort, runner: TrialRunnerPort, search_space: dict[str, Any] | Search,
                  metric: str, mode: str = "min", seed: int = 0, clock: Clock | None = None,
                  checkpoint_dir: str | Path | None = None, node_timeout_s: float = 300.0,
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
@@ -178,7 +178,10 @@ class Driver:
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
         self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)
         self.plan, self.cluster, self.runner = plan, cluster, runner
-        self.search_space, self.metric, self.mode, self.seed = search_space, metric, mode, seed
+        # A plain space is searched at random; a Search names its algorithm (model-based ones
+        # are fed the results so far when a bracket samples its trials).
+        self.search = Search.of(search_space)
+        self.metric, self.mode, self.seed = metric, mode, seed
         self.clock = clock or WallClock()
         self.max_instances = max_instances
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -275,10 +278,22 @@ class Driver:
             bracket = int(tid[1:tid.index("-")]) if tid.startswith("b") else 0
             if bracket not in self._configs:
                 n = self.plan.spec.stages[self.plan.spec.bracket_starts[bracket]].num_trials
-                self._configs[bracket] = sample_configs(self.search_space, n, seed=self.seed + 1000 * bracket)
+                self._configs[bracket] = self.search.configs(n, seed=self.seed + 1000 * bracket,
+                                                             observations=self._observations(), mode=self.mode)
             self.order[tid] = len(self.order)
             self.trials[tid] = TrialState(tid, self._configs[bracket][int(tid.rsplit("t", 1)[1])], bracket)
         return self.trials[tid]
+
+    def _observations(self) -> list[Observation]:
+        """Every rung each trial finished so far: its config, the iterations it had trained, its metric."""
+        out = []
+        for trial in self.trials.values():
+            iters = 0
+            for h in trial.history:
+                iters += h["iters"]
+                if "failed" not in h and self.metric in h:
+                    out.append(Observation(trial.config, iters, float(h[self.metric])))
+        return out
 
     def _save_checkpoint(self, trial: TrialState, blob: bytes | None) -> None:
         if blob is None:

@@ -45,10 +45,11 @@ def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: s
 
 
 def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
-             replan_with=None, safety_net=None, budget_usd: float | None = None) -> RunResult:
+             replan_with=None, safety_net=None, budget_usd: float | None = None, search_space=None) -> RunResult:
     """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
     re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given,
-    with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget.
+    with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget;
+    trials draw their configs from ``search_space`` (``rehearse_once``).
 
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
@@ -57,7 +58,7 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
 
     check_rehearsal(plan.spec.trials, plan.spec.iters)
     run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                        budget_usd=budget_usd)
+                        budget_usd=budget_usd, search_space=search_space)
     return result_of(plan, run, seed, metric)
 
 
@@ -119,12 +120,12 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
     best, best_info = report.best, report.best_trial
     return RunResult(
         run_id=f"sim-seed{seed}", run_dir="",
-        best={"trial": best, "config": {}, "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
+        best={"trial": best, "config": run.configs.get(best, {}), "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
         if best_info else {},
         predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
         actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
         stages=stages,
-        trials={t.id: {"config": {}, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
+        trials={t.id: {"config": run.configs.get(t.id, {}), "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
                        "history": [dict(h) for h in t.history], "restarts": attempts.get(t.id, 0) - len(t.history),
                        "ranks_in_sync": True} for t in report.trials.values()},
         ledger=ledger.to_dict(now=run.jct_s),

@@ -13,6 +13,7 @@ from typing import Any
 from rubberband.executor.driver import Driver, DriverOutcome
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult, stage_entry
+from rubberband.executor.search_space import Search
 from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
@@ -28,7 +29,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: str = base.DEFAULT, metric: str | None = None,
+def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, provider: str = base.DEFAULT, metric: str | None = None,
             mode: str | None = None, seed: int = 0, runs_dir: str | Path = "runs", latency_scale: float = 1.0,
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
@@ -39,7 +40,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     Args:
         plan: from ``compile_plan``.
         trainer: a ``rubberband.executor.Trainer`` (class, instance or ``module:Name``).
-        search_space: Ray Tune domains, YAML samplers or lists per hyperparameter.
+        search_space: rubberband's or Ray Tune's domains, YAML samplers or lists per hyperparameter
+            (searched at random), or a ``search_space.Search`` that names its algorithm.
         provider: a registered provider (``rubberband.providers.base``): ``local`` (Ray nodes on
             this machine with logical GPUs) or ``aws`` (EC2 instances launched through Ray's
             autoscaler; needs ``cluster_config``).
@@ -68,6 +70,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any], provider: st
     Every instance launched is released when the run ends, fails or is interrupted.
     """
     prov = base.get(provider, "provider")
+    search_space = Search.of(search_space)      # a malformed space fails here, before anything is launched
     emulation = None if spot_emulation is None else prov.spot_emulation(spot_emulation, plan.cloud, plan.spot_counts, seed)
     # The provider's configuration must fit the plan before anything is written or launched.
     clouds = plan_clouds(plan)

@@ -134,6 +134,7 @@ class SimRun:
     reclaims: int = 0
     stopped: str | None = None       # the one-line reason the job stopped early (the budget)
     timeline: list[dict[str, Any]] = field(default_factory=list)    # the driver's events, as a run's
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial -> its config (from the search space)
 
 
 # --- the same truth, as the executor's ports: the rehearsal the real ``Driver`` runs ---------------
@@ -578,16 +579,19 @@ class SimRunnerPort(VirtualRunner):
 
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
                     seed: int = 0, mode: str = "min", replan_with: ModelProfile | None = None,
-                    safety_net: ModelProfile | None = None, budget_usd: float | None = None) -> SimRun:
+                    safety_net: ModelProfile | None = None, budget_usd: float | None = None,
+                    search_space: Any = None) -> SimRun:
     """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's):
     the executor's ``Driver`` applies the scheduler's decisions through the virtual ports
     (``SimClusterPort``, ``SimRunnerPort``) as a real run applies them, re-planning on
     ``replan_with`` (the planning profile) when given, with the spot safety net estimating on
-    ``safety_net`` (the planning profile) and a hard budget when asked."""
+    ``safety_net`` (the planning profile) and a hard budget when asked. Trials draw their configs
+    from ``search_space`` (a mapping or a ``Search``) as in a run; the metrics stay the synthetic
+    curves', whatever the config."""
     world = SimWorld(plan, model, cloud, seed, mode)
     cluster = SimClusterPort(world)
     runner = SimRunnerPort(world, cluster)
-    driver = Driver(plan, cluster, runner, {}, world.metric, mode=mode, seed=seed, clock=world.clock,
+    driver = Driver(plan, cluster, runner, search_space or {}, world.metric, mode=mode, seed=seed, clock=world.clock,
                     node_timeout_s=math.inf, wait_timeout_s=math.inf, poll_s=math.inf, replan_with=replan_with,
                     safety_net=safety_net, budget_usd=budget_usd, wait_for_resumes=False)
     quiet = logging.getLogger("rubberband.executor")
@@ -602,4 +606,5 @@ def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping
     if out.report is None:
         raise SpecError("sim: the driver returned no scheduler report")
     return SimRun(out.ended_at - out.started_at, list(cluster.instances.values()), world.train_runs, windows,
-                  out.report, world.seed, cluster.reclaims, out.stopped, out.timeline)
+                  out.report, world.seed, cluster.reclaims, out.stopped, out.timeline,
+                  {t.id: t.config for t in out.trials.values()})

@@ -191,3 +191,22 @@ class ExperimentSpec:
         """A short human description, e.g. ``7 stages: 64x4 32x8 ...``."""
         body = " ".join(f"{s.num_trials}x{s.iters}" for s in self.stages)
         return f"{len(self.stages)} stages: {body}"
+
+
+# --- search: how each bracket's configs are drawn ---------------------------------------------------
+# `search:` in an experiment (and TuneConfig's `search=`): `random` (default) draws each config
+# independently, crossing grid axes; `grid` crosses grid axes, the trial count a multiple of the
+# grid; `optuna` draws a bracket's configs from Optuna's TPE fitted on the rungs completed so far
+# (BOHB-style). The samplers themselves are `rubberband/executor/search_space.py: SEARCHERS`.
+SEARCH_ALGORITHMS = ("random", "grid", "optuna")
+
+
+def search_algorithm(value: object, field: str = "search") -> str:
+    """Check ``value`` names a search algorithm (``SEARCH_ALGORITHMS``).
+
+    Raises:
+        SpecError: one line naming ``field``, the closest name and the choices.
+    """
+    from rubberband.schema import choice
+
+    return choice("random" if value is None else value, field, SEARCH_ALGORITHMS)
