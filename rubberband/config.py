@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -179,12 +180,13 @@ def _parse_search_space(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-def load_experiment(path: str | Path, *, model_profile: str | Path | None = None,
+def load_experiment(path: str | Path | Mapping[str, Any], *, model_profile: str | Path | None = None,
                     cloud_overrides: str | Path | None = None) -> Experiment:
     """Load and validate an experiment YAML file.
 
     Args:
-        path: the experiment YAML.
+        path: the experiment YAML, or its mapping built in Python (``rubberband.Tuner``: paths
+            in it are relative to the working directory).
         model_profile: a model profile YAML used instead of the experiment's ``model_profile``
             (e.g. one ``rubberband profile`` measured on this machine).
         cloud_overrides: a YAML mapping of cloud-profile overrides (e.g. the ``.cloud.yaml``
@@ -194,12 +196,14 @@ def load_experiment(path: str | Path, *, model_profile: str | Path | None = None
     Raises:
         SpecError: a one-line message naming the field, for any malformed input.
     """
-    path = Path(path)
-    data = load_yaml(path, "experiment")
+    if isinstance(path, Mapping):
+        data, base, where = dict(path), Path.cwd(), None
+    else:
+        data, base, where = load_yaml(Path(path), "experiment"), Path(path).parent, str(path)
     with warnings.catch_warnings():
         if model_profile is not None:   # the experiment's own profile is replaced: its doubts are not this job's
             warnings.simplefilter("ignore", RubberbandWarning)
-        exp = experiment_from_dict(data, base=path.parent, path=str(path))
+        exp = experiment_from_dict(data, base=base, path=where)
     return with_measured(exp, model_profile, cloud_overrides)
 
 

@@ -132,8 +132,9 @@ class Request:
         return list(self.catalog.instance_types) if self.auto_instance_type else [self.instance_type]
 
 
-def resolve(experiment_path: str, overrides: Overrides | Mapping[str, Any] | None = None) -> Request:
-    """Turn an experiment file plus the command line's ``overrides`` into a ``Request``.
+def resolve(experiment_path: str | Mapping[str, Any], overrides: Overrides | Mapping[str, Any] | None = None) -> Request:
+    """Turn an experiment file (or its mapping, built by ``rubberband.Tuner``) plus the command
+    line's ``overrides`` into a ``Request``.
 
     Raises:
         SpecError: one line naming the field or flag, for anything malformed or in conflict.

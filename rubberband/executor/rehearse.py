@@ -58,7 +58,7 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
 
     check_rehearsal(plan.spec.trials, plan.spec.iters)
     run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                        budget_usd=budget_usd, search_space=search_space)
+                        budget_usd=budget_usd, search_space=search_space, metric=metric)
     return result_of(plan, run, seed, metric)
 
 

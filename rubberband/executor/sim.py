@@ -580,15 +580,15 @@ class SimRunnerPort(VirtualRunner):
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
                     seed: int = 0, mode: str = "min", replan_with: ModelProfile | None = None,
                     safety_net: ModelProfile | None = None, budget_usd: float | None = None,
-                    search_space: Any = None) -> SimRun:
+                    search_space: Any = None, metric: str = "metric") -> SimRun:
     """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's):
     the executor's ``Driver`` applies the scheduler's decisions through the virtual ports
     (``SimClusterPort``, ``SimRunnerPort``) as a real run applies them, re-planning on
     ``replan_with`` (the planning profile) when given, with the spot safety net estimating on
     ``safety_net`` (the planning profile) and a hard budget when asked. Trials draw their configs
-    from ``search_space`` (a mapping or a ``Search``) as in a run; the metrics stay the synthetic
-    curves', whatever the config."""
-    world = SimWorld(plan, model, cloud, seed, mode)
+    from ``search_space`` (a mapping or a ``Search``) as in a run; the metrics (named ``metric``)
+    stay the synthetic curves', whatever the config."""
+    world = SimWorld(plan, model, cloud, seed, mode, metric)
     cluster = SimClusterPort(world)
     runner = SimRunnerPort(world, cluster)
     driver = Driver(plan, cluster, runner, search_space or {}, world.metric, mode=mode, seed=seed, clock=world.clock,
