@@ -127,10 +127,13 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
     seed = args.seed if args.seed is not None else exp.seed
     replan_with = None if args.no_replan else plan_model(exp, plan)
     net = None if args.no_safety_net else plan_model(exp, plan)
-    with RepeatProgress(args) as progress:
+    from rubberband.executor.search_space import Search
+
+    with RepeatProgress(args) as progress:     # configs drawn as a run draws them (search: optuna included)
         results, runs = rehearse_runs(plan, model, cloud, seeds=range(seed, seed + repeat), mode=exp.mode,
                                       metric=exp.metric, replan_with=replan_with, safety_net=net,
-                                      budget_usd=budget_usd, progress=progress)
+                                      budget_usd=budget_usd, progress=progress,
+                                      search_space=Search.of(exp.search_space, exp.search))
     code = EXIT_BUDGET if any(r["stopped"] for r in runs) else 0
     if budget_usd is not None and plan.predicted.mean_cost_usd > budget_usd and not args.json:
         print(f"note: the plan is predicted to cost {format_usd(plan.predicted.mean_cost_usd)}, more than the budget "

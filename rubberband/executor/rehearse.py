@@ -64,7 +64,8 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
 
 def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mode: str = "min",
                   metric: str = "metric", replan_with=None, safety_net=None, budget_usd: float | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> tuple[list[RunResult], list[dict[str, Any]]]:
+                  progress: Callable[[int, int], None] | None = None,
+                  search_space=None) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """One rehearsal per seed (``rehearse``'s arguments), after ``check_rehearsal``; ``progress(done,
     total)`` is called after each. Returns each one's ``RunResult`` and its ``run_dict``."""
     from rubberband.executor.sim import rehearse_once
@@ -73,7 +74,7 @@ def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mo
     results, runs = [], []
     for k, seed in enumerate(seeds):
         run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                            budget_usd=budget_usd)
+                            budget_usd=budget_usd, search_space=search_space)
         result = result_of(plan, run, seed, metric)
         results.append(result)
         runs.append(run_dict(result, plan, run))
