@@ -254,6 +254,7 @@ def _experiment(tmp_path, **changes):
             "model_profile": str(root / "profiles" / "resnet101_cifar10_p3.yaml"),
             "cloud": {"profile": str(root / "cloud_profiles" / "aws" / "us-east-1.yaml"), "instance_type": "p3.8xlarge"},
             "deadline": "20m", **changes}
+    data = {k: v for k, v in data.items() if v is not None}
     path = tmp_path / "exp.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -282,3 +283,28 @@ def test_validate_says_once_that_configs_never_change_a_trials_speed(tmp_path, c
     assert note.startswith("note: search space: hidden sets the model's width")
     assert main(["validate", str(_experiment(tmp_path, search_space={"lr": [0.1, 0.2]}))]) == 0
     assert "never change" not in capsys.readouterr().out
+
+
+@needs_optuna
+def test_a_rehearsal_draws_configs_with_the_experiments_search(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from rubberband.cli.main import main
+
+    root = Path(__file__).resolve().parents[3]
+    space = {"lr": {"loguniform": [0.005, 0.5]}, "momentum": {"uniform": [0.5, 0.95]}}
+
+    def trials(search: str) -> dict:
+        path = _experiment(tmp_path, sha=None, hyperband={"min_iters": 1, "max_iters": 9, "eta": 3}, deadline="10m",
+                           samples=100, search=search, search_space=space,
+                           model_profile=str(root / "profiles" / "tune_function_local.yaml"),
+                           cloud={"profile": str(root / "cloud_profiles" / "local" / "local.yaml"),
+                                  "instance_type": "local.2gpu"})
+        assert main(["run", str(path), "--provider", "sim", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+        return {tid: t["config"] for tid, t in json.loads(capsys.readouterr().out)["trials"].items()}
+
+    tpe, rand = trials("optuna"), trials("random")
+    assert {t: c for t, c in tpe.items() if t.startswith("b0-")} == {t: c for t, c in rand.items() if t.startswith("b0-")}
+    assert {t: c for t, c in tpe.items() if t.startswith("b1-")} != {t: c for t, c in rand.items() if t.startswith("b1-")}
+    assert all(0.005 <= c["lr"] <= 0.5 for c in tpe.values())
