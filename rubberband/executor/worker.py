@@ -11,6 +11,12 @@ thread of the worker instead: ``train(iters)`` lets it run until it has reported
 more iterations and pauses it in that report; ``checkpoint()`` is its latest reported
 checkpoint (with the iteration it was reported at); ``assign`` starts it again from one, and
 ``leave`` stops it. Each report is one iteration; its time is the time since the one before.
+
+A fused group (``rubberband.fusion``) is F trials of one model shape trained as one program on
+this worker's one device: ``assign_group`` builds it (each member as ``assign`` would build it
+alone, from its checkpoint), ``train`` feeds every member the batches a lone trial would see
+and returns one result per member, ``checkpoint_group`` returns one ``checkpoint()`` blob per
+member (an unfused worker resumes any of them), and ``leave`` drops it.
 """
 
 from __future__ import annotations
@@ -87,6 +93,8 @@ class DDPWorker:
         self._data_config: dict[str, Any] | None = None
         self._batches: Any = None
         self.distributed = False
+        self.group: Any = None          # a rubberband.fusion.FusedGroup while one is assigned
+        self.trials: list[str] = []     # its members' trial ids
 
     def warmup(self) -> float:
         """Import what training needs, once per process; return seconds taken."""
@@ -151,7 +159,7 @@ class DDPWorker:
         if self.function is not None:
             self._assign_function(config, checkpoint, trial)
             return time.perf_counter() - t0
-        self.ddp = self.opt = self.model = None
+        self.ddp = self.opt = self.model = self.group = None
         self.config, self.step, self.epoch = dict(config), 0, 0
         torch.manual_seed(self.seed)
         depends = getattr(self.trainer, "data_depends_on_config", True)
@@ -226,6 +234,8 @@ class DDPWorker:
 
         if self.function is not None:
             return self._train_function(iters)
+        if self.group is not None:
+            return self._train_group(iters)     # type: ignore[return-value]
 
         micro = getattr(self.trainer, "max_micro_batch", None)
         times = []
@@ -245,7 +255,7 @@ class DDPWorker:
                 self.step += 1
             times.append(time.perf_counter() - t0)
         out: dict[str, Any] = {"step": self.step, "iter_times": times, "digest": self.param_digest(),
-                               "gpu_ids": self.node_info()["gpu_ids"]}
+                               "gpu_ids": self._gpu_ids()}
         if self.rank == 0:
             out["metrics"] = self.trainer.evaluate(self.model, self.val_set)
         return out
@@ -253,6 +263,8 @@ class DDPWorker:
     def checkpoint(self) -> bytes:
         if self.session is not None:
             return function_api.pack_state(self.session.state())
+        if self.group is not None:
+            raise SpecError("checkpoint(): this worker trains a fused group; call checkpoint_group()")
         import torch
 
         buf = io.BytesIO()
@@ -280,11 +292,77 @@ class DDPWorker:
         import torch.distributed as dist
 
         self._stop_function()      # before the group goes: the function's model may be DDP
-        self.ddp = self.opt = self.model = None
+        self.ddp = self.opt = self.model = self.group = None
+        self.trials = []
         self._batches = None
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
         self.rank, self.world, self.distributed = 0, 1, False
+
+
+    # --- a fused group --------------------------------------------------------------------------
+    def assign_group(self, trials: list[str], configs: list[dict[str, Any]],
+                     checkpoints: list[bytes | None] | None = None) -> float:
+        """Take F trials as one fused group on this worker's device; return seconds taken.
+
+        Each member is built as ``assign`` builds a lone trial (same seed, then its checkpoint);
+        all share this worker's batch stream, so the data must not depend on the config and the
+        members must be at one step (a SYNC's survivors are).
+
+        Raises:
+            SpecError: a function trainable, a gang of several workers, config-dependent data,
+                members of different shapes or at different steps.
+        """
+        import torch
+
+        from rubberband.fusion import FusedGroup
+
+        t0 = time.perf_counter()
+        if self.function is not None:
+            raise SpecError("trainer: a function trainable runs its own loop and cannot be fused; run it unfused")
+        if self.distributed:
+            raise SpecError("assign_group: a fused group runs on one worker; leave() the gang first")
+        if len(trials) != len(configs):
+            raise SpecError(f"assign_group: {len(trials)} trials but {len(configs)} configs")
+        if getattr(self.trainer, "data_depends_on_config", True):
+            raise SpecError("trainer.data_depends_on_config: a fused group shares one batch stream; set it to "
+                            "False (when the data does not depend on the config) to fuse")
+        self.ddp = self.opt = self.model = self.group = None
+        self._batches = None
+        if self.train_set is None:
+            torch.manual_seed(self.seed)
+            self.train_set, self.val_set = self.trainer.build_data({})
+            self._data_config = {}
+        self.group = FusedGroup(self.trainer, configs, checkpoints, seed=self.seed)
+        self.trials = list(trials)
+        self.config, self.step, self.epoch = {}, self.group.step, self.group.epoch
+        self._batches = self._batch_iter()
+        return time.perf_counter() - t0
+
+    def _train_group(self, iters: int) -> list[dict[str, Any]]:
+        """``iters`` iterations of every member; per member (in ``assign_group``'s order) what
+        ``train`` returns for a lone trial, plus ``trial``; ``iter_times`` are the group's."""
+        group = self.group
+        micro = getattr(self.trainer, "max_micro_batch", None)
+        times = []
+        for _ in range(int(iters)):
+            t0 = time.perf_counter()
+            for _ in range(int(self.trainer.steps_per_iter)):
+                x, y = next(self._batches)
+                group.train_step(x, y, micro)
+            times.append(time.perf_counter() - t0)
+        self.step, group.epoch = group.step, self.epoch
+        gpu_ids = self._gpu_ids()
+        return [{"trial": trial, "step": self.step, "iter_times": list(times), "metrics": metrics,
+                 "digest": digest, "gpu_ids": gpu_ids}
+                for trial, metrics, digest in zip(self.trials, group.evaluate(self.val_set), group.digests())]
+
+    def checkpoint_group(self) -> list[bytes]:
+        """One ``checkpoint()`` blob per member, in ``assign_group``'s order."""
+        if self.group is None:
+            raise SpecError("checkpoint_group(): no fused group assigned; call assign_group() first")
+        self.group.epoch = self.epoch
+        return self.group.checkpoints()
 
 
 def _names_ray(fn: Any) -> bool:
