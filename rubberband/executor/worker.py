@@ -302,12 +302,13 @@ class DDPWorker:
 
     # --- a fused group --------------------------------------------------------------------------
     def assign_group(self, trials: list[str], configs: list[dict[str, Any]],
-                     checkpoints: list[bytes | None] | None = None) -> float:
+                     checkpoints: list[bytes | None] | None = None, forward: str = "auto") -> float:
         """Take F trials as one fused group on this worker's device; return seconds taken.
 
         Each member is built as ``assign`` builds a lone trial (same seed, then its checkpoint);
         all share this worker's batch stream, so the data must not depend on the config and the
-        members must be at one step (a SYNC's survivors are).
+        members must be at one step (a SYNC's survivors are). ``forward``: ``FusedGroup``'s
+        (``auto``: batched layers where they cover the model, else ``torch.func.vmap``).
 
         Raises:
             SpecError: a function trainable, a gang of several workers, config-dependent data,
@@ -333,7 +334,7 @@ class DDPWorker:
             torch.manual_seed(self.seed)
             self.train_set, self.val_set = self.trainer.build_data({})
             self._data_config = {}
-        self.group = FusedGroup(self.trainer, configs, checkpoints, seed=self.seed)
+        self.group = FusedGroup(self.trainer, configs, checkpoints, seed=self.seed, forward=forward)
         self.trials = list(trials)
         self.config, self.step, self.epoch = {}, self.group.step, self.group.epoch
         self._batches = self._batch_iter()

@@ -25,7 +25,10 @@ import io
 from typing import Any
 
 from rubberband.errors import SpecError
+from rubberband.fusion import batched
 from rubberband.fusion import optim as fused_optim
+
+FORWARDS = ("auto", "vmap", "batched")
 
 
 def signature(model: Any) -> tuple[Any, ...]:
@@ -47,18 +50,24 @@ class FusedGroup:
             be at the same step and epoch (they share one batch stream).
         seed: the seed a lone trial's worker seeds torch with before ``build_model``.
         device: where the stacked tensors live (default: where the models were built).
+        forward: ``batched`` (written-out batched layers, ``fusion.batched``: an ``nn.Sequential``
+            of Linear, activations, Dropout, Flatten), ``vmap`` (any functional model), or
+            ``auto``: batched when it covers the model, else vmap.
 
     Raises:
-        SpecError: members of different shapes, or at different steps.
+        SpecError: members of different shapes, or at different steps; ``forward="batched"``
+            for a model it does not cover.
     """
 
     def __init__(self, trainer: Any, configs: list[dict[str, Any]], checkpoints: list[bytes | None] | None = None,
-                 *, seed: int, device: Any = None):
+                 *, seed: int, device: Any = None, forward: str = "auto"):
         import torch
         from torch.func import functional_call, vmap
 
         if not configs:
             raise SpecError("fused group: needs at least one member config")
+        if forward not in FORWARDS:
+            raise SpecError(f"fused group: forward={forward!r}; use one of {', '.join(FORWARDS)}")
         checkpoints = list(checkpoints) if checkpoints is not None else [None] * len(configs)
         if len(checkpoints) != len(configs):
             raise SpecError(f"fused group: {len(configs)} configs but {len(checkpoints)} checkpoints")
@@ -121,6 +130,12 @@ class FusedGroup:
             return trainer.loss(functional_call(self._base, (params, buffers), (x,)), y)
 
         self._losses = vmap(member_loss, in_dims=(0, 0, None, None), randomness="different")
+        steps = batched.plan(first) if forward != "vmap" else None
+        if forward == "batched" and steps is None:
+            raise SpecError(f"fused group: forward='batched' covers an nn.Sequential of {', '.join(batched.ELEMENTWISE)}, "
+                            "Linear and Flatten only; use forward='vmap' for this model")
+        self._batched = batched.member_losses(steps, trainer, self.F) if steps is not None else None
+        self.forward_path = "batched" if self._batched is not None else "vmap"
 
     def train_step(self, x: Any, y: Any, micro: int | None = None) -> None:
         """One optimizer step of every member on the batch ``(x, y)``, in micro-batches of at
@@ -131,7 +146,10 @@ class FusedGroup:
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         chunks = list(zip(x.split(micro), y.split(micro))) if micro else [(x, y)]
         for cx, cy in chunks:
-            losses = self._losses(self.params, self.buffers, cx, cy)
+            if self._batched is not None:
+                losses = self._batched(self.params, cx, cy)
+            else:
+                losses = self._losses(self.params, self.buffers, cx, cy)
             (losses * (len(cy) / len(y))).sum().backward()
         self.stepper.step()
         self.step += 1

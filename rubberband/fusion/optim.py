@@ -77,32 +77,44 @@ class _Stepper:
                 raise ValueError(f"parameter {name}: in some members' optimizers but not others; "
                                  "a fused group needs the same parameters optimized in every member")
             self.groups[name] = found  # type: ignore[assignment]
-        self._cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        distinct = {id(g): g for found in self.groups.values() for g in found}
+        self._distinct = list(distinct.values())
+        self._snapshot: tuple[Any, ...] | None = None
+        self._hyper: dict[str, dict[str, Any]] = {}
 
-    def hyper(self, name: str) -> dict[str, Any]:
-        """Per-member hyperparameters of ``name`` as float64 tensors ``[F, 1, ..., 1]`` (cached
-        until a member's param group changes)."""
+    def _read(self, group: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(tuple(map(float, group[k])) if isinstance(group[k], tuple) else float(group[k])
+                     for k in self.keys)
+
+    def hypers(self) -> dict[str, dict[str, Any]]:
+        """Per stacked parameter: ``derive``'s tensors from the members' hyperparameters, rebuilt
+        only when a member's param group changed since the last step (an LR schedule)."""
         import torch
 
-        groups = self.groups[name]
-        values = tuple(tuple(float(g[k]) if not isinstance(g[k], tuple) else tuple(map(float, g[k]))
-                             for k in self.keys) for g in groups)
-        hit = self._cache.get(name)
-        if hit is not None and hit[0] == values:
-            return hit[1]
-        P = self.stacked[name]
-        shape = (self.F,) + (1,) * (P.dim() - 1)
-        out: dict[str, Any] = {}
-        for j, k in enumerate(self.keys):
-            column: list[Any] = [v[j] for v in values]
-            if isinstance(column[0], tuple):
-                for n in range(len(column[0])):
-                    out[f"{k}{n}"] = torch.tensor([c[n] for c in column], dtype=torch.float64,
-                                                  device=P.device).view(shape)
-            else:
-                out[k] = torch.tensor(column, dtype=torch.float64, device=P.device).view(shape)
-        self._cache[name] = (values, out)
-        return out
+        snapshot = tuple(self._read(g) for g in self._distinct)
+        if snapshot == self._snapshot:
+            return self._hyper
+        self._snapshot = snapshot
+        for name, groups in self.groups.items():
+            P = self.stacked[name]
+            shape = (self.F,) + (1,) * (P.dim() - 1)
+            values = [self._read(g) for g in groups]
+            h64: dict[str, Any] = {}
+            for j, k in enumerate(self.keys):
+                column: list[Any] = [v[j] for v in values]
+                if isinstance(column[0], tuple):
+                    for n in range(len(column[0])):
+                        h64[f"{k}{n}"] = torch.tensor([c[n] for c in column], dtype=torch.float64,
+                                                      device=P.device).view(shape)
+                else:
+                    h64[k] = torch.tensor(column, dtype=torch.float64, device=P.device).view(shape)
+            # Python floats are doubles that torch.optim hands to float32 kernels: compute in
+            # float64, then cast to the parameter's dtype, as that hand-over does.
+            self._hyper[name] = self.derive(h64, P.dtype, values)
+        return self._hyper
+
+    def derive(self, h: dict[str, Any], dtype: Any, values: list[tuple[Any, ...]]) -> dict[str, Any]:
+        return h
 
     def step(self) -> None:
         """One optimizer step of every member from the stacked gradients."""
@@ -121,7 +133,7 @@ class FusedSGD(_Stepper):
     def __init__(self, stacked, members, opts):
         super().__init__(stacked, members, opts)
         self.buf: dict[str, Any] = {}
-        self.ready: dict[str, Any] = {}       # per member: has a momentum buffer
+        self.ready: dict[str, list[bool]] = {}       # per member: has a momentum buffer
         self.pull()
 
     def pull(self) -> None:
@@ -130,7 +142,7 @@ class FusedSGD(_Stepper):
         for name in self.groups:
             P = self.stacked[name]
             bufs = [o.state.get(self.members[i][name], {}).get("momentum_buffer") for i, o in enumerate(self.opts)]
-            self.ready[name] = torch.tensor([b is not None for b in bufs], device=P.device)
+            self.ready[name] = [b is not None for b in bufs]
             self.buf[name] = torch.stack([b.detach().to(P) if b is not None else torch.zeros_like(P[0])
                                           for b in bufs])
 
@@ -138,38 +150,45 @@ class FusedSGD(_Stepper):
         for name, groups in self.groups.items():
             for i, o in enumerate(self.opts):
                 p = self.members[i][name]
-                if float(groups[i]["momentum"]) != 0 and bool(self.ready[name][i]):
+                if float(groups[i]["momentum"]) != 0 and self.ready[name][i]:
                     o.state[p] = {"momentum_buffer": self.buf[name][i].detach().clone()}
                 else:
                     o.state.pop(p, None)
 
+    def derive(self, h: dict[str, Any], dtype: Any, values: list[tuple[Any, ...]]) -> dict[str, Any]:
+        lr, momentum, dampening, wd, nesterov = (h[k] for k in self.keys)
+        # Which members use weight decay / momentum / nesterov, as Python bools: no step waits
+        # on the device to decide.
+        return {"neg_lr": (-lr).to(dtype), "mom": momentum.to(dtype), "damp1": (1 - dampening).to(dtype),
+                "wd": wd.to(dtype), "nesterov": nesterov != 0, "mom_nz": momentum != 0,
+                "wd_on": [v[3] != 0 for v in values], "mom_on": [v[1] != 0 for v in values],
+                "any_nesterov": any(v[4] for v in values)}
+
     def step(self) -> None:
         import torch
 
+        hypers = self.hypers()
         with torch.no_grad():
             for name in self.groups:
                 P = self.stacked[name]
                 g = P.grad
                 if g is None:
                     continue
-                h = self.hyper(name)
-                dt = P.dtype
-                wd, mom, lr = h["weight_decay"], h["momentum"], h["lr"]
-                if bool((wd != 0).any()):
-                    g = g.addcmul(P, wd.to(dt))
-                if bool((mom != 0).any()):
+                h = hypers[name]
+                mom_on = h["mom_on"]
+                if any(h["wd_on"]):
+                    g = g.addcmul(P, h["wd"])
+                if any(mom_on):
                     buf, ready = self.buf[name], self.ready[name]
-                    has = mom.view(-1) != 0
-                    if bool(ready[has].all()):
-                        buf.mul_(mom.to(dt)).addcmul_(g, (1 - h["dampening"]).to(dt))
-                    else:
-                        r = ready.view(mom.shape)
-                        buf.copy_(torch.where(r, buf * mom.to(dt) + g * (1 - h["dampening"]).to(dt), g))
-                    ready |= has
-                    nest = h["nesterov"] != 0
-                    step_dir = torch.where(nest, g.addcmul(buf, mom.to(dt)), buf) if bool(nest.any()) else buf
-                    g = torch.where(mom != 0, step_dir, g) if not bool(has.all()) else step_dir
-                P.addcmul_(g, (-lr).to(dt))
+                    if all(r for r, on in zip(ready, mom_on) if on):
+                        buf.mul_(h["mom"]).addcmul_(g, h["damp1"])
+                    else:           # some member's first step with momentum: its buffer starts as g
+                        r = torch.tensor(ready, device=P.device).view(h["mom"].shape)
+                        buf.copy_(torch.where(r, buf * h["mom"] + g * h["damp1"], g))
+                    self.ready[name] = [r or on for r, on in zip(ready, mom_on)]
+                    direction = torch.where(h["nesterov"], g.addcmul(buf, h["mom"]), buf) if h["any_nesterov"] else buf
+                    g = direction if all(mom_on) else torch.where(h["mom_nz"], direction, g)
+                P.addcmul_(g, h["neg_lr"])
 
 
 class FusedAdam(_Stepper):
@@ -180,7 +199,7 @@ class FusedAdam(_Stepper):
         self.decoupled = decoupled
         self.m1: dict[str, Any] = {}
         self.m2: dict[str, Any] = {}
-        self.t: dict[str, Any] = {}
+        self.t: dict[str, list[float]] = {}
         self.pull()
 
     def pull(self) -> None:
@@ -208,33 +227,38 @@ class FusedAdam(_Stepper):
                               "exp_avg": self.m1[name][i].detach().clone(),
                               "exp_avg_sq": self.m2[name][i].detach().clone()}
 
+    def derive(self, h: dict[str, Any], dtype: Any, values: list[tuple[Any, ...]]) -> dict[str, Any]:
+        lr, wd, b1, b2, eps = h["lr"], h["weight_decay"], h["betas0"], h["betas1"], h["eps"]
+        return {"lr": lr, "b1": b1, "b2": b2, "decay": (1 - lr * wd).to(dtype), "wd": wd.to(dtype),
+                "one_b1": (1 - b1).to(dtype), "b2_": b2.to(dtype), "one_b2": (1 - b2).to(dtype),
+                "eps": eps.to(dtype), "wd_on": any(v[3] != 0 for v in values)}
+
     def step(self) -> None:
         import torch
 
+        hypers = self.hypers()
         with torch.no_grad():
             for name in self.groups:
                 P = self.stacked[name]
                 g = P.grad
                 if g is None:
                     continue
-                h = self.hyper(name)
+                h = hypers[name]
                 dt = P.dtype
                 # torch keeps `step` in a float32 tensor (exact for integers below 2**24).
                 self.t[name] = [t + 1 for t in self.t[name]]
                 step = torch.tensor(self.t[name], dtype=torch.float64, device=P.device).view(h["lr"].shape)
-                lr, wd, b1, b2, eps = h["lr"], h["weight_decay"], h["betas0"], h["betas1"], h["eps"]
-                if bool((wd != 0).any()):
+                if h["wd_on"]:
                     if self.decoupled:
-                        P.mul_((1 - lr * wd).to(dt))
+                        P.mul_(h["decay"])
                     else:
-                        g = g.addcmul(P, wd.to(dt))
+                        g = g.addcmul(P, h["wd"])
                 m1, m2 = self.m1[name], self.m2[name]
-                m1.lerp_(g, (1 - b1).to(dt))
-                m2.mul_(b2.to(dt)).addcmul_(g * (1 - b2).to(dt), g)
-                bias1 = 1 - b1 ** step
-                bias2_sqrt = (1 - b2 ** step) ** 0.5
-                step_size = lr / bias1
-                denom = (m2.sqrt() / bias2_sqrt.to(dt)).add_(eps.to(dt))
+                m1.lerp_(g, h["one_b1"])
+                m2.mul_(h["b2_"]).addcmul_(g * h["one_b2"], g)
+                bias2_sqrt = (1 - h["b2"] ** step) ** 0.5
+                step_size = h["lr"] / (1 - h["b1"] ** step)
+                denom = (m2.sqrt() / bias2_sqrt.to(dt)).add_(h["eps"])
                 P.add_((m1 * (-step_size).to(dt)) / denom)
 
 
