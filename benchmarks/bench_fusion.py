@@ -8,7 +8,8 @@ decay three ways and prints the summed samples per second:
 
 - sequential: one trial after another, each its own model, optimizer and data loader, the
   inner loop of ``DDPWorker.train``;
-- fused: one ``rubberband.fusion.FusedGroup`` of F members fed from one data loader;
+- fused: one ``rubberband.fusion.FusedGroup`` of F members fed from one data loader, with
+  its ``vmap`` forward and with its batched-layer forward (``fusion.batched``);
 - packed: F processes at once (one torch thread each), each training one trial; only the
   training loops are timed (from a common barrier to the last process's end), not start-up.
 
@@ -103,11 +104,12 @@ def solo_steps(trainer: Any, train_set: Any, config: dict[str, Any], steps: int,
     return time.perf_counter() - t0
 
 
-def fused_steps(trainer: Any, train_set: Any, cfgs: list[dict[str, Any]], steps: int, device: str = "cpu") -> float:
+def fused_steps(trainer: Any, train_set: Any, cfgs: list[dict[str, Any]], steps: int, device: str = "cpu",
+                forward: str = "auto") -> float:
     """Seconds for ``steps`` steps of a fused group of ``len(cfgs)`` members (after two warm-up steps)."""
     from rubberband.fusion import FusedGroup
 
-    group = FusedGroup(trainer, cfgs, seed=0, device=device)
+    group = FusedGroup(trainer, cfgs, seed=0, device=device, forward=forward)
     it = batches(trainer, train_set)
     for _ in range(2):
         group.train_step(*next(it))
@@ -202,55 +204,61 @@ def calibrate(fn, seconds: float) -> int:
     return max(5, int(5 * seconds / max(t, 1e-6)))
 
 
-def main() -> None:
+def run(fs: list[int], *, seconds: float = 0.3, rounds: int = 2, device_gb: float = 16.0, packed: bool = True,
+        device: str = "cpu") -> None:
+    """Print the throughput and memory tables for each model (see the module docstring)."""
     import torch
 
+    torch.set_num_threads(1)
+    torch.set_flush_denormal(True)
+    where = torch.cuda.get_device_name() if device == "cuda" else f"{os.cpu_count()} CPU cores, 1 torch thread a process"
+    print(f"# fused trials on {device} ({where}), torch {torch.__version__}; summed samples/s over F trials, "
+          f"best of {rounds}")
+    for title, cls in MODELS.items():
+        trainer = cls()
+        train_set, _ = trainer.build_data({})
+        B = trainer.global_batch_size
+        solo_n = calibrate(lambda n, t=trainer, d=train_set: solo_steps(t, d, configs(1)[0], n, device), seconds)
+        best: dict[tuple[str, int], float] = {}
+        for _ in range(rounds):
+            for F in fs:
+                cfgs = configs(F)
+                n = max(5, solo_n // F)
+                t = sum(solo_steps(trainer, train_set, c, n, device) for c in cfgs)
+                best[("seq", F)] = max(best.get(("seq", F), 0), F * n * B / t)
+                for forward in ("vmap", "batched"):
+                    t = fused_steps(trainer, train_set, cfgs, n, device, forward)
+                    best[(forward, F)] = max(best.get((forward, F), 0), F * n * B / t)
+                if packed and device == "cpu":
+                    t = packed_wall(cls, cfgs, n)
+                    best[("packed", F)] = max(best.get(("packed", F), 0), F * n * B / t)
+        print(f"\n## {title}\n")
+        print("| F | sequential | fused, vmap | fused, batched layers | packed, F processes |")
+        print("|---|---|---|---|---|")
+        for F in fs:
+            seq = best[("seq", F)]
+            cells = [f"{best[(k, F)] / 1e3:.1f}k ({best[(k, F)] / seq:.2f}x)" if (k, F) in best else "–"
+                     for k in ("vmap", "batched", "packed")]
+            print(f"| {F} | {seq / 1e3:.1f}k | " + " | ".join(cells) + " |")
+        mem = {F: fused_memory_gb(cls, F, device) for F in fs}
+        m1, delta = fit_memory(mem)
+        print("\n| F | fused memory (GB) |\n|---|---|")
+        for F in fs:
+            print(f"| {F} | {mem[F]:.4f} |")
+        print(f"\nfit: memory = {m1:.4f} GB + (F − 1) × {delta * 1e3:.3f} MB; "
+              f"F_max for {device_gb:g} GB = {f_max(m1, delta, device_gb)}")
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fs", default="1,2,4,8,16", help="group sizes F (default 1,2,4,8,16)")
     parser.add_argument("--seconds", type=float, default=0.3, help="timed seconds per cell and round")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds; each cell is the best")
     parser.add_argument("--device-gb", type=float, default=16.0, help="device memory for F_max")
     parser.add_argument("--no-packed", action="store_true", help="skip the k-process column")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
-    fs = [int(f) for f in args.fs.split(",")]
-    device = args.device
-    print(f"# fused trials, {device}, torch {torch.__version__}, {os.cpu_count()} cores, 1 torch thread a process; "
-          f"summed samples/s over F trials, best of {args.rounds}")
-    for title, cls in MODELS.items():
-        trainer = cls()
-        train_set, _ = trainer.build_data({})
-        B = trainer.global_batch_size
-        solo_n = calibrate(lambda n, t=trainer, d=train_set: solo_steps(t, d, configs(1)[0], n, device), args.seconds)
-        best: dict[tuple[str, int], float] = {}
-        for _ in range(args.rounds):
-            for F in fs:
-                cfgs = configs(F)
-                n = max(5, solo_n // F)
-                t = sum(solo_steps(trainer, train_set, c, n, device) for c in cfgs)
-                best[("seq", F)] = max(best.get(("seq", F), 0), F * n * B / t)
-                t = fused_steps(trainer, train_set, cfgs, n, device)
-                best[("fused", F)] = max(best.get(("fused", F), 0), F * n * B / t)
-                if not args.no_packed and device == "cpu":
-                    t = packed_wall(cls, cfgs, n)
-                    best[("packed", F)] = max(best.get(("packed", F), 0), F * n * B / t)
-        print(f"\n## {title}\n")
-        print("| F | sequential | fused | fused / sequential | packed (F processes) | packed / sequential |")
-        print("|---|---|---|---|---|---|")
-        for F in fs:
-            seq, fus = best[("seq", F)], best[("fused", F)]
-            pk = best.get(("packed", F))
-            pk_cells = f"{pk / 1e3:.0f}k | {pk / seq:.2f}x" if pk else "– | –"
-            print(f"| {F} | {seq / 1e3:.0f}k | {fus / 1e3:.0f}k | {fus / seq:.2f}x | {pk_cells} |")
-        mem = {F: fused_memory_gb(cls, F, device) for F in fs}
-        m1, delta = fit_memory(mem)
-        print("\n| F | fused memory (GB) |\n|---|---|")
-        for F in fs:
-            print(f"| {F} | {mem[F]:.4f} |")
-        print(f"\nfit: memory = {m1:.4f} + (F − 1) × {delta * 1e3:.3f} MB; "
-              f"F_max for {args.device_gb:g} GB = {f_max(m1, delta, args.device_gb)}")
+    run([int(f) for f in args.fs.split(",")], seconds=args.seconds, rounds=args.rounds, device_gb=args.device_gb,
+        packed=not args.no_packed)
 
 
 if __name__ == "__main__":
