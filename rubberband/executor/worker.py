@@ -335,6 +335,8 @@ class DDPWorker:
             self.train_set, self.val_set = self.trainer.build_data({})
             self._data_config = {}
         self.group = FusedGroup(self.trainer, configs, checkpoints, seed=self.seed, forward=forward)
+        if self.group.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.group.device)
         self.trials = list(trials)
         self.config, self.step, self.epoch = {}, self.group.step, self.group.epoch
         self._batches = self._batch_iter()
@@ -357,6 +359,35 @@ class DDPWorker:
         return [{"trial": trial, "step": self.step, "iter_times": list(times), "metrics": metrics,
                  "digest": digest, "gpu_ids": gpu_ids}
                 for trial, metrics, digest in zip(self.trials, group.evaluate(self.val_set), group.digests())]
+
+    def peak_memory_gb(self) -> float:
+        """The fused group's peak memory: on CUDA the allocator's peak since ``assign_group``;
+        on CPU this process's peak resident set (it never falls, so measure growing groups)."""
+        import resource
+
+        import torch
+
+        device = self.group.device if self.group is not None else torch.device("cpu")
+        if device.type == "cuda":
+            return torch.cuda.max_memory_allocated(device) / 1e9
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6     # KiB on Linux
+
+    def fusable(self, configs: list[dict[str, Any]]) -> tuple[list[list[int]], str | None]:
+        """Which of ``configs`` can share a fused group here: their indices grouped by model
+        shape (``rubberband.fusion.group_by_shape``), and why the largest group cannot be fused
+        (``why_not_fusable``, tried on this worker's data), or ``None`` if it can."""
+        from rubberband.fusion import group_by_shape, why_not_fusable
+
+        if self.function is not None:
+            return [list(range(len(configs)))], why_not_fusable(self.function, configs)
+        groups = sorted(group_by_shape(self.trainer, configs), key=len, reverse=True)
+        return groups, why_not_fusable(self.trainer, [configs[i] for i in groups[0]], seed=self.seed)
+
+    def group_paths(self) -> tuple[str, str]:
+        """How the fused group runs: its forward (``batched`` or ``vmap``) and optimizer step."""
+        if self.group is None:
+            raise SpecError("group_paths(): no fused group assigned; call assign_group() first")
+        return self.group.forward_path, self.group.optimizer_path
 
     def checkpoint_group(self) -> list[bytes]:
         """One ``checkpoint()`` blob per member, in ``assign_group``'s order."""

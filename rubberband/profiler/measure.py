@@ -24,7 +24,12 @@ executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, th
   runs out (``rubberband.profiler.packing``); written as ``packed_iter_latency_s`` for
   ``k >= 2``, scaled so that the packed measurement's ``k = 1`` is the solo ``L`` (the
   planner compares the two: only the measured throughput ratio may tell it to pack), with
-  ``gpu_memory_gb_per_trial`` where CUDA reports it.
+  ``gpu_memory_gb_per_trial`` where CUDA reports it;
+* **fusion** (``max_fused > 1``, off by default): seconds per iteration of a fused group of
+  ``F = 1, 2, 4, ...`` trials of one model shape on one GPU of the first instance, and its
+  memory, until throughput stops rising or memory runs out (``rubberband.profiler.fusion``);
+  written as ``fused_iter_latency_s`` and ``fused_memory_gb``, scaled like the packed ones;
+  trials that cannot be fused leave the reason under ``profiling.fusion``.
 
 Each latency is fitted with ``fit.fit_latency``; the raw samples are kept under
 ``profiling.samples``. The profiling's own wall time and cost (the provider's instance-seconds
@@ -50,6 +55,7 @@ import yaml
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import ProviderError, RubberbandError, SpecError
 from rubberband.profiler.fit import split_timed_trains, split_train_durations, to_profile_entry
+from rubberband.profiler.fusion import FusedResult, fused_entries
 from rubberband.profiler.packing import DEFAULT_MAX_K, PackingResult
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
@@ -86,6 +92,7 @@ class Request:
     cluster: Any = None            # the provider's checked configuration (aws: the Ray cluster YAML)
     latency_scale: float = 1.0     # scales the provider's emulated provisioning (local; aws on an emulator)
     max_packing: int = DEFAULT_MAX_K   # the most trials per GPU to measure packed; 1: none
+    max_fused: int = 1             # the largest fused group to measure; 1: none
     min_seconds: float = 0.0       # the least wall time one measurement takes (``min_profile_seconds``)
 
     @property
@@ -416,6 +423,45 @@ class _Measurement:
         self.session.runner.warm([node])     # warm again, so the launches after this time only new instances
         return result
 
+    def fusion(self, progress: Callable[[str], None], may_continue: Callable[[], bool]) -> FusedResult | str:
+        """Fused throughput on one GPU of the first instance (see ``rubberband.profiler.fusion``),
+        or why the search space's trials cannot be fused."""
+        import ray
+
+        from rubberband.executor.search_space import sample_configs
+        from rubberband.executor.worker import DDPWorker
+        from rubberband.profiler.fusion import measure_fused
+
+        node = self.session.port.nodes()[0]
+        self.session.runner.release_instance(node.name)      # its GPUs go to the fused worker
+        self.runs += 1
+        pool = sample_configs(self.req.experiment.search_space, 4 * self.req.max_fused, seed=self.seed + self.runs)
+        actor: Any = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0)(DDPWorker).options(
+            resources={node.name: 0.001}).remote(self.req.experiment.trainer, self.seed)
+        try:
+            def call(method: str, *args: Any) -> Any:
+                return ray.get(getattr(actor, method).remote(*args), timeout=600)
+
+            call("warmup")
+            groups, reason = call("fusable", pool)
+            if reason is not None:
+                progress(f"fusion not measured: {reason}")
+                return reason
+            same_shape = [pool[i] for i in groups[0]]       # the largest group of one model shape
+
+            def report(s) -> None:
+                progress(f"fusion {s.F} trial(s) in one program: {s.mean_s:.4f}s per iteration of the group "
+                         f"({s.throughput:.3g} trial-iterations/s)")
+
+            result = measure_fused(call, lambda n: [same_shape[i % len(same_shape)] for i in range(n)],
+                                   self.req.iters, self.req.max_fused, self.req.cloud.gpu_memory_gb,
+                                   on_size=report, may_continue=may_continue)
+        finally:
+            ray.kill(actor, no_restart=True)
+            self.session.runner.warm([node])     # warm again, so the launches after this time only new instances
+        progress(f"fusion stopped: {result.stopped}")
+        return result
+
     def gpu_count(self, m: int) -> tuple[list[Train], list[Train], list[float]]:
         """One repeat at ``m`` GPUs per trial: (short TRAINs, long TRAINs, sync samples), each
         TRAIN as ``(duration, its iterations' seconds as the worker timed them)``."""
@@ -437,7 +483,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             iters: int = 4, repeats: int = 3, max_seconds: float | None = None, out: str | Path | None = None,
             cloud_out: str | Path | bool | None = None, *, launches: int = MIN_LAUNCHES,
             runs_dir: str | Path = "runs", on_progress: Callable[[str], None] | None = None,
-            cluster: Any = None, latency_scale: float = 1.0, max_packing: int = DEFAULT_MAX_K) -> ProfileResult:
+            cluster: Any = None, latency_scale: float = 1.0, max_packing: int = DEFAULT_MAX_K,
+            max_fused: int = 1) -> ProfileResult:
     """Measure a job's model profile and the provider's latencies, and write them.
 
     Args:
@@ -464,6 +511,9 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             provider; aws against an emulator such as moto). Real EC2 is timed as it is.
         max_packing: the most 1-GPU trials per GPU to measure packed (``k = 1, 2, 4, ...``
             up to it, stopping when throughput stops rising); 1 measures no packing.
+        max_fused: the largest fused group to measure (``F = 1, 2, 4, ...`` trials of one
+            model shape in one program, ``rubberband.profiler.fusion``); 1 (the default)
+            measures no fusion.
 
     Returns:
         A ``ProfileResult``.
@@ -477,7 +527,9 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     req = check_request(experiment, provider, gpus, iters, repeats, max_seconds, launches, cluster, max_packing)
     if isinstance(latency_scale, bool) or not isinstance(latency_scale, (int, float)) or not latency_scale > 0:
         raise SpecError(f"--latency-scale: must be a positive number, got {latency_scale!r}")
-    req = dataclasses.replace(req, latency_scale=float(latency_scale))
+    if isinstance(max_fused, bool) or not isinstance(max_fused, int) or max_fused < 1:
+        raise SpecError(f"--max-fused: must be a whole number of trials of at least 1 (1: no fusion), got {max_fused!r}")
+    req = dataclasses.replace(req, latency_scale=float(latency_scale), max_fused=max_fused)
     exp, cloud = req.experiment, req.cloud
     progress = on_progress or (lambda line: None)
     from rubberband.executor.run import ledger_from_events, new_run_id
@@ -495,6 +547,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     stopped_early = False
     packing: PackingResult | None = None
     packing_skipped = False
+    fusion: FusedResult | str | None = None
     with cluster_session(req.provider, cloud, req.launches, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
                          config=req.cluster, latency_scale=req.latency_scale) as session:
         measurement = _Measurement(req, session)
@@ -536,6 +589,13 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                     packing = measurement.packing(progress, budget_left)
                 else:
                     stopped_early = packing_skipped = True
+            if req.max_fused > 1 and 1 in durations:
+                if req.max_seconds is None or time.time() - t_start + repeat_s[1] + reserve_s <= req.max_seconds:
+                    fusion = measurement.fusion(progress, lambda: req.max_seconds is None or (
+                        time.time() - t_start + repeat_s[1] + reserve_s <= req.max_seconds))
+                else:
+                    stopped_early = True
+                    notes.append("fusion not measured: no time left within --max-seconds")
             for count in range(2, req.launches + 1):
                 measurement.launch(count)
             cloud_samples = measurement.cloud_samples(statistics.fmean(d for d, _ in durations[1][0]))
@@ -629,6 +689,13 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             profile_doc["packed_iter_latency_s"] = {k: e["fitted"] for k, e in packed.items() if k > 1}
         if packing.gpu_memory_gb_per_trial is not None:
             profile_doc["gpu_memory_gb_per_trial"] = round(packing.gpu_memory_gb_per_trial, 3)
+    if isinstance(fusion, str):
+        profile_doc["profiling"]["fusion"] = {"not_fusable": fusion}
+    elif fusion is not None:
+        fused = fused_entries(fusion, statistics.fmean(estimates[1][0]) if 1 in estimates else None)
+        profile_doc["profiling"]["fusion"] = fused["profiling"]
+        profile_doc["fused_iter_latency_s"] = fused["fused_iter_latency_s"]
+        profile_doc["fused_memory_gb"] = fused["fused_memory_gb"]
     ModelProfile.from_dict(profile_doc, where="measured profile")   # what we write must load
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],

@@ -70,3 +70,12 @@ def test_a_function_trainable_is_refused(tmp_path):
     w = DDPWorker(f"{path}:fit", seed=0)
     with pytest.raises(SpecError, match="function trainable"):
         w.assign_group(["a"], [{}])
+
+
+def test_the_worker_groups_configs_by_shape_and_names_why_not():
+    w = DDPWorker(Toy(), seed=0)
+    w.warmup()
+    groups, reason = w.fusable([{"hidden": 8}, {"hidden": 16, "lr": 0.1}, {"hidden": 16}])
+    assert groups == [[1, 2], [0]] and reason is None
+    groups, reason = w.fusable([{"opt": "lbfgs"}, {"opt": "lbfgs"}])
+    assert groups == [[0, 1]] and reason is not None and "LBFGS" in reason
