@@ -173,16 +173,19 @@ def fused_entries(result: FusedResult, solo_s: float | None = None) -> dict[str,
     ``L``: what the planner compares is the measured ratio, not the two methods' difference).
 
     Returns:
-        ``{"fused_iter_latency_s": {F: distribution}, "fused_memory_gb": {F: GB},
+        ``{"fused_iter_latency_s": {F: distribution}, "fused_memory_gb": {F: GB} (empty below
+        two sizes),
         "profiling": {...}}`` — ``profiling`` is what ``profiling.fusion`` records: the scale,
         the stop reason, the throughput against one trial alone, the memory fit and F_max.
     """
     scale = solo_s / result.solo_iter_s if solo_s else 1.0
     entries = {s.F: to_profile_entry([x * scale for x in s.iter_samples]) for s in result.sizes}
     line = result.fit()
+    memory = {s.F: round(s.memory_gb, 4) for s in result.sizes if s.memory_gb is not None}
     out: dict[str, Any] = {
         "fused_iter_latency_s": {F: e["fitted"] for F, e in entries.items()},
-        "fused_memory_gb": {s.F: round(s.memory_gb, 4) for s in result.sizes if s.memory_gb is not None},
+        # At least two sizes, or there is no line m1 + (F − 1)·Δ to fit (the profile refuses one).
+        "fused_memory_gb": memory if len(memory) >= 2 else {},
         "profiling": {
             "stopped": result.stopped, "forward": result.forward, "optimizer": result.optimizer,
             "solo_iter_s_as_fused": round(result.solo_iter_s, 6), "scaled_by": round(scale, 4),

@@ -695,7 +695,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         fused = fused_entries(fusion, statistics.fmean(estimates[1][0]) if 1 in estimates else None)
         profile_doc["profiling"]["fusion"] = fused["profiling"]
         profile_doc["fused_iter_latency_s"] = fused["fused_iter_latency_s"]
-        profile_doc["fused_memory_gb"] = fused["fused_memory_gb"]
+        if fused["fused_memory_gb"]:
+            profile_doc["fused_memory_gb"] = fused["fused_memory_gb"]
     ModelProfile.from_dict(profile_doc, where="measured profile")   # what we write must load
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
