@@ -42,6 +42,17 @@ def plan(model: Any) -> list[tuple[Any, ...]] | None:
     return steps
 
 
+def accepts(steps: list[tuple[Any, ...]], x: Any) -> bool:
+    """Whether the batched forward takes inputs shaped like ``x``: its first Linear needs
+    ``[B, features]`` (after a Flatten if there is one before it)."""
+    for step in steps:
+        if step[0] == "flatten":
+            return True
+        if step[0] == "linear":
+            return bool(x.dim() == 2)
+    return True
+
+
 def uses_default_loss(trainer: Any) -> bool:
     """Whether the trainer's loss is ``Trainer.loss`` (mean cross-entropy), not overridden."""
     fn = getattr(type(trainer), "loss", None)

@@ -135,6 +135,7 @@ class FusedGroup:
             raise SpecError(f"fused group: forward='batched' covers an nn.Sequential of {', '.join(batched.ELEMENTWISE)}, "
                             "Linear and Flatten only; use forward='vmap' for this model")
         self._batched = batched.member_losses(steps, trainer, self.F) if steps is not None else None
+        self._steps, self._forward, self._checked = steps or [], forward, False
         self.forward_path = "batched" if self._batched is not None else "vmap"
 
     def train_step(self, x: Any, y: Any, micro: int | None = None) -> None:
@@ -144,6 +145,13 @@ class FusedGroup:
             P.grad = None
         if self.device.type != "cpu":
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        if self._batched is not None and not self._checked:
+            self._checked = True
+            if not batched.accepts(self._steps, x):
+                if self._forward == "batched":
+                    raise SpecError(f"fused group: forward='batched' needs inputs of shape [batch, features] at the "
+                                    f"first Linear, got {tuple(x.shape)}; use forward='vmap'")
+                self._batched, self.forward_path = None, "vmap"
         chunks = list(zip(x.split(micro), y.split(micro))) if micro else [(x, y)]
         for cx, cy in chunks:
             if self._batched is not None:

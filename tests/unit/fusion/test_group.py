@@ -203,3 +203,29 @@ def test_a_per_member_lr_schedule_on_the_members_optimizers_is_followed(configs)
             schedule.step()
         for (name, p), q in zip(model.named_parameters(), group.member(i).parameters()):
             assert float((p - q).detach().norm() / p.detach().norm()) <= 1e-5, name
+
+
+def test_inputs_the_batched_forward_cannot_take_go_through_vmap():
+    """A Linear over [B, T, features]: the batched layers need [B, features]; auto falls back
+    to vmap at the first step, and both members still train as alone."""
+    import torch.nn as nn
+
+    class Seq(Toy):
+        def build_model(self, config):
+            return nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Flatten(), nn.Linear(16, 3))
+
+    x, y = torch.randn(16, 4, 2, generator=torch.Generator().manual_seed(0)), torch.randint(0, 3, (16,))
+    group = FusedGroup(Seq(), [{"lr": 0.1}, {"lr": 0.2}], seed=0)
+    assert group.forward_path == "batched"
+    group.train_step(x, y)
+    assert group.forward_path == "vmap"
+    torch.manual_seed(0)
+    model = Seq().build_model({})
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    Seq().loss(model(x), y).backward()
+    opt.step()
+    for p, q in zip(model.parameters(), group.member(1).parameters()):
+        assert torch.allclose(p, q, rtol=1e-6, atol=1e-7)
+    forced = FusedGroup(Seq(), [{"lr": 0.1}], seed=0, forward="batched")
+    with pytest.raises(SpecError, match="needs inputs of shape \\[batch, features\\]"):
+        forced.train_step(x, y)
