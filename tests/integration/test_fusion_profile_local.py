@@ -33,3 +33,4 @@ def test_profile_measures_fused_groups_and_writes_keys_that_load(tmp_path):
         assert set(model.fused_memory_gb) == set(sizes) and "memory_fit" in fusion
     assert any(line.startswith("fusion 1 trial(s) in one program") for line in lines)
     assert any(line.startswith("fusion stopped:") for line in lines)
+    print("\n" + "\n".join(line for line in lines if line.startswith("fusion")))
