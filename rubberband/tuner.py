@@ -350,9 +350,6 @@ class Tuner:
         except SpecError as exc:
             raise SpecError(_python_names(str(exc))) from None
         self._warn(doubts)
-        # As `rubberband run` (cli/run_cmd.py): no executor runs fused stages yet (issue #23 item 4),
-        # so the plan, its re-plans and its safety net fuse nothing.
-        req = replace(req, models=_without_fusion(req.models))
         plan = plan_request(req)
         self._warn([w for w in plan.warnings if w not in doubts])
         self._say(plan_table(plan) + "\n" + summary_line(plan.predicted, plan.deadline_s) + "\n")
@@ -418,13 +415,6 @@ class Tuner:
     def _say(self, text: str) -> None:
         if self.verbose:
             print(text, flush=True)
-
-
-def _without_fusion(models: Any) -> Any:
-    """The profile(s) without fused latencies, so that the planner fuses nothing (as run's ``without_fusion``)."""
-    if isinstance(models, Mapping):
-        return {gpu: _without_fusion(m) for gpu, m in models.items()}
-    return models.replace(fused_iter_latency_s={}, fused_memory_gb={}) if models.fused_iter_latency_s else models
 
 
 def _worker_importable(origin: str) -> bool:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Mapping
-from dataclasses import replace
 
 from rubberband.cli.common import (
     IMAGE_TYPES,
@@ -142,15 +140,8 @@ def run_cmd(args: argparse.Namespace) -> int:
                                req.deadline_s or float("inf"), samples=req.samples, seed=req.seed,
                                fused_per_gpu=fusion)
     else:
-        unfused = args.provider not in FUSED_PROVIDERS and has_fusion(req.models)
         # With --budget, plan for it as `plan --budget` does (below the cheapest plan: its error).
-        # The executor cannot run what the planner would fuse: plan without it, and say so.
-        plan = plan_from_args(args, replace(req, models=without_fusion(req.models)) if unfused else req)
-        if unfused:
-            plan = replace(plan, warnings=(*plan.warnings, (
-                f"fusion: the {args.provider} executor does not run fused stages yet (issue #23 item 4), so run "
-                "plans without them; `rubberband plan` shows what fusion would save")))
-    refuse_fusion(plan, args.provider)
+        plan = plan_from_args(args, req)
     print_warnings(plan, req)
     if not args.json:
         print(plan_table(plan))
@@ -167,8 +158,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     if not args.json and sys.stderr.isatty():     # the cluster's start (Ray's head, the autoscaler) takes seconds
         print(f"starting a {args.provider} cluster for {plan.instance_type} x{max(plan.instances)} at most; "
               "the run's events follow once it is up", file=sys.stderr, flush=True)
-    # Re-plans fuse nothing where the executor cannot run fused stages.
-    loop_model = plan_model(exp, plan) if args.provider in FUSED_PROVIDERS else without_fusion(plan_model(exp, plan))
+    loop_model = plan_model(exp, plan)
     from rubberband.executor.search_space import Search
 
     result = execute(plan, exp.trainer, Search.of(exp.search_space, exp.search), provider=args.provider, metric=exp.metric, mode=exp.mode,
@@ -188,37 +178,6 @@ def run_cmd(args: argparse.Namespace) -> int:
         payload["gantt"] = args.gantt
     emit(args, payload, text)
     return EXIT_BUDGET if result.loop.get("stopped") else 0
-
-
-# Providers whose executor runs fused stages (DESIGN §4.5): none yet; the fused worker is issue
-# #23 item 4, and the `sim` backend's scheduler places trials one program each.
-FUSED_PROVIDERS: frozenset[str] = frozenset()
-
-
-def refuse_fusion(plan, provider: str) -> None:
-    """One line for a plan with fused stages on a provider whose executor cannot run them.
-
-    Raises:
-        SpecError: naming ``fused_per_gpu``, the stages and the fix.
-    """
-    fused = [i for i, f in enumerate(plan.fusion) if f > 1]
-    if fused and provider not in FUSED_PROVIDERS:
-        raise SpecError(f"fused_per_gpu: fused stages run on the {provider} provider not yet: its executor trains one "
-                        f"trial per program (issue #23 item 4), and stage(s) {', '.join(map(str, fused))} fuse "
-                        f"{', '.join(str(plan.fusion[i]) for i in fused)} per GPU; give --fused-per-gpu 1 or a plan "
-                        "without fusion")
-
-
-def has_fusion(models) -> bool:
-    """Whether a profile (or any of a mapping by GPU model) has fused latencies."""
-    return any(m.fused_iter_latency_s for m in (models.values() if isinstance(models, Mapping) else [models]))
-
-
-def without_fusion(models):
-    """The profile(s) without their fused latencies and memory, so that the planner fuses nothing."""
-    if isinstance(models, Mapping):
-        return {gpu: without_fusion(m) for gpu, m in models.items()}
-    return models.replace(fused_iter_latency_s={}, fused_memory_gb={})
 
 
 # Flags that only planning reads: with --plan (a plan made already) or --allocation (one given),

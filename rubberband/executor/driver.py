@@ -114,7 +114,8 @@ class TrialState:
     gang: Any = None
     instances: tuple[str, ...] = ()
     slots: tuple = ()              # the scheduler's slots of its gang: (name, GPU index) each
-    share: int = 1                 # trials per GPU its gang was started for (packed: > 1)
+    share: int = 1                 # trials per GPU its gang was started for (packed or fused: > 1)
+    fused: bool = False            # its gang is a member of a fused group (DESIGN §4.5)
     history: list[dict[str, Any]] = field(default_factory=list)
     eliminated_after: int | None = None
     restarts: int = 0              # times its gang was lost (a dead gang or a lost instance)
@@ -221,6 +222,7 @@ class Driver:
         self.stage_start = 0.0
         self.stage_trials: list[str] = []
         self.share = 1                                   # trials per GPU of the stage running (packed: > 1)
+        self.fused = False                               # whether they train as fused groups
         self.scaling = False                             # the stage waits for its scale-up (no trial started yet)
         self.claims: dict[str, tuple] = {}               # trial -> the slots the scheduler last gave it
         self.holder: dict[Any, str] = {}                 # slot -> the trial that claims it
@@ -428,7 +430,7 @@ class Driver:
         stage, start = self.began.pop(tid)
         end = self._now()
         gpus = len(trial.instances)
-        where = {"instances": list(trial.instances), "trials_per_gpu": trial.share,
+        where = {"instances": list(trial.instances), "trials_per_gpu": trial.share, **({"fused": True} if trial.fused else {}),
                  **({"gpu_ids": self.gpu_ids.pop(tid)} if tid in self.gpu_ids else {})}
         redone = self.redone.pop(tid, 0)
         trial.history.append({"stage": stage, "iters": self.plan.spec.stages[stage].iters, "gpus": gpus,
@@ -643,7 +645,8 @@ class Driver:
                 continue
             try:
                 # Part of initialising a new instance: warm workers on each GPU, as many as the stage packs.
-                warm_s = self.runner.warm(nodes, self.share)
+                # (a fused stage: one worker per GPU, each holding the whole of it, for a group)
+                warm_s = self.runner.warm(nodes, 1 if self.fused else self.share)
                 break
             except Exception:
                 # A node lost while its workers warmed up (a reclaim with no notice): not yet
@@ -698,7 +701,7 @@ class Driver:
                 trial = self._trial(d.trial)
                 self._stop_gang(trial)
                 self._claim(d.trial, d.slots)
-                self._gang(trial, d.slots, d.trials_per_gpu)
+                self._gang(trial, d.slots, d.trials_per_gpu, d.fused)
             elif isinstance(d, StopTrial):
                 trial = self._trial(d.trial)
                 self._unclaim(d.trial)
@@ -747,9 +750,11 @@ class Driver:
     def _enter_stage(self, d: StageStarted) -> None:
         self.stage, self.stage_start = d.stage, self._now()
         self.stage_trials, self.share, self.scaling = list(d.trials), d.trials_per_gpu, True
+        self.fused = d.fused
         self.budget_left = d.budget_left_usd
         self._emit("stage", index=d.stage, trials=len(d.trials), iters=d.iters, gpus_per_trial=d.gpus_per_trial,
-                   trials_per_gpu=d.trials_per_gpu, instances=d.instances, spot=d.spot_instances, **self._budget())
+                   trials_per_gpu=d.trials_per_gpu, instances=d.instances, spot=d.spot_instances,
+                   **({"fused": True} if d.fused else {}), **self._budget())
         self._wait_stage = True
 
     def _budget(self) -> dict[str, float]:
@@ -779,7 +784,7 @@ class Driver:
 
     def _start(self, d: StartTrial) -> None:
         trial = self._trial(d.trial)
-        self._gang(trial, d.slots, d.trials_per_gpu)
+        self._gang(trial, d.slots, d.trials_per_gpu, d.fused)
         self.left[d.trial] = d.iters
         if self.began.get(d.trial, (None,))[0] != d.stage:
             self.began[d.trial] = (d.stage, self._now())
@@ -794,16 +799,18 @@ class Driver:
         future = self.runner.train(trial.gang, n)
         self.pending[future], self.chunk[future] = trial.id, n
 
-    def _gang(self, trial: TrialState, slots: tuple, share: int = 1) -> None:
+    def _gang(self, trial: TrialState, slots: tuple, share: int = 1, fused: bool = False) -> None:
         """Give ``trial`` a gang on ``slots`` at ``share`` trials per GPU: its own if it runs there,
         the gang of an idle trial on exactly those instances (handed over), else a new one from
         its checkpoint. A packed gang sits on its slot's GPU: it is kept or handed over only
         on that very slot, and a gang of another share is never reused (its worker holds
-        another fraction of a GPU)."""
+        another fraction of a GPU). A member of a fused group (``fused``) is kept on its slot
+        but never handed over: the trial joins the group on its slot's GPU instead."""
         wanted = tuple(self.real[n] for n, _ in slots)
 
         def fits(other: TrialState) -> bool:
-            return other.instances == wanted and other.share == share and (share == 1 or other.slots == tuple(slots))
+            return (other.instances == wanted and other.share == share and other.fused == fused
+                    and (share == 1 or other.slots == tuple(slots)))
 
         if trial.gang is not None and fits(trial):
             return
@@ -815,7 +822,7 @@ class Driver:
             if other is trial or other.gang is None or other.id in self.running:
                 continue
             mine = set(self.claims.get(other.id, ()))
-            if fits(other) and not mine:
+            if fits(other) and not mine and not fused:
                 donor = donor or other
             elif not mine or mine & taken:
                 self._stop_gang(other)       # idle and in the way: its workers go back to the pool
@@ -825,8 +832,8 @@ class Driver:
             trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
         else:
             trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint, trials_per_gpu=share,
-                                           gpus=tuple(g for _, g in slots))
-        trial.instances, trial.slots, trial.share = wanted, tuple(slots), share
+                                           gpus=tuple(g for _, g in slots), fused=fused)
+        trial.instances, trial.slots, trial.share, trial.fused = wanted, tuple(slots), share, fused
         self.ganged.add(trial.id)
         left = self.resuming.pop(trial.id, None)
         if left is not None:

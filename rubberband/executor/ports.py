@@ -188,7 +188,9 @@ class TrialRunnerPort(Protocol):
     gang to another trial of the same size on the same instances (actor reuse). A packed
     stage (``trials_per_gpu`` k > 1) starts 1-GPU trials that take ``1/k`` of the GPU serving
     the scheduler's GPU index ``gpus[0]`` on their instance; ``warm`` readies workers of the
-    stage's share.
+    stage's share. A fused stage (``fused``, DESIGN §4.5) starts its trials ``trials_per_gpu`` to
+    a GPU as members of one program on that GPU's one worker: the runner trains the members
+    that asked for a chunk together, as one group.
 
     Three hooks let a virtual runner (the ``sim`` backend) keep the model's time where a real
     cluster's time is real: ``begin_train`` says a trial's TRAIN of stage ``stage`` starts (or
@@ -200,7 +202,7 @@ class TrialRunnerPort(Protocol):
     """
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
-              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> Any: ...
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None, fused: bool = False) -> Any: ...
     def reassign(self, gang: Any, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Any: ...
     def train(self, gang: Any, iters: int) -> Any: ...
     def wait(self, pending: Sequence[Any], timeout_s: float) -> tuple[list[Any], list[Any]]: ...

@@ -51,6 +51,7 @@ class Gpu:
     share: int
     workers: list[Worker] = field(default_factory=list)
     slot: int | None = None
+    group: FusedSlot | None = None     # the fused group its one worker trains (DESIGN §4.5)
 
 
 @dataclass(eq=False)
@@ -73,10 +74,34 @@ class Gang:
     workers: list[Worker]
     instances: tuple[str, ...]
     share: int = 1
+    group: FusedSlot | None = None      # a member of this fused group (DESIGN §4.5)
 
     @property
     def actors(self) -> list[Any]:
         return [w.actor for w in self.workers]
+
+
+@dataclass(eq=False)
+class FusedSlot:
+    """A fused group on one GPU: one worker holding the whole GPU trains its members as one
+    program (``DDPWorker.assign_group``). Members join (``start``) and leave (``stop``) one by
+    one; the runner trains, as one round, the members that asked for a chunk when it next waits,
+    rebuilding the worker's group from the members' latest checkpoints when they are not the
+    ones it holds (a member that joined or left, the next wave of a stage)."""
+
+    worker: Worker
+    members: dict[str, tuple[dict[str, Any], Any]] = field(default_factory=dict)   # trial -> (config, checkpoint)
+    built: tuple[str, ...] = ()                  # the members the worker's group holds, in its order
+    asked: dict[str, GangFuture] = field(default_factory=dict)   # chunks asked for, not yet trained
+
+
+@dataclass(eq=False)
+class RoundRefs:
+    """One round of a fused group in flight: the worker's per-member results and checkpoints."""
+
+    results: Any
+    checkpoints: Any
+    members: tuple[str, ...]
 
 
 @dataclass(eq=False)
@@ -86,6 +111,8 @@ class GangFuture:
     gang: Gang
     rank0: Any
     others: list[Any]
+    iters: int = 0
+    round: RoundRefs | None = None        # a fused member's: its group's round, once trained
 
 
 class RayTrialRunner:
@@ -237,10 +264,16 @@ class RayTrialRunner:
         return self._new_worker(gpu), True
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
-              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> Gang:
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None, fused: bool = False) -> Gang:
         """Form ``trial``'s gang, one worker on each of ``instances``, and restore ``checkpoint``.
         Packed (``trials_per_gpu`` k > 1): each worker takes ``1/k`` of the GPU that serves the
-        scheduler's GPU index ``gpus[j]`` on its instance, beside the other trials placed there."""
+        scheduler's GPU index ``gpus[j]`` on its instance, beside the other trials placed there.
+        Fused: the trial joins the fused group of that GPU (``FusedSlot``; its worker holds the
+        whole GPU), up to ``trials_per_gpu`` members."""
+        if fused:
+            if len(instances) != 1:
+                raise ProviderError(f"trial {trial}: a fused trial runs on one GPU, not on {len(instances)}")
+            return self._join(trial, config, instances[0], checkpoint, gpus[0] if gpus else None, trials_per_gpu)
         workers, fresh = [], []
         try:
             for j, inst in enumerate(instances):
@@ -264,24 +297,43 @@ class RayTrialRunner:
         return Gang(trial, workers, tuple(instances), trials_per_gpu)
 
     def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
-        """Hand a gang's running workers to another trial (no process or group restart)."""
+        """Hand a gang's running workers to another trial (no process or group restart); a fused
+        member's place in its group."""
+        if gang.group is not None:
+            gang.group.members.pop(gang.trial, None)
+            gang.group.asked.pop(gang.trial, None)
+            gang.group.members[trial] = (dict(config), checkpoint)
+            gang.trial = trial
+            return gang
         ckpt = ray.put(checkpoint) if checkpoint is not None else None
         ray.get([a.assign.remote(config, ckpt, trial) for a in gang.actors], timeout=self.timeout_s)
         gang.trial = trial
         return gang
 
     def train(self, gang: Gang, iters: int) -> GangFuture:
+        if gang.group is not None:         # trained with the group's other members at the next wait
+            future = GangFuture(gang, None, [], int(iters))
+            gang.group.asked[gang.trial] = future
+            return future
         refs = [a.train.remote(iters) for a in gang.actors]
         ckpt = gang.actors[0].checkpoint.remote()
         return GangFuture(gang, refs[0], refs[1:] + [ckpt])
 
     def wait(self, pending: Sequence[GangFuture], timeout_s: float) -> tuple[list[GangFuture], list[GangFuture]]:
-        by_ref = {f.rank0: f for f in pending}
+        self._train_rounds(pending)
+        by_ref: dict[Any, list[GangFuture]] = {}
+        for f in pending:
+            if f.rank0 is not None:
+                by_ref.setdefault(f.rank0, []).append(f)
+        if not by_ref:
+            raise ProviderError("fused groups: chunks were asked for, but none could be trained")
         ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
-        done = [by_ref[r] for r in ready]
+        done = [f for r in ready for f in by_ref[r]]      # a fused round: every member at once
         return done, [f for f in pending if f not in done]
 
     def result(self, future: GangFuture) -> TrainResult:
+        if future.round is not None:
+            return self._member_result(future)
         out = ray.get(future.rank0, timeout=self.timeout_s)
         rest = ray.get(future.others, timeout=self.timeout_s)
         digests = [out.get("digest")] + [o.get("digest") for o in rest[:-1]]
@@ -295,7 +347,11 @@ class RayTrialRunner:
         return ray.get([a.param_digest.remote() for a in gang.actors], timeout=self.timeout_s)
 
     def stop(self, gang: Gang) -> None:
-        """Release a gang's workers back to the warm pool (or kill them if they are unhealthy)."""
+        """Release a gang's workers back to the warm pool (or kill them if they are unhealthy); a
+        fused member leaves its group (the worker goes back to the pool with the last one)."""
+        if gang.group is not None:
+            self._leave(gang)
+            return
         try:
             ray.get([a.leave.remote() for a in gang.actors], timeout=30)
         except Exception:  # a dead or stuck gang cannot leave cleanly; replace its workers
@@ -304,6 +360,92 @@ class RayTrialRunner:
             return
         for w in gang.workers:
             self.busy.discard(w)
+
+
+    # --- fused groups (DESIGN §4.5) -----------------------------------------------------------
+    def _join(self, trial: str, config: dict[str, Any], instance: str, checkpoint: bytes | None,
+              slot: int | None, limit: int) -> Gang:
+        """``trial`` joins the fused group serving the scheduler's GPU ``slot`` on ``instance``
+        (a new group on an idle GPU when none serves it yet)."""
+        mine = self.gpus.get(instance, [])
+        gpu = next((g for g in mine if g.group is not None and g.slot == slot), None)
+        if gpu is None:
+            gpu = next((g for g in mine if g.group is None and not self._in_use(g)), None)
+            if gpu is None:
+                self._drop_too_coarse(instance, 2, limit=1)      # a packed GPU's idle workers make room
+                gpu = self._new_gpu(instance, 1)
+            idle = self._idle(gpu)
+            for extra in idle[1:]:                           # one worker holds the group
+                self._kill(extra)
+            worker = idle[0] if idle else self._new_worker(gpu)
+            if not idle:
+                ray.get(worker.actor.warmup.remote(), timeout=self.timeout_s)
+            gpu.slot, gpu.group = slot, FusedSlot(worker)
+            self.busy.add(worker)
+        group = gpu.group
+        assert group is not None
+        if len(group.members) >= limit:
+            raise ProviderError(f"instance {instance}: the fused group on its GPU {slot} already has {limit} members")
+        group.members[trial] = (dict(config), checkpoint)
+        return Gang(trial, [group.worker], (instance,), limit, group=group)
+
+    def _train_rounds(self, pending: Sequence[GangFuture]) -> None:
+        """Train, as one round per fused group, the members that asked for a chunk; the worker's
+        group is rebuilt from the members' latest checkpoints when they are not the ones it
+        holds."""
+        for group in {f.gang.group for f in pending if f.gang.group is not None and f.round is None}:
+            assert group is not None
+            members = tuple(t for t in group.members if t in group.asked)
+            if not members:
+                continue
+            iters = {group.asked[t].iters for t in members}
+            if len(iters) > 1:
+                raise ProviderError(f"fused group of {', '.join(members)}: its members asked for {sorted(iters)} "
+                                    "iterations; a group trains them in step")
+            actor = group.worker.actor
+            if members != group.built:
+                configs = [group.members[t][0] for t in members]
+                ckpts = [group.members[t][1] for t in members]
+                ray.get(actor.assign_group.remote(list(members), configs, ckpts), timeout=self.timeout_s)
+                group.built = members
+            rnd = RoundRefs(actor.train.remote(iters.pop()), actor.checkpoint_group.remote(), members)
+            for t in members:
+                future = group.asked.pop(t)
+                future.rank0, future.others, future.round = rnd.results, [rnd.checkpoints], rnd
+
+    def _member_result(self, future: GangFuture) -> TrainResult:
+        """A fused member's share of its group's round; its checkpoint is kept for a rebuild."""
+        rnd, gang = future.round, future.gang
+        assert rnd is not None and gang.group is not None
+        outs = ray.get(rnd.results, timeout=self.timeout_s)
+        ckpts = ray.get(rnd.checkpoints, timeout=self.timeout_s)
+        i = rnd.members.index(gang.trial)
+        out = outs[i]
+        if gang.trial in gang.group.members:
+            gang.group.members[gang.trial] = (gang.group.members[gang.trial][0], ckpts[i])
+        return TrainResult(step=int(out["step"]), iter_times=list(out["iter_times"]),
+                           metrics=dict(out.get("metrics", {})), checkpoint=ckpts[i], digests=[out.get("digest")],
+                           gpu_ids=[out.get("gpu_ids")])
+
+    def _leave(self, gang: Gang) -> None:
+        """A fused member leaves its group; with the last one, the worker drops the group and
+        goes back to the warm pool (killed if it cannot)."""
+        group = gang.group
+        assert group is not None
+        group.members.pop(gang.trial, None)
+        group.asked.pop(gang.trial, None)
+        if group.members:
+            return
+        worker = group.worker
+        if worker.gpu.group is group:
+            worker.gpu.group = None
+        try:
+            ray.get(worker.actor.leave.remote(), timeout=30)
+        except Exception:
+            if worker in worker.gpu.workers:
+                self._kill(worker)
+            return
+        self.busy.discard(worker)
 
 
 class RayClusterPort:

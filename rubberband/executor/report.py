@@ -23,6 +23,7 @@ def stage_entry(plan: Any, index: int, ledger: Any, *, trials: int, promoted: li
         "index": index, "trials": trials, "instance_type": ran_on,
         "gpus_per_trial": plan.gpus_per_trial[index] if gpus_per_trial is None else gpus_per_trial,
         "promoted": promoted,
+        **({"fused_per_gpu": plan.fusion[index]} if plan.fusion[index] > 1 else {}),
         "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
                       "spot_instances": plan.spot_counts[index], "instance_type": planned},
         "actual": {"duration_s": duration_s, "instances": instances, "cost_usd": cost_usd, "spot_instances": spot_instances,
@@ -87,16 +88,22 @@ class RunResult:
         from rubberband.render import render
 
         by_type = self.ledger.get("by_type") or {}
+        fused = any(s.get("fused_per_gpu", 1) > 1 for s in self.stages)
         rows = []
         for s in self.stages:
             planned, ran = s["predicted"].get("instance_type"), s.get("instance_type", "")
             kind = ran if planned in (None, ran) else f"{planned}→{ran}"     # a re-plan moved the stage
-            rows.append([s["index"], s["trials"], s["gpus_per_trial"], *([kind] if by_type else []),
+            rows.append([s["index"], s["trials"], s["gpus_per_trial"], *([s.get("fused_per_gpu", 1)] if fused else []),
+                         *([kind] if by_type else []),
                          s["predicted"]["instances"], s["actual"]["instances"],
                          format_duration(s["predicted"]["duration_s"]), format_duration(s["actual"]["duration_s"]),
                          format_usd(s["predicted"]["cost_usd"]), format_usd(s["actual"]["cost_usd"])])
-        lines = [render(["stage", "trials", "GPUs/trial", *(["type"] if by_type else []), "inst pred", "inst real",
+        lines = [render(["stage", "trials", "GPUs/trial", *(["fused/GPU"] if fused else []), *(["type"] if by_type else []),
+                         "inst pred", "inst real",
                          "time pred", "time real", "cost pred", "cost real"], rows, title="predicted vs actual")]
+        for s in self.stages:
+            if s.get("fused_per_gpu", 1) > 1:
+                lines.append(f"stage {s['index']}: {s['fused_per_gpu']} trials fused per GPU (one program per GPU)")
         lines.append(
             f"JCT  predicted {format_duration(self.predicted['jct_s'])}  actual {format_duration(self.actual['jct_s'])}  "
             f"({self.error('jct_s'):+.1%})"

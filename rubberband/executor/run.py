@@ -318,7 +318,8 @@ def progress_printer(stream=None) -> Callable[[str, dict[str, Any]], None]:
     def _line(kind: str, data: dict[str, Any]) -> None:
         stamp = f"[{time.time() - t0:7.1f}s]"
         if kind == "stage":
-            packed = f", {data['trials_per_gpu']} trials per GPU" if data.get("trials_per_gpu", 1) > 1 else ""
+            packed = f", {data['trials_per_gpu']} trials {'fused ' if data.get('fused') else ''}per GPU" \
+                if data.get("trials_per_gpu", 1) > 1 else ""
             print(f"{stamp} stage {data['index']}: {data['trials']} trial{'' if data['trials'] == 1 else 's'} x {data['iters']} iters, "
                   f"{data['gpus_per_trial']} GPU(s)/trial{packed} on {data['instances']} instance(s)", file=stream, flush=True)
         elif kind == "trial":

@@ -435,6 +435,7 @@ class SimGang:
     config: dict[str, Any] = field(default_factory=dict)
     step: int = 0              # where its trial stands (a runner that keeps it: the fakes)
     alive: bool = True
+    fused: bool = False        # a member of a fused group of ``share`` on its GPU (DESIGN §4.5)
 
 
 @dataclass(eq=False)
@@ -473,8 +474,8 @@ class VirtualRunner:
         return math.inf
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
-              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> SimGang:
-        return SimGang(trial, tuple(instances), trials_per_gpu, None if gpus is None else tuple(gpus))
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None, fused: bool = False) -> SimGang:
+        return SimGang(trial, tuple(instances), trials_per_gpu, None if gpus is None else tuple(gpus), fused=fused)
 
     def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
         gang.trial = trial
@@ -534,12 +535,15 @@ class SimRunnerPort(VirtualRunner):
     """``TrialRunnerPort`` in virtual time: a TRAIN draws ``L`` and its start-up once per trial and
     stage (a slow trial stays slow, also after a reclaim), and trains its iterations as one
     chunk of ``startup + k * L`` that ends early, keeping its completed iterations, where one of
-    its instances is reclaimed (the truth knows when). A SYNC takes one ``sync_s`` draw."""
+    its instances is reclaimed (the truth knows when). A fused group's members (DESIGN §4.5)
+    share one draw of ``L_F`` and start-up: those that begin a stage's TRAIN on one GPU at one
+    time. A SYNC takes one ``sync_s`` draw."""
 
     def __init__(self, world: SimWorld, cluster: SimClusterPort):
         super().__init__(world.clock)
         self.world, self.cluster = world, cluster
         self._draws: dict[tuple[str, int], tuple[float, float]] = {}
+        self._groups: dict[tuple[Any, ...], tuple[float, float]] = {}     # a fused group's draw
         self._steps: dict[str, int] = {}
         self._types: dict[int, str] = {}
 
@@ -553,6 +557,12 @@ class SimRunnerPort(VirtualRunner):
         itype = self.cluster.instances[gang.instances[0]].instance_type
         self._types[stage] = itype
         key = (gang.trial, stage)
+        if key not in self._draws and gang.fused:       # once per fused group: its GPU, stage and start
+            model, group = self._model(itype, stage), (gang.instances[0], gang.gpus, stage, self.clock.now())
+            if group not in self._groups:
+                self._groups[group] = (self.world.draw(_TRAIN, model.fused_latency(gang.share)),
+                                       self.world.draw(_STARTUP, model.trial_startup_s))
+            self._draws[key] = self._groups[group]
         if key not in self._draws:        # once per trial and stage
             model, k = self._model(itype, stage), gang.share
             dist = model.packed_latency(k) if k > 1 else model.latency(len(gang.instances))

@@ -142,23 +142,26 @@ class StartTrial:
     """Train ``trial`` for ``iters`` more iterations on ``slots`` (its gang: started, resumed
     from its checkpoint, or kept if it already runs there). A TRAIN node: start-up included.
     ``trials_per_gpu`` > 1: a packed stage, the one slot is shared by up to that many trials
-    (each takes ``1/trials_per_gpu`` of the GPU)."""
+    (each takes ``1/trials_per_gpu`` of the GPU); with ``fused``, the trials on the slot train
+    as one program, a fused group of up to ``trials_per_gpu`` (DESIGN §4.5)."""
 
     trial: str
     stage: int
     slots: tuple[Slot, ...]
     iters: int
     trials_per_gpu: int = 1
+    fused: bool = False
 
 
 @dataclass(frozen=True)
 class ResizeTrial:
     """Move an idle trial's gang to ``slots`` (checkpoint, restart there): packing at a SYNC;
-    ``trials_per_gpu`` as in ``StartTrial``."""
+    ``trials_per_gpu`` and ``fused`` as in ``StartTrial``."""
 
     trial: str
     slots: tuple[Slot, ...]
     trials_per_gpu: int = 1
+    fused: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class StageStarted:
     instance_type: str
     cloud: CloudProfile               # the profile of its instance type (prices, latencies, market)
     budget_left_usd: float | None = None
+    fused: bool = False               # its trials train ``trials_per_gpu`` to a GPU as fused groups
 
 
 @dataclass(frozen=True)
@@ -299,6 +303,7 @@ class StageFollowed:
     gpus_per_trial: int
     trials_per_gpu: int
     instance_type: str
+    fused_per_gpu: int = 1
 
 
 @dataclass(frozen=True)

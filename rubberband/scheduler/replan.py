@@ -75,6 +75,7 @@ from rubberband.plan import compile_plan, plan_allocation
 from rubberband.plan.compile import (
     cheaper_plan,
     check_max_instances,
+    fusion_counts,
     packing_counts,
     plan_on_table,
     profile_gpu,
@@ -176,19 +177,21 @@ class Replanner:
         table = self._table
         cloud = self.plan.cloud
         if (table is None or several or market is not cloud.market or first < self._table_first
-                or (policy == "optimal" and packing_counts(model, cloud))):
+                or (policy == "optimal" and (packing_counts(model, cloud) or fusion_counts(model, cloud)))):
             return None
         self._table = table.tail(first - self._table_first, held, model=model)
         self._table_first = first
         return self._table
 
-    def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1) -> None:
+    def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1, fused: bool = False) -> None:
         """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial (packed: ``trials_per_gpu``
-        to a GPU, measured against the packed latency) that ran uninterrupted."""
+        to a GPU, measured against the packed latency; ``fused``: in a fused group of that many,
+        against the fused latency) that ran uninterrupted."""
         if iters <= 0:
             return
         per_iter = (duration_s - self.model.trial_startup_s.mean) / iters
-        latency = self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
+        latency = (self.model.fused_latency(trials_per_gpu) if fused else self.model.packed_latency(trials_per_gpu)
+                   if trials_per_gpu > 1 else self.model.latency(gpus))
         mean = latency.mean
         if per_iter > 0 and mean > 0:
             self._sum += math.log(per_iter / mean)
@@ -201,7 +204,9 @@ class Replanner:
     def corrected(self) -> ModelProfile:
         c = self.factor
         return self.model.replace(iter_latency_s={g: d.with_moments(d.mean * c, d.std * c)
-                                                  for g, d in self.model.iter_latency_s.items()})
+                                                  for g, d in self.model.iter_latency_s.items()},
+                                  fused_iter_latency_s={f: d.with_moments(d.mean * c, d.std * c)
+                                                        for f, d in self.model.fused_iter_latency_s.items()})
 
     def _meets(self, result: SimResult, remaining_s: float) -> bool:
         if self.plan.confidence is None:
@@ -217,11 +222,13 @@ class Replanner:
 
     def replan(self, sync: int, now: float, allocation: list[int], instances: list[int],
                spot: list[int], market: Market | str | None = None, trigger: str = "sync",
-               types: list[str] | None = None, packing: list[int] | None = None) -> tuple[Plan, Replan] | None:
+               types: list[str] | None = None, packing: list[int] | None = None,
+               fusion: list[int] | None = None) -> tuple[Plan, Replan] | None:
         """At the SYNC ending stage ``sync`` (at ``now``), the plan of stages ``sync+1..`` to
         switch to, with its ``Replan`` record, or ``None`` to keep the current one; ``market``
-        overrides the plan's (the safety net has moved the job to on-demand); ``types`` and
-        ``packing``: each stage's instance type and trials per GPU now (default: the plan's)."""
+        overrides the plan's (the safety net has moved the job to on-demand); ``types``,
+        ``packing`` and ``fusion``: each stage's instance type, trials per GPU and trials fused
+        per GPU now (default: the plan's)."""
         first = sync + 1
         remaining = self.plan.deadline_s - now
         if first >= self.plan.spec.num_stages() or not math.isfinite(remaining) or remaining <= 0:
@@ -231,6 +238,7 @@ class Replanner:
         model, cloud = self.corrected(), self.plan.cloud
         types = list(types or [c.instance_type for c in self.plan.stage_clouds])
         packing = list(packing or self.plan.packing)
+        fusion = list(fusion or self.plan.fusion)
         several = len(set(types)) > 1 or types[0] != cloud.instance_type
         held = HeldInstances(instances[sync], spot[sync], types[sync])     # what stage ``sync`` holds now
         if market is None:
@@ -246,7 +254,7 @@ class Replanner:
                        if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
                        draws=table.draws if table is not None else None, spot_instances=spot[first:],
                        trials_per_gpu=packing[first:], instance_types=types[first:] if several else None,
-                       held_at_start=held)
+                       held_at_start=held, fused_per_gpu=fusion[first:])
         slack = MISS_TOLERANCE * self.plan.deadline_s
         old_ok = self._meets(old, remaining + slack)
         try:
@@ -267,7 +275,8 @@ class Replanner:
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
                                   held_at_start=held)
         same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
-                list(new.packing)) == (tuple(allocation[first:]), tuple(instances[first:]), types[first:], packing[first:])
+                list(new.packing), list(new.fusion)) == (tuple(allocation[first:]), tuple(instances[first:]),
+                                                         types[first:], packing[first:], fusion[first:])
         if same:
             return None
         new_ok = self._meets(new.predicted, remaining)

@@ -86,21 +86,26 @@ class SafetyNet:
         self.needed_s = replacements * self.scale_s
         self.sync_s = model.sync_s.mean
 
-    def latency(self, gpus: int, trials_per_gpu: int = 1) -> Distribution:
-        """Seconds per iteration of a trial on ``gpus`` GPUs, or packed ``trials_per_gpu`` to a GPU."""
+    def latency(self, gpus: int, trials_per_gpu: int = 1, fused: bool = False) -> Distribution:
+        """Seconds per iteration of a trial on ``gpus`` GPUs, or packed ``trials_per_gpu`` to a GPU
+        (``fused``: of its fused group of ``trials_per_gpu``, DESIGN §4.5)."""
+        if fused:
+            return self.model.fused_latency(trials_per_gpu)
         return self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
 
-    def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0, trials_per_gpu: int = 1) -> float:
+    def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0, trials_per_gpu: int = 1,
+                fused: bool = False) -> float:
         """One TRAIN of ``iters`` iterations on ``gpus`` GPUs (packed: ``trials_per_gpu`` to a
-        GPU) in a stage of ``trials`` trials, as long as the stage's slowest is expected to be
-        (module docstring)."""
-        d = self.latency(gpus, trials_per_gpu)
+        GPU; ``fused``: in a fused group of that many) in a stage of ``trials`` trials, as long as
+        the stage's slowest is expected to be (module docstring)."""
+        d = self.latency(gpus, trials_per_gpu, fused)
         z = NormalDist().inv_cdf((trials - 0.375) / (trials + 0.25)) if trials > 1 else 0.0
         return self.model.trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
 
-    def train_var(self, gpus: int, iters: float, factor: float = 1.0, trials_per_gpu: int = 1) -> float:
+    def train_var(self, gpus: int, iters: float, factor: float = 1.0, trials_per_gpu: int = 1,
+                  fused: bool = False) -> float:
         """The variance of one TRAIN's ``iters`` iterations (``L`` is drawn once per TRAIN)."""
-        return (iters * self.latency(gpus, trials_per_gpu).std * factor) ** 2
+        return (iters * self.latency(gpus, trials_per_gpu, fused).std * factor) ** 2
 
     def late(self, expected_s: float, variance: float) -> float:
         """``T_od`` from its expectation and variance (module docstring)."""

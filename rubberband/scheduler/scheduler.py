@@ -203,8 +203,11 @@ class Scheduler:
             raise SpecError(f"mode: expected min or max, got {mode!r}")
         self._plan, self._spec, self._mode, self._replanner = plan, plan.spec, mode, replanner
         self._keep_warm, self._net = keep_warm, safety_net
-        # Each stage's instance type (node type = type x market) and trials per GPU (packing).
+        # Each stage's instance type (node type = type x market), trials per GPU (packing) and
+        # trials fused per GPU (DESIGN §4.5). A fused stage is placed as a packed one, ``F`` to a
+        # GPU; its trials on one GPU are one program (``_share``, ``_fused``).
         self._types, self._packing = [c.instance_type for c in plan.stage_clouds], list(plan.packing)
+        self._fusion = list(plan.fusion)
         self._clouds = {c.instance_type: c for c in (plan.cloud, *plan.stage_clouds)}
         self._budget = Budget(plan.cloud, budget_usd, self._clouds) if budget_usd is not None else None
         # How long the current stage has left, for a re-plan at a reclaim: the net's estimate.
@@ -237,7 +240,7 @@ class Scheduler:
         self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
         self._tokens = itertools.count(1)
         self._asked: tuple[int, int, bool] | None = None    # the re-plan in flight: (token, stage, at a reclaim)
-        self._unseen: list[tuple[int, int, float, int]] = []    # TRAIN paces seen while a re-plan is in flight
+        self._unseen: list[tuple[int, int, float, int, bool]] = []    # TRAIN paces seen while a re-plan is in flight
         self._sync_state: tuple[int, list[str], float] | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
@@ -270,7 +273,8 @@ class Scheduler:
     def report(self) -> SchedulerReport:
         """What was decided so far, frozen (``events.SchedulerReport``): call it after ``JobDone``."""
         stages = tuple(StageFollowed(self._allocation[i], self._held[i], self._spot[i], self._gpus_per_trial[i],
-                                     self._packing[i], self._types[i]) for i in range(self._spec.num_stages()))
+                                     self._packing[i], self._types[i], self._fusion[i])
+                       for i in range(self._spec.num_stages()))
         trials = {t.id: TrialRecord(t.id, t.bracket, t.step, t.metric, t.eliminated_after,
                                     tuple(dict(h) for h in t.history)) for t in self._trials.values()}
         return SchedulerReport(self._best(), self._stopped, trials, stages, dict(self._clouds), tuple(self._replans),
@@ -363,20 +367,22 @@ class Scheduler:
         if self._phase in ("sync", "replanning"):
             return net.sync_s, 0.0
         f, m, n = self._factor(), self._gpus_per_trial[self._stage], self._spec.stages[self._stage].num_trials
-        packed = self._packing[self._stage]
+        packed, fused = self._share(self._stage), self._fused(self._stage)
         busy, most = [], 0.0
         for tid, (start, iters, gpus) in self._began.items():
             if self._trials[tid].running:
-                busy.append(max(start + net.train_s(gpus, iters, n, f, packed) - self._now, 0.0))
+                busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused) - self._now, 0.0))
                 model = self._replanner.model if self._replanner else net.model
-                pace = (model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
+                pace = (model.fused_latency(packed) if fused else
+                        model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
                 most = max(most, iters - max(self._now - start, 0.0) / (pace * f))
         queued = [self._trials[t].target - self._trials[t].step for t in self._queue]
-        left = net.stage_s(busy, [net.train_s(m, k, n, f, packed) for k in queued], self._concurrency())
+        left = net.stage_s(busy, [net.train_s(m, k, n, f, packed, fused) for k in queued], self._concurrency())
         if self._phase == "scaling":        # what is left of the scale-up, on on-demand
             left += max(self._scale_s(self._types[self._stage]) - (self._now - self._scale_began), 0.0)
         waves = math.ceil(len(queued) / max(self._concurrency(), 1))
-        var = net.train_var(m, max(most, 0.0), f, packed) + waves * net.train_var(m, max(queued, default=0), f, packed)
+        var = (net.train_var(m, max(most, 0.0), f, packed, fused)
+               + waves * net.train_var(m, max(queued, default=0), f, packed, fused))
         return left, var
 
     def _stage_left_s(self, net: SafetyNet) -> float:
@@ -388,10 +394,10 @@ class Scheduler:
         spec, f = self._spec, self._factor()
         total, var = self._stage_left(net)
         for j in range(self._stage + 1, spec.num_stages()):
-            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._packing[j]
+            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._share(j)
             slots = min(self._allocation[j] * packed, n)
-            total += net.stage_s([], [net.train_s(m, k, n, f, packed)] * n, slots)
-            var += math.ceil(n / slots) * net.train_var(m, k, f, packed)
+            total += net.stage_s([], [net.train_s(m, k, n, f, packed, self._fused(j))] * n, slots)
+            var += math.ceil(n / slots) * net.train_var(m, k, f, packed, self._fused(j))
             if self._held[j] > self._held[j - 1] or self._types[j] != self._types[j - 1]:
                 total += self._scale_s(self._types[j])
         return net.late(total, var)
@@ -535,8 +541,8 @@ class Scheduler:
             return self._stop(refused)
         self._announced, self._stage_trials = i, list(self._active)
         out: list[Decision] = [StageStarted(i, tuple(self._active), spec.stages[i].iters, self._gpus_per_trial[i],
-                                            self._packing[i], self._held[i], self._spot[i], itype, self._clouds[itype],
-                                            self._budget_left())]
+                                            self._share(i), self._held[i], self._spot[i], itype, self._clouds[itype],
+                                            self._budget_left(), self._fused(i))]
         for market, count in fresh.items():
             if count > 0:
                 names = tuple(self._new_position(market) for _ in range(count))
@@ -570,8 +576,17 @@ class Scheduler:
         return self._concurrency_of(self._stage)
 
     def _concurrency_of(self, i: int) -> int:
-        """How many of stage ``i``'s trials run at once: ``a_i`` (times ``k`` packed) at most."""
-        return min(self._allocation[i] * self._packing[i], self._spec.stages[i].num_trials)
+        """How many of stage ``i``'s trials run at once: ``a_i`` (times ``k`` packed, or ``F``
+        fused) at most."""
+        return min(self._allocation[i] * self._share(i), self._spec.stages[i].num_trials)
+
+    def _share(self, i: int) -> int:
+        """Trials per GPU in stage ``i``: ``k`` packed, ``F`` fused (exclusive), else 1."""
+        return max(self._packing[i], self._fusion[i])
+
+    def _fused(self, i: int) -> bool:
+        """Whether stage ``i``'s trials on one GPU train as one fused program (DESIGN §4.5)."""
+        return self._fusion[i] > 1
 
     def _fill(self) -> list[Decision]:
         """Start queued trials while the stage has room for them."""
@@ -599,9 +614,12 @@ class Scheduler:
         good = {n for n, _ in nodes}
         previous = {t: s for t, s in self._placement.items() if all(n in good for n, _ in s)}
         others = [t for t in previous if t not in trials]
-        k = self._packing[self._stage]
+        k = self._share(self._stage)
         if k > 1:     # 1-GPU trials, k to a GPU (place_packed's worst fit); the others keep their GPUs
             demand, left, paid = PackedDemand(k), self._allocation[self._stage], []
+            if self._fused(self._stage):
+                # Fused: ceil(n / F) groups, one GPU each (DESIGN §4.5): only as many GPUs as groups.
+                left = min(left, -(-self._spec.stages[self._stage].num_trials // k))
             for name, gpus in nodes:       # only the stage's a GPUs, oldest instances first: k to each
                 if left > 0:
                     paid.append((name, min(gpus, left)))
@@ -618,7 +636,8 @@ class Scheduler:
         trial.running = True
         self._placement[tid] = slots
         self._began[tid] = (self._now, trial.target - trial.step, len(slots))
-        return StartTrial(tid, self._stage, slots, trial.target - trial.step, self._packing[self._stage])
+        return StartTrial(tid, self._stage, slots, trial.target - trial.step, self._share(self._stage),
+                          self._fused(self._stage))
 
     # --- events --------------------------------------------------------------------------------
     def _ready(self, ev: InstanceReady) -> list[Decision]:
@@ -718,7 +737,7 @@ class Scheduler:
         began = self._began.pop(ev.trial, None)
         if began is not None and self._replanner is not None:
             start, iters, gpus = began
-            pace = (gpus, iters, self._now - start, self._packing[self._stage])
+            pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage))
             if self._asked is None:
                 self._replanner.observe(*pace)
             else:                          # the replanner is busy off the loop: observed when it is done
@@ -804,12 +823,13 @@ class Scheduler:
         replanner, allocation, held, spot = self._replanner, list(self._allocation), list(self._held), list(self._spot)
         market = Market.ON_DEMAND if self._switches else None
         trigger = "reclaim in stage" if reclaim else "sync"
-        types, packing = list(self._types), list(self._packing)
+        types, packing, fusion = list(self._types), list(self._packing), list(self._fusion)
         self._observe_unseen()
         token = next(self._tokens)
         self._asked = (token, i, reclaim)
         return [ComputeReplan(token, i, lambda: replanner.replan(i, at, allocation, held, spot, market=market,
-                                                                 trigger=trigger, types=types, packing=packing))]
+                                                                 trigger=trigger, types=types, packing=packing,
+                                                                 fusion=fusion))]
 
     def _observe_unseen(self) -> None:
         if self._replanner is not None:        # paces are kept only for a replanner
@@ -840,6 +860,7 @@ class Scheduler:
         self._allocation[first:], self._held[first:] = list(new.allocation), list(new.instances)
         self._gpus_per_trial[first:], self._spot[first:] = list(new.gpus_per_trial), list(new.spot_counts)
         self._types[first:], self._packing[first:] = [c.instance_type for c in new.stage_clouds], list(new.packing)
+        self._fusion[first:] = list(new.fusion)
         self._clouds.update({c.instance_type: c for c in new.stage_clouds})
         if self._budget is not None:
             self._budget.types.update(self._clouds)
@@ -854,7 +875,7 @@ class Scheduler:
         out: list[Decision] = []
         carried: set[str] = set()
         i = self._stage
-        if survivors and self._types[i + 1] == self._types[i] and self._packing[i] == self._packing[i + 1] == 1:
+        if survivors and self._types[i + 1] == self._types[i] and self._share(i) == self._share(i + 1) == 1:
             m, slots = self._gpus_per_trial[i + 1], self._concurrency_of(i + 1)
             carried = {t for t in survivors[:slots] if len(self._placement.get(t, ())) == m}
         for tid in list(self._placement):
@@ -877,7 +898,8 @@ class Scheduler:
             try:
                 packed = scale_down_plan(_placement(self._placement), kept + leaving, len(kept))
                 self._placement = {_name(t): s for t, s in packed.placement.assignments.items()}
-                out += [ResizeTrial(_name(t), self._placement[_name(t)], self._packing[i]) for t in packed.moved]
+                out += [ResizeTrial(_name(t), self._placement[_name(t)], self._share(i), self._fused(i))
+                        for t in packed.moved]
             except InfeasiblePlacementError:     # the kept instances are not all up: pause who cannot stay
                 leaving_names = {n for n, _ in leaving}
                 for tid in [t for t, s in self._placement.items() if any(n in leaving_names for n, _ in s)]:

@@ -226,15 +226,18 @@ class FakeRunner(VirtualRunner):
         pace: ``step -> factor`` on the iteration time of a gang at that step (a trainer that
             slows down as it trains); default 1.
         packed_iter_s: seconds per iteration of a 1-GPU trial packed ``k`` to a GPU, by ``k``.
+        fused_iter_s: seconds per iteration of a fused group of ``F`` on one GPU, by ``F``.
     """
 
     def __init__(self, clock: FakeClock, iter_s: Mapping[int, float], gpus_per_instance: int,
                  steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
                  cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None,
-                 pace: Callable[[int], float] | None = None, packed_iter_s: Mapping[int, float] | None = None):
+                 pace: Callable[[int], float] | None = None, packed_iter_s: Mapping[int, float] | None = None,
+                 fused_iter_s: Mapping[int, float] | None = None):
         super().__init__(clock)
         self.iter_s, self.G = dict(iter_s), gpus_per_instance
         self.packed_iter_s = dict(packed_iter_s or {})
+        self.fused_iter_s = dict(fused_iter_s or {})
         self.pace = pace or (lambda step: 1.0)
         self.steps_per_iter, self.metrics, self.cluster = steps_per_iter, metrics, cluster
         self.calls: list[tuple[Any, ...]] = [] if calls is None else calls
@@ -279,7 +282,9 @@ class FakeRunner(VirtualRunner):
         return out
 
     def _iter_s(self, gang: SimGang) -> float:
-        return (self.packed_iter_s[gang.share] if gang.share > 1 else self.iter_s[len(gang.instances)]) * self.pace(gang.step)
+        base = (self.fused_iter_s[gang.share] if gang.fused else
+                self.packed_iter_s[gang.share] if gang.share > 1 else self.iter_s[len(gang.instances)])
+        return base * self.pace(gang.step)
 
     # --- the port --------------------------------------------------------------------------
     def warm(self, nodes: Sequence[Node], trials_per_gpu: int = 1) -> float:
@@ -303,13 +308,14 @@ class FakeRunner(VirtualRunner):
         self.shut_down = True
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
-              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None) -> SimGang:
+              trials_per_gpu: int = 1, gpus: Sequence[int] | None = None, fused: bool = False) -> SimGang:
         self._record("start", trial, tuple(instances))
         step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
         if trials_per_gpu > 1 and (len(instances) != 1 or not gpus or len(gpus) != 1):
             raise AssertionError(f"packed start of {trial}: one instance and its GPU index expected, "
                                  f"got {list(instances)} and {gpus}")
-        gang = SimGang(trial, tuple(instances), trials_per_gpu, tuple(gpus or ()), config=dict(config), step=step)
+        gang = SimGang(trial, tuple(instances), trials_per_gpu, tuple(gpus or ()), config=dict(config), step=step,
+                       fused=fused)
         self.live.append(gang)
         over = {i: n for i, n in self.gpus_in_use().items() if n > self.G + 1e-9}
         if over:
@@ -376,12 +382,12 @@ class Fakes:
 
 def make_fakes(gpus_per_instance: int, iter_s: Mapping[int, float], provision_s: float = 0.0, init_s: float = 0.0,
                steps_per_iter: int = 1, start: float = 1000.0, pace: Callable[[int], float] | None = None,
-               packed_iter_s: Mapping[int, float] | None = None) -> Fakes:
+               packed_iter_s: Mapping[int, float] | None = None, fused_iter_s: Mapping[int, float] | None = None) -> Fakes:
     """A clock, a cluster and a runner that share the clock and the call log (the runner
     sees instances the cluster loses)."""
     clock = FakeClock(start)
     calls: list[tuple[Any, ...]] = []
     cluster = FakeCluster(clock, gpus_per_instance, provision_s, init_s, calls=calls)
     runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls, pace=pace,
-                        packed_iter_s=packed_iter_s)
+                        packed_iter_s=packed_iter_s, fused_iter_s=fused_iter_s)
     return Fakes(clock, cluster, runner)

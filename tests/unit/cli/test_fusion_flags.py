@@ -1,6 +1,6 @@
 """`--fused-per-gpu` (DESIGN §4.5): `simulate` shows and simulates fused stages as the API does,
-`plan` shows what it fused, and `run` refuses fused stages its executor cannot run yet (or plans
-without them), each bad input one line."""
+`plan` shows what it fused, and `run` runs fused stages (on `sim` here; on local Ray in
+tests/integration/test_fusion_local.py), each bad input one line."""
 
 from __future__ import annotations
 
@@ -75,31 +75,33 @@ def demo_fused(tmp_path: Path) -> str:
     return fused_job(tmp_path, "demo", "demo_digits_local")
 
 
-def test_run_refuses_a_fused_allocation_in_one_line(tmp_path, capsys, no_execution):
-    code, out, err = run(capsys, "run", demo_fused(tmp_path), "--samples", "30", "--allocation", "2,2,1,1,1",
-                         "--fused-per-gpu", "8,4,1,1,1")
-    assert code != 0 and out == ""
-    assert_one_line_error(err, "fused_per_gpu: fused stages run on the local provider not yet",
-                          "stage(s) 0, 1 fuse 8, 4 per GPU", "--fused-per-gpu 1")
-    assert no_execution == []
+def test_run_takes_a_fused_allocation_to_the_executor(tmp_path, capsys, no_execution):
+    code, _, err = run(capsys, "run", demo_fused(tmp_path), "--samples", "30", "--allocation", "2,2,1,1,1",
+                       "--fused-per-gpu", "8,4,1,1,1")
+    (plan,) = no_execution
+    assert plan.fused_per_gpu == (8, 4, 1, 1, 1)
 
 
-def test_run_refuses_a_fused_plan_file(tmp_path, capsys, no_execution):
+def test_run_takes_a_fused_plan_file_and_plans_with_fusion(tmp_path, capsys, no_execution):
     job = demo_fused(tmp_path)
     out_json = tmp_path / "plan.json"
     code, _, _ = run(capsys, "plan", job, "--samples", "30", "--deadline", "1h", "--out", str(out_json))
-    assert code == 0 and any(f > 1 for f in json.loads(out_json.read_text())["fused_per_gpu"])
-    code, out, err = run(capsys, "run", job, "--plan", str(out_json))
-    assert code != 0
-    assert_one_line_error(err, "fused_per_gpu: fused stages run on the local provider not yet")
-    assert no_execution == []
+    fused = json.loads(out_json.read_text())["fused_per_gpu"]
+    assert code == 0 and any(f > 1 for f in fused)
+    run(capsys, "run", job, "--plan", str(out_json))
+    run(capsys, "run", job, "--samples", "30", "--deadline", "1h")
+    from_file, planned = no_execution
+    assert list(from_file.fusion) == fused and any(f > 1 for f in planned.fusion)
 
 
-def test_run_plans_without_fusion_and_says_so(tmp_path, capsys, no_execution):
-    code, _, err = run(capsys, "run", demo_fused(tmp_path), "--samples", "30", "--deadline", "1h")
-    (plan,) = no_execution
-    assert plan.fused_per_gpu == ()
-    assert "warning: fusion: the local executor does not run fused stages yet" in err
+def test_run_rehearses_a_fused_plan_on_sim_and_reports_the_fused_stages(tmp_path, capsys):
+    code, out, err = run(capsys, "run", demo_fused(tmp_path), "--provider", "sim", "--samples", "30",
+                         "--allocation", "2,2,1,1,1", "--fused-per-gpu", "8,4,1,1,1", "--runs-dir", str(tmp_path))
+    assert code == 0, err
+    assert "stage 0: 8 trials fused per GPU (one program per GPU)" in out
+    assert "stage 1: 4 trials fused per GPU (one program per GPU)" in out
+    assert out.splitlines()[[i for i, line in enumerate(out.splitlines()) if line == "predicted vs actual"][0] + 1].split()[3] \
+        == "fused/GPU"
 
 
 @pytest.mark.parametrize("argv, needles", [

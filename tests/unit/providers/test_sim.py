@@ -443,3 +443,46 @@ def test_a_type_changing_spot_plan_replays_one_point_of_the_zone_trace_for_every
     results = [rehearse(plan, exp.model, seed=s) for s in range(300)]
     jct = np.mean([r.actual["jct_s"] for r in results])
     assert jct == pytest.approx(plan.predicted.mean_jct_s, rel=0.05)
+
+
+# --- fused stages (DESIGN §4.5) ------------------------------------------------------------------
+
+FUSED_MODEL = model_profile({1: 8.0, 2: 4.5, 4: 2.5, 8: 1.5}, startup_s=1.0, sync_s=0.5, name="const",
+                            fused_iter_latency_s={2: 10.0, 4: 14.0, 8: 20.0})
+
+
+@pytest.mark.parametrize("fused, allocation", [
+    ((4, 2, 1), (4, 4, 2)),          # 16 trials in 4 groups of 4 on 4 GPUs, then 8 in 4 pairs, then unfused
+    ((4, 4, 1), (2, 1, 1)),          # 16 in 4 groups queued on 2 GPUs, 8 in 2 groups queued on 1
+    ((8, 1, 1), (1, 8, 4)),          # 16 in 2 groups of 8 one after the other on one GPU
+    ((2, 2, 1), (8, 4, 2)),          # 8 pairs on two instances, then 4 pairs on one
+])
+def test_a_deterministic_fused_rehearsal_is_the_simulator_to_the_cent(fused, allocation):
+    spec = ExperimentSpec.from_stages([(16, 2), (8, 3), (4, 4)])
+    plan = plan_allocation(spec, allocation, FUSED_MODEL, const_cloud(), 3600.0, samples=2, fused_per_gpu=fused)
+    result = rehearse(plan, FUSED_MODEL, seed=3)
+    assert result.actual["jct_s"] == pytest.approx(plan.predicted.jct_s[0], rel=1e-12)
+    assert result.actual["cost_usd"] == pytest.approx(plan.predicted.cost_usd[0], rel=1e-12)
+    for stage, predicted in zip(result.stages, plan.predicted.stages):
+        assert stage["actual"]["duration_s"] == pytest.approx(predicted.mean_duration_s, rel=1e-12)
+
+
+def test_a_fused_groups_members_share_one_draw_and_a_rehearsal_keeps_within_3_percent_over_seeds():
+    """Random latencies: a fused group's members finish together (one L_F draw for the group),
+    and 30 rehearsals' mean JCT and cost are within 3% of the simulator's."""
+    model = FUSED_MODEL.replace(fused_iter_latency_s={4: Normal(14.0, 2.0)}, trial_startup_s=Normal(1.0, 0.2))
+    spec = ExperimentSpec.from_stages([(16, 2), (8, 3), (4, 4)])
+    plan = plan_allocation(spec, (4, 2, 2), model, const_cloud(), 3600.0, samples=2000, fused_per_gpu=(4, 4, 1))
+    jct, cost = [], []
+    for seed in range(30):
+        run = rehearse_once(plan, model, seed=seed)
+        ends: dict = {}
+        for r in run.train_runs:
+            if r["stage"] == 0:
+                ends.setdefault((r["instances"][0], tuple(map(tuple, r["gpu_ids"] or ()))), set()).add(round(r["end_s"], 9))
+        assert len(ends) == 4 and all(len(e) == 1 for e in ends.values())      # 4 groups, each ends at once
+        result = rehearse(plan, model, seed=seed)
+        jct.append(result.actual["jct_s"])
+        cost.append(result.actual["cost_usd"])
+    assert np.mean(jct) == pytest.approx(plan.predicted.mean_jct_s, rel=0.03)
+    assert np.mean(cost) == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03)
