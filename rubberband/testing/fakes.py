@@ -185,6 +185,7 @@ class GangRecord:
     at: float
     share: int = 1
     gpus: tuple[int, ...] = ()
+    fused: bool = False
 
 
 def default_metrics(config: Mapping[str, Any], step: int) -> dict[str, float]:
@@ -324,7 +325,7 @@ class FakeRunner(VirtualRunner):
         if trials_per_gpu > 1 and crowded:
             raise AssertionError(f"a GPU over-packed starting {trial}: {crowded}")
         self.starts.append(GangRecord(trial, gang.instances, len(gang.instances), step, checkpoint, self.clock.now(),
-                                      trials_per_gpu, gang.gpus or ()))
+                                      trials_per_gpu, gang.gpus or (), fused))
         return gang
 
     def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
