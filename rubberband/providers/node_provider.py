@@ -32,6 +32,11 @@ import time
 from typing import Any
 
 import numpy as np
+import ray._private.ray_constants as ray_constants
+from ray._common.network_utils import build_address
+from ray._private.node import Node
+from ray._private.parameter import RayParams
+from ray._private.services import get_node_ip_address
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
@@ -40,6 +45,16 @@ from rubberband.profiles.distributions import parse_distribution
 from rubberband.providers.base import EVENTS_FILE, RELEASE_FILE, ProviderEvent, Release
 
 INSTANCE_TAG = "rb-instance"      # a node's provider tag: its instance name
+
+
+class _OwnNode(Node):
+    """Ray's node, its socket and log files named after it: Ray numbers them by the first
+    name not on disk yet, and a raylet creates its socket only once it is up, so two nodes
+    starting at once would both take ``raylet.1`` and the second raylet could never bind."""
+
+    def _make_inc_temp(self, suffix: str = "", prefix: str = "", directory_name: str | None = None):
+        node = getattr(self, "_node_id", None)
+        return super()._make_inc_temp(suffix, f"{prefix}.{node[-5:]}" if node else prefix, directory_name)
 
 
 class RubberbandNodeProvider(FakeMultiNodeProvider):
@@ -51,7 +66,6 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
         """Ray's autoscaler passes ``provider_config`` and ``cluster_name``. ``start_node(node_id,
         node_config, tags, resources, labels)`` starts a node's raylet and returns Ray's node
         object (``all_processes``, ``kill_all_processes``); a test passes a fake one."""
-        self._starting: set[str] = set()         # nodes whose raylet is starting (``_ray_node``)
         super().__init__(provider_config, cluster_name)
         self._start_node = start_node or self._ray_node
         self._state_dir = provider_config["state_dir"]
@@ -108,11 +122,9 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
 
     # --- the node books ------------------------------------------------------------------
     def _known(self, node_id) -> bool:
-        """Whether the node is still on the books (not released, reclaimed or lost). Read
-        without the lock (one dict lookup is atomic): another node's raylet starting under it
-        (seconds) must not hold this node's ``running`` back, or its provisioning would look
-        that much longer than the cloud's queueing it emulates."""
-        return node_id in self._nodes or node_id in self._starting
+        """Whether the node is still on the books (not released, reclaimed or lost)."""
+        with self.lock:
+            return node_id in self._nodes
 
     def _tag(self, node_id, key: str, value: str) -> bool:
         """Add a provider tag to a node still on the books; return whether it is."""
@@ -149,29 +161,41 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
 
     # --- raylets on this machine ---------------------------------------------------------
     def _start_raylet(self, node_id, node_config, tags, resources, labels):
-        """Start the node's raylet; returns its process (False if the node was released meanwhile)."""
+        """Start the node's raylet; returns its process (False if the node was released meanwhile).
+
+        Not under the provider's lock: nodes launched together start their raylets at once, as
+        a cloud's instances boot side by side, and each is ready one raylet start after it
+        runs, not one per node queued before it. A node released while its raylet started is
+        stopped here."""
         with self.lock:
             if node_id not in self._nodes:
                 return False
-            node = self._start_node(node_id, node_config, tags, resources, labels)
-            self._nodes[node_id]["node"] = node
+        node = self._start_node(node_id, node_config, tags, resources, labels)
+        with self.lock:
+            kept = node_id in self._nodes
+            if kept:
+                self._nodes[node_id]["node"] = node
+        if not kept:
+            if node is not None:
+                self._terminate_node({"node": node})
+            return False
         return self._raylet(node)
 
     def _ray_node(self, node_id, node_config, tags, resources, labels):
-        """Start a raylet exactly as the fake provider does, under the id we registered."""
-        with self.lock:
-            saved_next = self._next_node_id
-            self._next_node_id = int(node_id[-5:]) - 1
-            self._starting.add(node_id)        # on the books while its entry is out (``_known``)
-            placeholder = self._nodes.pop(node_id)
-            try:
-                FakeMultiNodeProvider._create_node_with_resources_and_labels(self, node_config, tags, 1, resources, labels)
-            finally:
-                self._next_node_id = saved_next
-            node = self._nodes.pop(node_id)["node"]
-            self._nodes[node_id] = placeholder     # our tags (rb-instance) are a superset of the fake's
-            self._starting.discard(node_id)
-        return node
+        """Start a raylet as Ray's fake provider does, under the id we registered; safe to
+        call for several nodes at once (``_OwnNode``)."""
+        resources = copy.deepcopy(resources)
+        gcs = self._gcs_address or build_address(get_node_ip_address(), 6379)
+        params = RayParams(
+            min_worker_port=0, max_worker_port=0, dashboard_port=None, dashboard_agent_listen_port=0,
+            num_cpus=resources.pop("CPU", 0), num_gpus=resources.pop("GPU", 0),
+            object_store_memory=resources.pop("object_store_memory", None), resources=resources, labels=labels,
+            redis_address=gcs, gcs_address=gcs,
+            env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id, "RAY_CLOUD_INSTANCE_ID": node_id,
+                      "RAY_NODE_TYPE_NAME": self._node_type(tags),
+                      ray_constants.RESOURCES_ENVIRONMENT_VARIABLE: json.dumps(resources),
+                      ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels)})
+        return _OwnNode(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
 
     @staticmethod
     def _raylet(node):
@@ -227,8 +251,9 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
         due = released & self._release_seen
         self._release_seen = released
         if due:
-            with self.lock:
-                doomed = [nid for nid, entry in self._nodes.items() if entry["tags"].get(INSTANCE_TAG) in due]
+            with self.lock:     # node ids count up with the launches: the newest first
+                doomed = sorted((nid for nid, entry in self._nodes.items() if entry["tags"].get(INSTANCE_TAG) in due),
+                                reverse=True)
             for nid in doomed:
                 self.terminate_node(nid)
 

@@ -93,6 +93,15 @@ def test_a_release_is_carried_out_on_the_update_after_the_one_that_first_sees_it
     assert terminated == [("rb-instance-3", "released"), ("rb-instance-2", "released")]
 
 
+def test_instances_released_together_are_terminated_newest_first(provider, tmp_path):
+    launch(provider, 3)
+    (tmp_path / "release.json").write_text(json.dumps(["rb-instance-1", "rb-instance-2", "rb-instance-3"]))
+    workers(provider)
+    assert workers(provider) == []
+    terminated = [e["instance"] for e in events(provider) if e["event"] == "terminated"]
+    assert terminated == ["rb-instance-3", "rb-instance-2", "rb-instance-1"]
+
+
 def test_a_raylet_that_dies_is_logged_lost_and_its_node_is_gone(provider):
     launch(provider, 2)
     victim = workers(provider)[0]
@@ -170,26 +179,47 @@ def test_the_cap_on_reclaims_counts_only_instances_still_up_at_their_notice(tmp_
     assert ended == [("rb-instance-1", "released"), ("rb-instance-2", "interrupted")]
 
 
-def test_a_slow_raylet_start_does_not_hold_another_nodes_running_back(tmp_path, monkeypatch):
-    # Raylets start one at a time (under the provider's lock), but a node's provisioning ends
-    # when its emulated queueing does: its `running` must not wait for another node's raylet.
+def slow_provider(tmp_path, monkeypatch, start_s):
+    """A provider whose raylets take ``start_s`` to start (Ray's takes 1-2 s on this machine)."""
     monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
-    count = []
+    started: dict[str, FakeNode] = {}
 
     def slow_start(node_id, node_config, tags, resources, labels):
-        count.append(node_id)
-        time.sleep(0.6)
-        return FakeNode(1000 + len(count))
+        time.sleep(start_s)
+        started[node_id] = FakeNode(1000 + len(started))
+        return started[node_id]
 
     p = LocalNodeProvider({"state_dir": str(tmp_path), "provision_latency_s": 0, "seed": 0,
                            "gcs_address": "127.0.0.1:1", "launch_multiple": True}, "rb-test", start_node=slow_start)
-    p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "fake_gpu"}, 2, {"CPU": 1, "GPU": 2}, {})
-    deadline = time.time() + 5
-    while sum(e["event"] == "ready" for e in events(p)) < 2 and time.time() < deadline:
-        time.sleep(0.01)
+    p.started = started
+    return p
+
+
+def test_nodes_launched_together_start_their_raylets_at_once(tmp_path, monkeypatch):
+    # A cloud boots instances side by side: two nodes launched together are both ready one
+    # raylet start after they run, not the second one start after the first (raylets started
+    # one at a time under the provider's lock made a two-instance stage 0 late by one start).
+    p = slow_provider(tmp_path, monkeypatch, start_s=0.6)
+    launch(p, 2)
     log = events(p)
     running = sorted(e["t"] for e in log if e["event"] == "running")
     ready = sorted(e["t"] for e in log if e["event"] == "ready")
     assert len(running) == 2 and len(ready) == 2
-    assert running[1] < ready[0]        # both ran before the first raylet was up; only the raylets queue
-    assert ready[1] - ready[0] >= 0.5
+    assert running[1] < ready[0]                      # provisioning is not held back by a raylet
+    assert ready[1] - running[0] < 0.6 + 0.3          # one at a time: >= 1.2 s
+    assert len(workers(p)) == 2 and all(p._raylet(p._nodes[n]["node"]) is not None for n in workers(p))
+
+
+def test_a_node_released_while_its_raylet_starts_is_stopped_once_up(tmp_path, monkeypatch):
+    p = slow_provider(tmp_path, monkeypatch, start_s=0.5)
+    p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "fake_gpu"}, 1, {"CPU": 1, "GPU": 2}, {})
+    deadline = time.time() + 5
+    while not any(e["event"] == "running" for e in events(p)) and time.time() < deadline:
+        time.sleep(0.01)
+    (node,) = workers(p)
+    p.terminate_node(node)                            # the raylet is still starting
+    while not p.started and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert workers(p) == [] and p.started[node].killed
+    assert [e["event"] for e in events(p)] == ["request", "running", "terminated"]      # never `ready`
