@@ -112,6 +112,9 @@ class RunResult:
             f"cost predicted {format_usd(self.predicted['cost_usd'])}  actual {format_usd(self.actual['cost_usd'])}  "
             f"({self.error('cost_usd'):+.1%})"
         )
+        if self.stages:
+            lines.append("instances per stage  planned " + ",".join(str(s["predicted"]["instances"]) for s in self.stages)
+                         + "  actual " + ",".join(str(s["actual"]["instances"]) for s in self.stages))
         for market, m in (self.ledger.get("markets") or {}).items():
             lines.append(f"{market:9s} {m['instances']} instance(s) at {format_usd(m['price_usd_per_hour'])}/h, "
                          f"{m['reclaimed']} reclaimed, {format_usd(m['cost_usd'])}")

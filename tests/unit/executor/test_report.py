@@ -46,3 +46,14 @@ def test_a_stage_a_re_plan_moved_to_another_type_shows_both():
     result = RunResult("r", "/tmp/r", {}, {"jct_s": 60.0, "cost_usd": 0.05}, {"jct_s": 50.0, "cost_usd": 0.04},
                        [stage], {}, ledger)
     assert "local.2gpu→local.1gpu" in result.table().splitlines()[3].split()
+
+
+def test_the_summary_names_the_instances_of_each_stage_planned_and_actual():
+    def stage(i, planned, actual):
+        return {"index": i, "trials": 4 >> i, "gpus_per_trial": 1,
+                "predicted": {"duration_s": 10.0, "instances": planned, "cost_usd": 0.01},
+                "actual": {"duration_s": 10.0, "instances": actual, "cost_usd": 0.01}}
+
+    result = RunResult("r", "/tmp/r", {}, {"jct_s": 30.0, "cost_usd": 0.03}, {"jct_s": 30.0, "cost_usd": 0.03},
+                       [stage(0, 2, 2), stage(1, 2, 1), stage(2, 1, 1)], {}, {})
+    assert "instances per stage  planned 2,2,1  actual 2,1,1" in result.table().splitlines()
