@@ -34,7 +34,7 @@ def _no_ray_started():
 @pytest.mark.parametrize("argv, needles", [
     (["--iters", "0"], ["--iters", "at least 1"]),
     (["--repeats", "0"], ["--repeats", "at least 1"]),
-    (["--gpus", "8"], ["--gpus: 8 GPUs per trial cannot fit on local.2gpu (2 GPUs per instance)"]),
+    (["--gpus", "8"], ["--gpus: 8 GPUs per trial cannot fit on local.1gpu (1 GPUs per instance)"]),
     (["--gpus", "abc"], ["--gpus", "'abc'"]),
     (["--gpus", "0"], ["--gpus", "at least 1"]),
     (["--gpus", ","], ["--gpus"]),
@@ -94,8 +94,8 @@ def test_the_python_api_checks_the_same_way():
         check_request(DEMO, iters=0)
     with pytest.raises(SpecError, match="launches"):
         check_request(DEMO, launches=1)
-    req = check_request(DEMO, gpus=[1, 2], iters=2, repeats=1, max_seconds=60)
-    assert req.gpu_counts == (1, 2) and req.cloud.instance_type == "local.2gpu" and req.max_seconds == 60.0
+    req = check_request(DEMO, gpus=[1], iters=2, repeats=1, max_seconds=60)
+    assert req.gpu_counts == (1,) and req.cloud.instance_type == "local.1gpu" and req.max_seconds == 60.0
 
 
 def test_profile_refuses_to_overwrite_an_existing_profile_without_force(capsys, tmp_path):
@@ -120,7 +120,7 @@ def test_profile_refuses_to_overwrite_an_existing_profile_without_force(capsys, 
 def test_profile_refuses_a_time_bound_below_one_measurement(capsys, tmp_path):
     code, out, err = run(capsys, "profile", DEMO, "--out", str(tmp_path / "p.yaml"), "--max-seconds", "1s")
     assert code == 2 and out == ""
-    # 2 launches of local.2gpu (2s provisioning + 11.5s initialisation each) and one repeat of 1 GPU per trial.
+    # 2 launches of local.1gpu (2s provisioning + 11.5s initialisation each) and one repeat of 1 GPU per trial.
     assert_one_line_error(err, "--max-seconds: 1s is below the", "one measurement needs", "2 instance launches",
                           "give at least")
     needed = check_request(DEMO).min_seconds

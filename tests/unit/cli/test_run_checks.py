@@ -64,7 +64,7 @@ def test_a_local_run_says_it_is_starting_its_cluster_before_the_first_event(caps
     err = tty.getvalue()
     assert code == 2 and no_execution and "stopped before execution" in err
     starting = [line for line in err.splitlines() if line.startswith("starting a local cluster")]
-    assert len(starting) == 1 and "local.2gpu" in starting[0], err
+    assert len(starting) == 1 and "local.1gpu" in starting[0], err
     tty.truncate(0)
     main(["run", DEMO, "--provider", "local", "--samples", "50", "--json"])
     assert "starting a local cluster" not in tty.getvalue()

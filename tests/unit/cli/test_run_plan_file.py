@@ -36,7 +36,7 @@ def _edit(path: Path, change) -> None:
         (lambda d: d["allocation"].__setitem__(0, "2"), "plan.allocation[0]: expected an integer, got '2'"),
         (lambda d: d["stages"].__setitem__(0, [32, 2]), "plan.stages: the plan is for 5 stages: 32x2"),
         (lambda d: d["predicted"].update(jct_s=[]), "plan.predicted.jct_s: expected a non-empty list"),
-        (lambda d: d["allocation"].__setitem__(0, 5), "plan.instances[0]: 1 cannot hold stage 0"),
+        (lambda d: d["allocation"].__setitem__(0, 5), "plan.instances[0]: 2 cannot hold stage 0"),
     ],
 )
 def test_an_edited_plan_that_does_not_fit_is_one_error_line_before_anything_starts(plan_file, no_execution, capsys,
