@@ -1,9 +1,11 @@
 """Benchmark: does a profiled run land on its prediction, run after run? (issue 21, item 9)
 
 Each round does what ``scripts/demo`` does: ``rubberband profile experiments/demo.yaml``
-on this machine, then ``rubberband run`` with that measurement on the local provider. It
-prints one line per round: the predicted and actual JCT and cost and their errors, then
-where the time went, measured against what the model expects:
+on this machine, then ``rubberband run`` with that measurement on the local provider, with the
+demo's deadline (80% of what one instance would take, so the plan is elastic; ``--deadline``
+to give one). It prints one line per round: the predicted and actual JCT and cost and their
+errors, the instances per stage planned/actual, then where the time went, measured against
+what the model expects:
 
 - ``first``: run start -> the first trial's TRAIN (the autoscaler's lag, provisioning,
   initialisation), actual vs the profile's provision + init means;
@@ -11,7 +13,7 @@ where the time went, measured against what the model expects:
   profile's mean;
 - per stage, actual - predicted duration in seconds.
 
-Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile]``
+Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile] [--deadline 30s]``
 (``--test-profile`` profiles as ``tests/integration/test_cli_run.py`` does: ``--gpus 1
 --repeats 2 --max-packing 1``). Needs a quiet machine: anything else running skews profile and run apart.
 """
@@ -37,6 +39,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--test-profile", action="store_true", help="profile as the integration test does")
     parser.add_argument("--experiment", default=str(ROOT / "experiments" / "demo.yaml"))
+    parser.add_argument("--deadline", default="demo",
+                        help="the run's deadline; demo (default): 80%% of one instance's JCT, as scripts/demo sets it")
     args = parser.parse_args()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     errors: list[tuple[float, float]] = []
@@ -45,21 +49,26 @@ def main() -> None:
         runs = Path(tmp) / "runs"
 
         def cli(*argv: str) -> str:
-            out = subprocess.run([sys.executable, "-m", "rubberband", *argv, "--runs-dir", str(runs)],
+            runs_dir = [] if argv[0] == "plan" else ["--runs-dir", str(runs)]
+            out = subprocess.run([sys.executable, "-m", "rubberband", *argv, *runs_dir],
                                  env=env, capture_output=True, text=True, timeout=600)
             if out.returncode:
                 sys.exit(f"rubberband {argv[0]} failed: {out.stderr[-2000:]}")
             return out.stdout
 
-        print(f"{'round':>5} {'pred JCT':>9} {'actual':>8} {'JCT err':>8} {'cost err':>8} "
-              f"{'first a/p':>11} {'L1 a/p':>13}  stage errors (s)")
+        print(f"{'round':>5} {'deadline':>8} {'pred JCT':>9} {'actual':>8} {'JCT err':>8} {'cost err':>8} "
+              f"{'instances plan/real':>21} {'first a/p':>11} {'L1 a/p':>13}  stage errors (s)")
         for i in range(args.rounds):
             prof = Path(tmp) / f"p{i}" / "demo.yaml"
             shape = ["--gpus", "1", "--repeats", "2", "--max-packing", "1"] if args.test_profile else ["--max-packing", "1"]
             cli("profile", args.experiment, *shape, "--out", str(prof), "--force")
-            result = json.loads(cli("run", args.experiment, "--provider", "local", "--json",
-                                    "--model-profile", str(prof), "--cloud-overrides",
-                                    str(prof.with_name("demo.cloud.yaml"))))
+            measured = ["--model-profile", str(prof), "--cloud-overrides", str(prof.with_name("demo.cloud.yaml"))]
+            deadline = args.deadline
+            if deadline == "demo":
+                one = json.loads(cli("plan", args.experiment, *measured, "--deadline", "1h", "--json"))
+                deadline = f"{0.8 * one['predicted']['jct_s_mean']:.0f}s"
+            result = json.loads(cli("run", args.experiment, "--provider", "local", "--json", *measured,
+                                    "--deadline", deadline))
             p, a = result["predicted"], result["actual"]
             jct_err, cost_err = a["jct_s"] / p["jct_s"] - 1, a["cost_usd"] / p["cost_usd"] - 1
             errors.append((jct_err, cost_err))
@@ -72,7 +81,10 @@ def main() -> None:
             l1_a, l1_p = statistics.fmean(iters), profile["iter_latency_s"][1]["mean"]
             stage_err = " ".join(f"{s['actual']['duration_s'] - s['predicted']['duration_s']:+.2f}"
                                  for s in result["stages"])
-            print(f"{i:>5} {p['jct_s']:>8.2f}s {a['jct_s']:>7.2f}s {jct_err:>+8.1%} {cost_err:>+8.1%} "
+            instances = (",".join(str(s["predicted"]["instances"]) for s in result["stages"]) + "/"
+                         + ",".join(str(s["actual"]["instances"]) for s in result["stages"]))
+            print(f"{i:>5} {deadline:>8} {p['jct_s']:>8.2f}s {a['jct_s']:>7.2f}s {jct_err:>+8.1%} {cost_err:>+8.1%} "
+                  f"{instances:>21} "
                   f"{first_a:>5.2f}/{first_p:<5.2f} {l1_a:>6.3f}/{l1_p:<6.3f}  {stage_err}", flush=True)
     worst = max(errors, key=lambda e: abs(e[0]))
     print(f"worst JCT error {worst[0]:+.1%}; worst cost error {max(abs(e[1]) for e in errors):.1%}; "
