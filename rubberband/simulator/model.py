@@ -173,19 +173,25 @@ def _above_one(count: object) -> bool:
     return isinstance(count, (int, float, np.integer, np.floating)) and not isinstance(count, bool) and bool(count > 1)
 
 
+def _per_gpu_count(where: str, index: int, count: object, m: int, what: str, verb: str) -> int:
+    """A stage's trials packed or fused per GPU as a whole number >= 1; above 1 only for 1-GPU
+    trials (``m``, the stage's GPUs per trial)."""
+    if isinstance(count, float) and count.is_integer():
+        count = int(count)
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise SpecError(f"{where}: expected a whole number of {what}, got {count!r}")
+    if count > 1 and m != 1:
+        raise SpecError(f"{where}: only 1-GPU trials are {verb}, and stage {index}'s allocation gives each trial "
+                        f"{m} GPUs; give at most as many GPUs as trials, or {where.split('[')[0]} 1")
+    return int(count)
+
+
 def _fused_per_gpu(index: int, f: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:
     """Validate one stage's trials fused per GPU (see ``stage_shape``; DESIGN §4.5)."""
     where = f"fused_per_gpu[{index}]"
-    if isinstance(f, float) and f.is_integer():
-        f = int(f)
-    if isinstance(f, (bool, np.bool_)) or not isinstance(f, (int, np.integer)) or f < 1:
-        raise SpecError(f"{where}: expected a whole number of trials fused per GPU (1 = not fused), got {f!r}")
-    f = int(f)
+    f = _per_gpu_count(where, index, f, m, "trials fused per GPU (1 = not fused)", "fused")
     if f == 1:
         return 1
-    if m != 1:
-        raise SpecError(f"{where}: only 1-GPU trials are fused, and stage {index}'s allocation gives each trial "
-                        f"{m} GPUs; give at most as many GPUs as trials, or fused_per_gpu 1")
     if f not in model.fused_iter_latency_s:
         have = ", ".join(map(str, model.fused_counts)) or "none"
         raise SpecError(f"{where}: {f} trials fused per GPU has no fused_iter_latency_s in model profile "
@@ -201,16 +207,9 @@ def _fused_per_gpu(index: int, f: object, m: int, model: ModelProfile, cloud: Cl
 def _trials_per_gpu(index: int, k: object, m: int, model: ModelProfile, cloud: CloudProfile) -> int:
     """Validate one stage's trials per GPU (see ``stage_shape``)."""
     where = f"trials_per_gpu[{index}]"
-    if isinstance(k, float) and k.is_integer():
-        k = int(k)
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise SpecError(f"{where}: expected a whole number of trials per GPU (1 = not packed), got {k!r}")
-    k = int(k)
+    k = _per_gpu_count(where, index, k, m, "trials per GPU (1 = not packed)", "packed")
     if k == 1:
         return 1
-    if m != 1:
-        raise SpecError(f"{where}: only 1-GPU trials are packed, and stage {index}'s allocation gives each trial "
-                        f"{m} GPUs; give at most as many GPUs as trials, or trials_per_gpu 1")
     if k not in model.packed_iter_latency_s:
         have = ", ".join(map(str, model.packing_counts)) or "none"
         raise SpecError(f"{where}: {k} trials per GPU has no packed_iter_latency_s in model profile {model.name!r} "
