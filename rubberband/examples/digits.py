@@ -15,6 +15,7 @@ class DigitsMLP(Trainer):
     metric = "val_loss"
     mode = "min"
     data_depends_on_config = False
+    width_keys = ("hidden",)
 
     def build_data(self, config: dict[str, Any]):
         import numpy as np

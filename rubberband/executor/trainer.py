@@ -25,6 +25,8 @@ class Trainer:
             trial (they are built once, when the worker warms up).
         max_micro_batch: largest batch one worker processes at once; a worker's share of the
             global batch is split into micro-batches with gradient accumulation.
+        width_keys: the config keys that set the model's width (e.g. ``("hidden",)``); a μP
+            surrogate (``rubberband.surrogate``) builds the model with each divided by its ratio.
     """
 
     global_batch_size: int = 64
@@ -33,6 +35,7 @@ class Trainer:
     mode: str = "min"
     data_depends_on_config: bool = True
     max_micro_batch: int | None = None
+    width_keys: tuple[str, ...] = ()
 
     def prepare(self) -> None:
         """Once per worker process, before any trial: import heavy modules, cache data."""
