@@ -18,7 +18,7 @@ from rubberband.profiles.cloud import OVERRIDABLE, CloudCatalog, CloudProfile, M
 from rubberband.profiles.model import ModelProfile
 from rubberband.profiles.spot import resolve_trace_file
 from rubberband.schema import check_mapping, choice, did_you_mean, integer, load_yaml, number
-from rubberband.spec.experiment import ExperimentSpec, search_algorithm
+from rubberband.spec.experiment import ExperimentSpec, Surrogate, search_algorithm
 from rubberband.units import parse_duration
 
 POLICIES = ("optimal", "greedy", "static", "naive-elastic")
@@ -28,6 +28,7 @@ _TOP_OPTIONAL = [
     "name", "description", "sha", "stages", "hyperband", "deadline", "policy", "samples", "seed",
     "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster", "max_failures",
     "search",
+    "surrogate",
 ]
 _TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -59,6 +60,7 @@ class Experiment:
     models: dict[str, ModelProfile] = field(default_factory=dict)   # GPU model -> its profile, when several
     max_failures: int = 0           # retries of a trial whose own code fails (Ray Tune's FailureConfig)
     search: str = "random"          # how each bracket's configs are drawn (spec/experiment.py: SEARCH_ALGORITHMS)
+    surrogate: Surrogate | None = None   # tune a μP copy width_ratio times narrower (issue #24)
 
     @property
     def model_for_planning(self) -> ModelProfile | dict[str, ModelProfile]:
@@ -278,6 +280,8 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         search=search_algorithm(data.get("search"), "search"),
     )
     _check_search(exp)
+    if data.get("surrogate") is not None:
+        exp = replace(exp, surrogate=Surrogate.from_dict(data["surrogate"], exp.search_space))
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
     else:

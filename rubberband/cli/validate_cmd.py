@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from rubberband.cli.common import command, emit, experiment_arg, print_warnings, resolve_args
 from rubberband.config import Experiment
@@ -16,6 +17,7 @@ from rubberband.errors import SpecError
 from rubberband.profiles.cloud import Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.render import render
+from rubberband.spec.experiment import Surrogate
 from rubberband.units import format_duration, format_usd
 
 
@@ -82,6 +84,41 @@ def check_trainer(exp: Experiment) -> object:
     return trainer
 
 
+def check_surrogate(exp: Experiment, sur: Surrogate, trainer: object | None) -> dict[str, Any]:
+    """What ``surrogate:`` does to this job: the widths, and the hyperparameters that do not
+    transfer to full width. With a ``trainer:`` its ``width_keys`` must each be a constant of
+    the search space (the full width) divisible by the ratio, and none may be in ``transfer``.
+
+    Raises:
+        SpecError: ``surrogate: ...`` naming the width key or trainer that is wrong.
+    """
+    from rubberband import function_api
+
+    keys: tuple[str, ...] = ()
+    widths: dict[str, tuple[Any, Any]] = {}
+    if trainer is not None:
+        if function_api.is_function_trainable(trainer):
+            raise SpecError(f"surrogate: {exp.trainer!r} is a function trainable; a surrogate needs a Trainer class "
+                            "with width_keys whose build_model reads its width from the config")
+        from rubberband.surrogate.trainer import width_config, width_keys
+
+        keys = width_keys(trainer)
+        for key in keys:
+            if key in sur.transfer:
+                raise SpecError(f"surrogate.transfer: {key} is a width key of the trainer; the surrogate divides it "
+                                "by width_ratio, so it cannot transfer: remove it")
+            domain = exp.search_space.get(key)
+            if isinstance(domain, (list, dict)):
+                raise SpecError(f"search_space.{key}: a width key of the trainer must be one value, the full width "
+                                f"(e.g. {key}: 128); the surrogate is tuned at that width / {sur.width_ratio}")
+        full = {k: exp.search_space.get(k) for k in keys if k in exp.search_space}
+        narrow = width_config(trainer, full, sur.width_ratio)     # one-line error for a missing or odd width
+        widths = {k: (full[k], narrow[k]) for k in keys}
+    return {"width_ratio": sur.width_ratio, "transfer": list(sur.transfer), "width_keys": list(keys),
+            "widths": {k: {"full": f, "surrogate": n} for k, (f, n) in widths.items()},
+            "not_transferred": list(sur.not_transferred(exp.search_space, keys)), "doubtful": list(sur.doubtful())}
+
+
 def spot_model(spot) -> str:
     """A spot market's preemption model in a few words."""
     notice = f", {spot.notice_s:g}s notice"
@@ -102,6 +139,10 @@ def validate(args: argparse.Namespace) -> int:
     if exp.cluster:
         check_cluster(exp, exp.cluster)
     trainer = check_trainer(exp) if exp.trainer else None
+    surrogate = check_surrogate(exp, exp.surrogate, trainer) if exp.surrogate else None
+    for name in surrogate["doubtful"] if surrogate else []:
+        print(f"warning: surrogate.transfer: μP does not transfer {name} across width (weight decay, dropout); "
+              "its surrogate-tuned value may not be the best at full width", file=sys.stderr)
     clouds = [req.cloud_for(t) for t in req.types]
     market = req.market if isinstance(req.market, str) else req.market.value
     on_spot = req.market != Market.ON_DEMAND
@@ -128,6 +169,7 @@ def validate(args: argparse.Namespace) -> int:
         "search": exp.search,
         "metric": exp.metric,
         "mode": exp.mode,
+        "surrogate": surrogate,
     }
     lines = [f"experiment {exp.name}: OK ({exp.spec.describe()})", ""]
     lines.append(render(["stage", "trials", "iters", "iters so far"], stage_rows(exp)))
@@ -162,6 +204,11 @@ def validate(args: argparse.Namespace) -> int:
         note = width_note(exp.search_space, getattr(trainer, "width_keys", None))
         if note:
             lines.append(f"note: {note}")
+    if surrogate is not None:
+        widths = ", ".join(f"{k} {w['full']} -> {w['surrogate']}" for k, w in surrogate["widths"].items())
+        lines.append(f"surrogate      μP, width / {surrogate['width_ratio']}" + (f" ({widths})" if widths else "")
+                     + f"; transfers {', '.join(surrogate['transfer']) or 'nothing'}")
+        lines.append(f"               not transferred: {', '.join(surrogate['not_transferred']) or 'none'}")
     emit(args, payload, "\n".join(lines))
     return 0
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rubberband.errors import SpecError
+from rubberband.schema import check_mapping, did_you_mean
 
 
 def _positive_int(value: object, field: str) -> int:
@@ -210,3 +211,67 @@ def search_algorithm(value: object, field: str = "search") -> str:
     from rubberband.schema import choice
 
     return choice("random" if value is None else value, field, SEARCH_ALGORITHMS)
+
+
+# --- surrogate tuning (issue #24) ----------------------------------------------------------------
+# Hyperparameters μP does not carry across width (Hydro, OSDI '23; Yang et al. 2022): a name
+# that contains one of these, listed under `transfer:`, draws a warning.
+NOT_TRANSFERABLE = ("decay", "dropout", "drop_rate")
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """Tune on a μP copy of the model ``width_ratio`` times narrower, then train the winner's
+    config at full width (Hydro's surrogate tuning).
+
+    ``transfer`` names the search-space keys whose tuned values carry over to the full width
+    (learning rate, momentum, schedule, batch size); every other key of the search space is
+    still tuned on the surrogate but does not transfer, and ``not_transferred`` names them.
+    """
+
+    width_ratio: int = 8
+    transfer: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        ratio = self.width_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 2:
+            raise SpecError(f"surrogate.width_ratio: expected an integer of at least 2 (how many times narrower the "
+                            f"surrogate is), got {ratio!r}")
+        transfer = tuple(self.transfer)
+        for name in transfer:
+            if not isinstance(name, str) or not name:
+                raise SpecError(f"surrogate.transfer: expected hyperparameter names, got {name!r}")
+        twice = sorted({n for n in transfer if transfer.count(n) > 1})
+        if twice:
+            raise SpecError(f"surrogate.transfer: {', '.join(twice)} listed twice; list each name once")
+        object.__setattr__(self, "transfer", transfer)
+
+    @classmethod
+    def from_dict(cls, value: object, search_space: Mapping[str, object]) -> Surrogate:
+        """The ``surrogate:`` mapping of an experiment file, checked against its search space.
+
+        Raises:
+            SpecError: unknown keys, a ratio below 2, or a ``transfer`` name that is not a key
+                of ``search_space``.
+        """
+        data = check_mapping(value, "surrogate", required=["transfer"], optional=["width_ratio"])
+        transfer = data["transfer"]
+        if not isinstance(transfer, list):
+            raise SpecError(f"surrogate.transfer: expected a list of search_space keys such as [lr, momentum], "
+                            f"got {transfer!r}")
+        for name in transfer:
+            if name not in search_space:
+                raise SpecError(f"surrogate.transfer: {name!r} is not a key of search_space"
+                                f"{did_you_mean(str(name), [str(k) for k in search_space])}; list only "
+                                f"hyperparameters the search tunes ({', '.join(map(str, search_space)) or 'none'})")
+        return cls(data.get("width_ratio", 8), tuple(transfer))
+
+    def not_transferred(self, search_space: Iterable[str], width_keys: Iterable[str] = ()) -> tuple[str, ...]:
+        """Search-space keys whose surrogate-tuned value does not carry over to full width: those
+        not listed in ``transfer``, and any width key (the surrogate divides it)."""
+        widths = set(width_keys)
+        return tuple(k for k in search_space if k not in self.transfer or k in widths)
+
+    def doubtful(self) -> tuple[str, ...]:
+        """``transfer`` names that μP is known not to transfer (weight decay, dropout)."""
+        return tuple(n for n in self.transfer if any(bad in n.lower() for bad in NOT_TRANSFERABLE))
