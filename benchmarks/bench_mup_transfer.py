@@ -194,23 +194,27 @@ def end_to_end(args, data) -> None:
     print(f"\nEnd to end: demo.yaml's SHA {exp.spec.describe()}, search space {', '.join(exp.search_space)}, "
           f"hidden {W}, surrogate at {W // S} (S = {S}); the target trains {total} iterations of "
           f"{user.steps_per_iter} steps\n")
-    print("| seed | full-width SHA: val_loss | CPU s | surrogate SHA winner (lr, momentum, wd) | surrogate val_loss "
-          "| μP target val_loss | SP target val_loss | surrogate + μP target CPU s | μP target vs full-width |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| seed | full-width SHA: val_loss | CPU s | surrogate SHA winner (lr, momentum, wd) | same winner | "
+          "surrogate val_loss | μP target val_loss | SP target val_loss | surrogate SHA + μP target CPU s | "
+          "μP target vs full-width |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for seed in range(args.e2e_seeds):
         configs = [{**c, "hidden": W} for c in sample_configs(exp.search_space, stages[0][0], seed)]
         t0 = time.process_time()
-        _, full_loss = sha(user, configs, stages, data, seed)
+        full_winner, full_loss = sha(user, configs, stages, data, seed)
         full_cpu = time.process_time() - t0
         t0 = time.process_time()
         winner, sur_loss = sha(surrogate_trainer(user, S), configs, stages, data, seed)
-        target = Trial(target_trainer(user, S), winner, data, seed)
-        mu_loss = target.train_iters(total)
-        both_cpu = time.process_time() - t0
+        sur_cpu = time.process_time() - t0
+        t0 = time.process_time()
+        mu_loss = Trial(target_trainer(user, S), winner, data, seed).train_iters(total)
+        target_cpu = time.process_time() - t0
         sp_loss = Trial(user, winner, data, seed).train_iters(total)
         cfg = f"{winner['lr']:.3g}, {winner['momentum']:.2f}, {winner['weight_decay']:g}"
-        print(f"| {seed} | {full_loss:.4f} | {full_cpu:.1f} | {cfg} | {sur_loss:.4f} | {mu_loss:.4f} | {sp_loss:.4f} "
-              f"| {both_cpu:.1f} | {100 * (mu_loss / full_loss - 1):+.1f}% |", flush=True)
+        same = "yes" if winner == full_winner else "no"
+        print(f"| {seed} | {full_loss:.4f} | {full_cpu:.1f} | {cfg} | {same} | {sur_loss:.4f} | {mu_loss:.4f} "
+              f"| {sp_loss:.4f} | {sur_cpu:.1f} + {target_cpu:.1f} | {100 * (mu_loss / full_loss - 1):+.1f}% |",
+              flush=True)
 
 
 def main() -> None:

@@ -262,3 +262,27 @@ def test_mups_base_shapes_agree_on_which_dims_grow():
         assert p.infshape.width_mult() == rules[name].width_mult
     assert t.rules(t.build_model(CONFIG), CONFIG) == rules
     del mup
+
+
+# --- in the worker, unchanged ------------------------------------------------------------------
+def test_a_worker_builds_checkpoints_and_restores_the_target_with_its_groups():
+    from rubberband.examples.digits import DigitsMLP
+    from rubberband.executor.worker import DDPWorker
+
+    config = {"hidden": 64, "lr": 0.1, "momentum": 0.9, "weight_decay": 0.0}
+
+    w = DDPWorker(target_trainer(DigitsMLP(), 8), seed=0)
+    w.warmup()       # builds the data once (the trainer's data_depends_on_config, passed through)
+    w.assign(config, None)
+    assert sorted(g["lr"] for g in w.opt.param_groups) == pytest.approx([0.1 / 8, 0.1, 0.1 * 8])
+    x, y = next(w._batches)
+    w.opt.zero_grad()
+    w.trainer.loss(w.model(x), y).backward()
+    w.opt.step()
+    blob = w.checkpoint()
+    fresh = DDPWorker(target_trainer(DigitsMLP(), 8), seed=1)
+    fresh.warmup()
+    fresh.assign(config, blob)
+    assert [g["lr"] for g in fresh.opt.param_groups] == [g["lr"] for g in w.opt.param_groups]
+    assert all(torch.equal(a, b) for a, b in zip(w.model.parameters(), fresh.model.parameters()))
+    assert fresh.opt.state_dict()["state"].keys() == w.opt.state_dict()["state"].keys()
