@@ -21,12 +21,13 @@ Measured (2 loaded CPU cores, 3 seeds, 150 steps): on DigitsMLP with SGD the bes
 moves with width under SP either (seed-mean 2^-3 at 16, 2^-2 at 32 and 128; μP at 128: 2^-2),
 so μP has little to fix there; with two hidden layers and Adam, SP drifts 2^-5 -> 2^-8 from
 W/8 to W = 512 while μP stays within one octave (2^-6). Per-seed argmins are noisy (±1). The
-end-to-end check (demo SHA, S = 8) found the full-width winner in 2/3 seeds at hidden 128;
-the μP target's val_loss was -14%..+15% of full-width tuning's, at no saving in CPU there
-(per-step overhead dominates a 16-wide model); at hidden 1024 it cost ~0.7x the CPU and
-landed +6%..+27% (val_loss ~0.02-0.03 on 360 samples: a few samples' worth).
+end-to-end check (demo SHA, S = 8) picked the full-width winner in 1/3 seeds at hidden 128
+and at 1024; the μP target's val_loss was -14%..+15% of full-width tuning's at 128, at no
+CPU saving (per-step overhead dominates a 16-wide model), and +6%..+27% at 1024 for ~0.7x
+the CPU; the same winner trained in SP did as well or better in 5 of 6 (val_loss ~0.02-0.03
+on 360 samples: a few samples' worth).
 
-Run: ``nice -n 19 .venv/bin/python benchmarks/bench_mup_transfer.py [--seeds 3] [--steps 600]
+Run: ``nice -n 19 .venv/bin/python benchmarks/bench_mup_transfer.py [--seeds 3] [--steps 150]
 [--width 128] [--optimizer sgd|adam] [--model mlp|deep] [--metric train_loss|val_loss]
 [--end-to-end]``.
 """
@@ -229,7 +230,7 @@ def end_to_end(args, data) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=600, help="optimizer steps per lr-sweep run")
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps per lr-sweep run")
     parser.add_argument("--width", type=int, default=128, help="the full width (hidden); divisible by 8")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
     parser.add_argument("--model", choices=["mlp", "deep"], default="mlp",
