@@ -286,3 +286,11 @@ def test_a_worker_builds_checkpoints_and_restores_the_target_with_its_groups():
     assert [g["lr"] for g in fresh.opt.param_groups] == [g["lr"] for g in w.opt.param_groups]
     assert all(torch.equal(a, b) for a, b in zip(w.model.parameters(), fresh.model.parameters()))
     assert fresh.opt.state_dict()["state"].keys() == w.opt.state_dict()["state"].keys()
+
+
+def test_the_wrappers_pickle_as_a_ray_actor_argument_does():
+    import pickle
+
+    t = pickle.loads(pickle.dumps(target_trainer(DeepMLP("adam"), 4)))
+    assert (t.ratio, t.divisor, t.width_keys, t.trainer.optimizer) == (4, 1, ("width",), "adam")
+    assert t.global_batch_size == DeepMLP.global_batch_size
