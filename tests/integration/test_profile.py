@@ -1,4 +1,4 @@
-"""The profiler on the local provider: it writes profiles that load (packed latencies too), its
+"""The profiler on the local provider: it writes profiles that load (packed and fused latencies too), its
 prediction closes the loop with a real run, and a failing trainer is one clear error with no
 cluster left behind."""
 
@@ -25,6 +25,7 @@ def _experiment(tmp_path, trainer_ref, region=None, **changes):
     data = yaml.safe_load((ROOT / "experiments" / "demo.yaml").read_text())
     data["model_profile"] = str(ROOT / "profiles" / "demo_digits_local.yaml")
     data["cloud"]["profile"] = str(region or ROOT / "cloud_profiles" / "local" / "local.yaml")
+    data["cloud"]["instance_type"] = "local.2gpu"      # 2 GPUs per trial are profiled too
     data["trainer"] = trainer_ref
     data.update(changes)
     path = tmp_path / "exp.yaml"
@@ -80,20 +81,23 @@ def _close_the_loop(tmp_path):
     """Profile the demo job, plan it, run the plan; return the JCT error of the run."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     exp_path = _experiment(tmp_path, "rubberband.examples.digits:DigitsMLP")
+    lines: list[str] = []
     result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs",
-                     max_packing=2)
+                     max_packing=2, max_fused=4, on_progress=lines.append)
     exp = rb.load_experiment(exp_path)
     model = rb.ModelProfile.load(result.out)
     assert model.gpu_counts == (1, 2) and model.extra["profiling"]["repeats_done"] == {1: 2, 2: 2}
     check_packed_latencies(model, result)
+    check_fused_latencies(model, lines)
     overrides = yaml.safe_load(open(result.cloud_out))
     cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
     # Planned without the measured packed latencies: on 2 CPU cores they measure 0.95-1.10x,
     # noise that now and then clears the planner's 5% and packs the run, and a packed run on
     # cores the trainers, Ray and the driver share missed its prediction by 20-45%. Packed
     # stages run for real in test_packing_local.py; here the loop closes on what 2 cores measure.
-    plan = rb.compile_plan(exp.spec, model.replace(packed_iter_latency_s={}), cloud, exp.deadline_s, samples=500,
-                           seed=exp.seed)
+    # Fused groups run for real in test_fusion_local.py.
+    plan = rb.compile_plan(exp.spec, model.replace(packed_iter_latency_s={}, fused_iter_latency_s={}, fused_memory_gb={}),
+                           cloud, exp.deadline_s, samples=500, seed=exp.seed)
 
     run = execute(plan, exp.trainer, exp.search_space, metric=exp.metric, mode=exp.mode, seed=exp.seed,
                   runs_dir=tmp_path / "runs", latency_scale=1.0)
@@ -129,6 +133,22 @@ def check_packed_latencies(model, result):
     if (os.cpu_count() or 1) <= 2:
         assert gain < 1.3
     assert "packed 1-GPU trials (logical" in result.table()
+
+
+def check_fused_latencies(model, lines):
+    """Fused groups of F = 1, 2, 4 at most, each measured over the profile's 4 group iterations,
+    scaled as the packed latencies are; the profile it writes loads with them."""
+    fusion = model.extra["profiling"]["fusion"]
+    sizes = sorted(fusion["samples"])
+    assert sizes[0] == 1 and set(model.fused_iter_latency_s) == set(sizes) and max(sizes) <= 4
+    assert all(len(fusion["samples"][F]) == 4 for F in sizes)
+    assert fusion["forward"] == "batched" and fusion["optimizer"] == "FusedSGD" and fusion["stopped"]
+    assert fusion["scaled_by"] > 0 and set(fusion["throughput_vs_alone"]) == set(sizes)
+    if len(sizes) >= 2:
+        assert set(model.fused_memory_gb) == set(sizes) and "memory_fit" in fusion
+    assert any(line.startswith("fusion 1 trial(s) in one program") for line in lines)
+    assert any(line.startswith("fusion stopped:") for line in lines)
+    print("\n" + "\n".join(line for line in lines if line.startswith("fusion")))
 
 
 def test_closing_the_loop_a_run_of_the_profiled_plan_meets_its_prediction(tmp_path):
