@@ -92,6 +92,7 @@ class DDPWorker:
         self.val_set: Any = None
         self._data_config: dict[str, Any] | None = None
         self._batches: Any = None
+        self._per_epoch = 1             # optimizer steps per epoch of the trial's batch stream
         self.distributed = False
         self.group: Any = None          # a rubberband.fusion.FusedGroup while one is assigned
         self.trials: list[str] = []     # its members' trial ids
@@ -210,22 +211,51 @@ class DDPWorker:
         if self.ray_hook:
             function_api.install_ray_hook(None)
 
-    def _batch_iter(self):
-        import torch
-        from torch.utils.data import DataLoader
-        from torch.utils.data.distributed import DistributedSampler
-
+    def _batches_per_epoch(self, sampler: Any) -> int:
+        """Optimizer steps per epoch: this rank's share of the data in whole per-rank batches
+        (``drop_last``), the same on every rank."""
         B = int(self.trainer.global_batch_size)
         if B % self.world:
             raise SpecError(f"global_batch_size: {B} is not divisible by {self.world} workers; use a multiple")
-        sampler: DistributedSampler[Any] = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank, shuffle=True,
-                                     seed=self.seed, drop_last=True)
-        generator = torch.Generator().manual_seed(self.seed)
-        while True:
-            sampler.set_epoch(self.epoch)
-            yield from DataLoader(self.train_set, batch_size=B // self.world, sampler=sampler, drop_last=True,
-                                  generator=generator)
-            self.epoch += 1
+        per_epoch = len(sampler) // (B // self.world)
+        if per_epoch < 1:
+            raise SpecError(f"global_batch_size: {B} is more than the {len(self.train_set)} training samples "
+                            f"({len(sampler)} per worker of {self.world}); use a smaller batch")
+        return per_epoch
+
+    def _batch_iter(self):
+        """The trial's batches from its current optimizer step on, a function of that step alone.
+
+        Epoch ``e`` is the ``DistributedSampler``'s permutation for ``e`` (seeded with the
+        worker's seed; each rank takes its shard of it), cut into ``batches_per_epoch`` per-rank
+        batches; step ``s`` trains on batch ``s % batches_per_epoch`` of epoch
+        ``s // batches_per_epoch``. So a trial resumed from a checkpoint at step ``s`` sees the
+        batches it would have seen had it never stopped, fused or not; the batches skipped to
+        get there are never loaded. ``self.epoch`` is the epoch of the next step's batch
+        (``s // batches_per_epoch``; checkpoints keep it, but only the step positions a resume).
+        """
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+
+        b = int(self.trainer.global_batch_size) // max(self.world, 1)
+        sampler: DistributedSampler[Any] = DistributedSampler(self.train_set, num_replicas=self.world, rank=self.rank,
+                                                              shuffle=True, seed=self.seed, drop_last=True)
+        per_epoch = self._per_epoch = self._batches_per_epoch(sampler)
+        first, skip = divmod(int(self.step), per_epoch)
+        self.epoch = first
+
+        def batches():
+            epoch, start = first, skip
+            while True:
+                sampler.set_epoch(epoch)
+                order = list(iter(sampler))
+                # A batch sampler of index lists: the DataLoader fetches and collates exactly the
+                # batches a ``batch_size=b, drop_last=True`` loader over the sampler would.
+                yield from DataLoader(self.train_set, batch_sampler=[order[k * b:(k + 1) * b]
+                                                                     for k in range(start, per_epoch)])
+                epoch, start = epoch + 1, 0
+
+        return batches()
 
     def train(self, iters: int) -> dict[str, Any]:
         """Run ``iters`` iterations of ``steps_per_iter`` optimizer steps; rank 0 also evaluates
@@ -254,6 +284,7 @@ class DDPWorker:
                 self.opt.step()
                 self.step += 1
             times.append(time.perf_counter() - t0)
+        self.epoch = self.step // self._per_epoch
         out: dict[str, Any] = {"step": self.step, "iter_times": times, "digest": self.param_digest(),
                                "gpu_ids": self._gpu_ids()}
         if self.rank == 0:
@@ -306,8 +337,9 @@ class DDPWorker:
         """Take F trials as one fused group on this worker's device; return seconds taken.
 
         Each member is built as ``assign`` builds a lone trial (same seed, then its checkpoint);
-        all share this worker's batch stream, so the data must not depend on the config and the
-        members must be at one step (a SYNC's survivors are). ``forward``: ``FusedGroup``'s
+        all share this worker's batch stream, positioned at their step (as ``assign`` positions a
+        lone trial's), so the data must not depend on the config and the members must be at one
+        step (a SYNC's survivors are). ``forward``: ``FusedGroup``'s
         (``auto``: batched layers where they cover the model, else ``torch.func.vmap``).
 
         Raises:
@@ -338,8 +370,9 @@ class DDPWorker:
         if self.group.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.group.device)
         self.trials = list(trials)
-        self.config, self.step, self.epoch = {}, self.group.step, self.group.epoch
+        self.config, self.step = {}, self.group.step
         self._batches = self._batch_iter()
+        self.group.epoch = self.epoch
         return time.perf_counter() - t0
 
     def _train_group(self, iters: int) -> list[dict[str, Any]]:
@@ -354,7 +387,8 @@ class DDPWorker:
                 x, y = next(self._batches)
                 group.train_step(x, y, micro)
             times.append(time.perf_counter() - t0)
-        self.step, group.epoch = group.step, self.epoch
+        self.step = group.step
+        self.epoch = group.epoch = self.step // self._per_epoch
         gpu_ids = self._gpu_ids()
         return [{"trial": trial, "step": self.step, "iter_times": list(times), "metrics": metrics,
                  "digest": digest, "gpu_ids": gpu_ids}

@@ -47,7 +47,7 @@ class FusedGroup:
             ``evaluate``).
         configs: one config per member.
         checkpoints: per member ``None`` or a ``DDPWorker.checkpoint()`` blob; all members must
-            be at the same step and epoch (they share one batch stream).
+            be at the same step (they share one batch stream).
         seed: the seed a lone trial's worker seeds torch with before ``build_model``.
         device: where the stacked tensors live (default: where the models were built).
         forward: ``batched`` (written-out batched layers, ``fusion.batched``: an ``nn.Sequential``
@@ -85,15 +85,17 @@ class FusedGroup:
                 state = torch.load(io.BytesIO(blob), weights_only=False)
                 model.load_state_dict(state["model"])
                 opt.load_state_dict(state["optimizer"])
-                at.append((int(state["step"]), int(state["epoch"])))
+                at.append((int(state["step"]), int(state.get("epoch", 0))))
             else:
                 at.append((0, 0))
             self.models.append(model)
             self.opts.append(opt)
-        if len(set(at)) != 1:
-            raise SpecError(f"fused group: members at different (step, epoch) {sorted(set(at))}; they share one "
-                            "batch stream, so fuse only trials at the same step (a SYNC's survivors)")
-        self.step, self.epoch = at[0]
+        if len({step for step, _ in at}) != 1:
+            raise SpecError(f"fused group: members at different steps {sorted({step for step, _ in at})}; they share "
+                            "one batch stream, so fuse only trials at the same step (a SYNC's survivors)")
+        # The step alone positions the batch stream (DDPWorker._batch_iter); the epoch is kept in
+        # checkpoints for compatibility (checkpoints before that counted it differently).
+        self.step, self.epoch = max(at)
         if len({signature(m) for m in self.models}) != 1:
             raise SpecError("fused group: the configs build models of different shapes or structure; "
                             "group them with rubberband.fusion.group_by_shape")
