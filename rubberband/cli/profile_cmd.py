@@ -36,6 +36,9 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-packing", type=whole, default=8, metavar="K",
                    help="measure 1-GPU trials packed k = 1, 2, 4, ... per GPU up to K, until throughput stops "
                         "rising or memory runs out (default 8; 1 measures no packing)")
+    p.add_argument("--max-fused", type=whole, default=1, metavar="F",
+                   help="measure 1-GPU trials fused F = 1, 2, 4, ... to a program (one GPU) up to F, until "
+                        "throughput stops rising or memory runs out (default 1: no fusion)")
     p.add_argument("--latency-scale", type=decimal, default=1.0,
                    help="scale the emulated provisioning wait (local; aws against an emulator)")
 
@@ -65,7 +68,7 @@ def profile_cmd(args: argparse.Namespace) -> int:
     result = profile(exp, provider=args.provider, gpus=gpus, iters=args.iters, repeats=args.repeats,
                      max_seconds=max_seconds, out=args.out, cloud_out=args.cloud_out, runs_dir=args.runs_dir,
                      on_progress=progress, cluster=args.cluster, latency_scale=args.latency_scale,
-                     max_packing=args.max_packing)
+                     max_packing=args.max_packing, max_fused=args.max_fused)
     emit(args, result.to_dict(), result.table())
     return 0
 

@@ -42,6 +42,9 @@ def _no_ray_started():
     (["--provider", "locl"], ["did you mean `local`"]),
     (["--max-seconds", "soon"], ["--max-seconds"]),
     (["--max-seconds", "-5"], ["--max-seconds"]),
+    (["--max-fused", "0"], ["--max-fused: must be a whole number of trials of at least 1 (1: no fusion), got 0"]),
+    (["--max-fused", "-2"], ["--max-fused", "at least 1"]),
+    (["--max-fused", "eight"], ["--max-fused", "expected a whole number", "'eight'"]),
 ])
 def test_bad_options_are_one_line_errors(capsys, argv, needles):
     code, out, err = run(capsys, "profile", DEMO, *argv)
@@ -76,7 +79,8 @@ def test_profile_is_listed_with_its_options(capsys):
     with pytest.raises(SystemExit):
         main(["profile", "--help"])
     out = capsys.readouterr().out
-    for option in ("--provider", "--gpus", "--iters", "--repeats", "--max-seconds", "--out", "--cloud-out", "--json"):
+    for option in ("--provider", "--gpus", "--iters", "--repeats", "--max-seconds", "--out", "--cloud-out", "--json",
+                   "--max-fused"):
         assert option in out
 
 
@@ -128,3 +132,19 @@ def test_profile_refuses_a_time_bound_below_one_measurement(capsys, tmp_path):
     with pytest.raises(SpecError, match="--max-seconds"):
         check_request(DEMO, max_seconds=needed * 0.9)
     assert check_request(DEMO, max_seconds=needed * 1.1).max_seconds == pytest.approx(needed * 1.1)
+
+
+@pytest.mark.parametrize("argv, expected", [([], 1), (["--max-fused", "8"], 8)])
+def test_max_fused_reaches_the_profiler(capsys, monkeypatch, tmp_path, argv, expected):
+    import rubberband.profiler as profiler
+
+    seen = {}
+
+    def fake_profile(exp, **kwargs):
+        seen.update(kwargs)
+        raise SpecError("stop here")
+
+    monkeypatch.setattr(profiler, "profile", fake_profile)
+    code, _, err = run(capsys, "profile", DEMO, "--out", str(tmp_path / "p.yaml"), *argv)
+    assert code == 2 and "stop here" in err
+    assert seen["max_fused"] == expected and seen["max_packing"] == 8
