@@ -84,7 +84,10 @@ def main() -> int:
         print(f"profile {prof}: fused F {sizes}, mean s/iteration of the group "
               + ", ".join(f"{f}: {latency[f]['mean']:.4f}" for f in sorted(latency, key=int))
               + f"; throughput vs alone {fusion.get('throughput_vs_alone')}; stopped: {fusion.get('stopped')}")
-        common = ["--provider", "local", "--json", "--model-profile", str(prof), "--cloud-overrides", str(cloud)]
+        # --no-replan: the re-planner would fuse the unfused run's later stages at its first SYNC
+        # (the profile says fusion pays), and both runs are to keep the one allocation.
+        common = ["--provider", "local", "--json", "--no-replan", "--model-profile", str(prof),
+                  "--cloud-overrides", str(cloud)]
         if args.allocation:
             allocation = [int(a) for a in args.allocation.split(",")]
         else:
@@ -108,6 +111,11 @@ def report(results: dict[str, dict], allocation: list[int], fused: list[int]) ->
     plain, fz = results["unfused"], results["fused"]
     ok = True
     print(f"allocation {allocation}; fused per GPU {fused}; seed {plain.get('seed', '-')} / {fz.get('seed', '-')}")
+    ran = {name: {e["index"]: e.get("trials_per_gpu", 1) if e.get("fused") else 1
+                  for e in r["timeline"] if e["event"] == "stage"} for name, r in results.items()}
+    if any(f > 1 for f in ran["unfused"].values()) or [ran["fused"][i] for i in sorted(ran["fused"])] != fused:
+        print(f"the runs did not fuse as asked: fused per GPU as run {ran}")
+        ok = False
     print(f"{'SYNC':>4} {'trials':>6} {'F':>2}  {'same':>4}  promoted (unfused | fused)")
     for a, b, f in zip(plain["stages"], fz["stages"], fused):
         same = a.get("promoted") == b.get("promoted")
