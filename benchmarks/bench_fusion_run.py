@@ -14,6 +14,14 @@ Run: ``.venv/bin/python benchmarks/bench_fusion_run.py [--profile runs/profiles/
 [--allocation 2,2,2,2,1] [--max-fused 8]`` (``--profile`` reuses a profile with fused entries
 instead of measuring one). Needs a quiet machine: anything else running skews profile and runs
 apart. Exits 1 when a check fails.
+
+Measured on the 2-core development VM (2026-11-28, local.1gpu; profile: F = 1, 2, 4, 8 at
+0.237, 0.250, 0.304, 0.432 s per group iteration, 3.8x one trial's throughput at 8; plan
+1,1,1,1,1; fused 8,8,4,2,1): every SYNC promoted the same trials; the winner t004 (lr 0.214)
+ended at val_loss 0.034119 unfused (bitwise what it reaches trained alone in one process) and
+0.034101 fused, 5.3e-4 apart (fused and lone float sums differ by ~1 ulp a step: 6.6e-8 after
+one step, 7e-7 after 1,000, amplified by this trial's dynamics over 12,000); JCT predicted
+35.3 s / actual 36.2 s unfused (+2.7%), 19.2 s / 19.6 s fused (+2.3%).
 """
 
 from __future__ import annotations
