@@ -61,6 +61,25 @@ class Experiment:
     max_failures: int = 0           # retries of a trial whose own code fails (Ray Tune's FailureConfig)
     search: str = "random"          # how each bracket's configs are drawn (spec/experiment.py: SEARCH_ALGORITHMS)
     surrogate: Surrogate | None = None   # tune a μP copy width_ratio times narrower (issue #24)
+    # With `surrogate:`, ``spec`` ends in the target stage, ``model`` (the file's own
+    # `model_profile`) is the full-width target's and this the surrogate's (`surrogate.model_profile`).
+    surrogate_model: ModelProfile | None = None
+
+    def job_models(self) -> tuple[ModelProfile | dict[str, ModelProfile], ModelProfile | dict[str, ModelProfile] | None]:
+        """``(model, target_model)`` for ``simulate``/``compile_plan``: the tuning stages' profile
+        and the target stage's (``None`` without a target stage).
+
+        Raises:
+            SpecError: naming ``surrogate.model_profile`` when the job has a target stage but no
+                surrogate profile to tune by.
+        """
+        if self.spec.target_stage is None:
+            return self.model_for_planning, None
+        if self.surrogate_model is None:
+            raise SpecError("surrogate.model_profile: planning the surrogate stages needs the surrogate's own profile; "
+                            "measure it (`rubberband profile` at width / width_ratio) and name it here, or see "
+                            "`rubberband whatif --surrogate-ratio` for an approximation")
+        return self.surrogate_model, self.model_for_planning
 
     @property
     def model_for_planning(self) -> ModelProfile | dict[str, ModelProfile]:
@@ -71,7 +90,8 @@ class Experiment:
         """The same SHA job started with another number of trials (what-if sweeps)."""
         if not self.sha:
             raise SpecError("--trials: sweeping the number of trials needs an experiment defined with `sha:`")
-        return ExperimentSpec.sha(num_trials, self.sha["min_iters"], self.sha["max_iters"], self.sha.get("eta", 2))
+        spec = ExperimentSpec.sha(num_trials, self.sha["min_iters"], self.sha["max_iters"], self.sha.get("eta", 2))
+        return spec if self.spec.target_stage is None else spec.with_target(self.spec.stages[-1].iters)
 
     @property
     def auto_instance_type(self) -> bool:
@@ -281,7 +301,10 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
     )
     _check_search(exp)
     if data.get("surrogate") is not None:
-        exp = replace(exp, surrogate=Surrogate.from_dict(data["surrogate"], exp.search_space))
+        surrogate = Surrogate.from_dict(data["surrogate"], exp.search_space)
+        exp = replace(exp, surrogate=surrogate, spec=spec.with_target(surrogate.target_iters_for(spec)),
+                      surrogate_model=ModelProfile.load(_resolve(surrogate.model_profile, base, "surrogate.model_profile"))
+                      if surrogate.model_profile is not None else None)
     if not exp.auto_instance_type:
         exp.cloud_for(instance_type)  # unknown type -> did-you-mean error now, not at plan time
     else:

@@ -130,14 +130,27 @@ def stage_clouds(cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile]
 
 
 def stage_models(model: ModelProfile | Mapping[str, ModelProfile], clouds: Sequence[CloudProfile],
-                 per_stage_types: bool) -> list[ModelProfile]:
+                 per_stage_types: bool, spec: ExperimentSpec | None = None,
+                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> list[ModelProfile]:
     """Each stage's model profile: ``model`` itself, or (a mapping of GPU model to profile)
-    the profile of its type's GPU model (``model_of``).
+    the profile of its type's GPU model (``model_of``). A target stage of ``spec``
+    (surrogate tuning, DESIGN §4.6) runs by ``target_model`` instead, the same way.
 
     Raises:
         SpecError: naming ``instance_types[i]`` (``per_stage_types``) or ``instance_type``
-            for a type whose GPU model has no profile.
+            for a type whose GPU model has no profile; naming ``target_model`` when ``spec``
+            has a target stage and no ``target_model`` is given, or one is given without one.
     """
+    target = spec.target_stage if spec is not None else None
+    if target is None and target_model is not None:
+        raise SpecError("target_model: the job has no target stage to run it; give target_model only with "
+                        "a job that ends in one (ExperimentSpec.with_target)")
+    if target is not None:
+        if target_model is None:
+            raise SpecError(f"target_model: stage {target} is the target stage (the full-width training); give "
+                            "the target model's profile, target_model=...")
+        return (stage_models(model, clouds[:target], per_stage_types)
+                + stage_models(target_model, clouds[target:], per_stage_types))
     if isinstance(model, ModelProfile):
         return [model] * len(clouds)
     if not isinstance(model, Mapping) or not model:
@@ -229,7 +242,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
              draws: Sequence[StageDraws] | None = None, spot_instances: Sequence[int] | None = None,
              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
              held_at_start: HeldInstances | int | None = None,
-             fused_per_gpu: Sequence[int] | None = None) -> SimResult:
+             fused_per_gpu: Sequence[int] | None = None,
+             target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
 
     Packing (``trials_per_gpu[i] = k > 1``; ``docs/model.md``): only a stage whose trials get
@@ -296,6 +310,9 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         instance_types: the instance type of each stage (default: ``cloud``'s one type).
         held_at_start: instances held at t = 0 (``HeldInstances``; an int: that many
             on-demand ones of stage 0's type); default none.
+        target_model: the profile (or profiles by GPU model) the target stage of a surrogate
+            job runs by (DESIGN §4.6): needed when ``spec`` ends in one, refused otherwise;
+            every other stage runs by ``model`` (the surrogate's).
 
     Returns:
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
@@ -306,7 +323,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     """
     check_samples_seed(samples, seed)
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
-    models = stage_models(model, clouds, instance_types is not None)
+    models = stage_models(model, clouds, instance_types is not None, spec, target_model)
     shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]

@@ -135,7 +135,8 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
                     seed: int = 0, instances: Sequence[int] | None = None, samples: int = 1,
                     sample: int = 0, spot_instances: Sequence[int] | None = None,
                     trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
-                    fused_per_gpu: Sequence[int] | None = None) -> Timeline:
+                    fused_per_gpu: Sequence[int] | None = None,
+                    target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Timeline:
     """Replay one sample of the simulator event by event.
 
     Its JCT equals ``simulate(..., samples=samples, seed=seed).jct_s[sample]`` and its cost
@@ -143,8 +144,8 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     laid on instances as the placement policy packs them (each trial's GPUs on one instance,
     or on whole instances when it needs more than one; packed trials ``k`` to a GPU),
     on-demand instances before spot ones. ``spot_instances``, ``trials_per_gpu``,
-    ``fused_per_gpu`` and ``instance_types`` are ``simulate``'s; a fused group is one trial span
-    (``TrialSpan.fused`` members, ``trial`` the group's number).
+    ``fused_per_gpu``, ``instance_types`` and ``target_model`` are ``simulate``'s; a fused group is
+    one trial span (``TrialSpan.fused`` members, ``trial`` the group's number).
 
     Raises:
         SpecError: for an invalid allocation, spot, packing or type vector, or ``sample``
@@ -153,7 +154,7 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or not 0 <= sample < samples:
         raise SpecError(f"sample: expected a sample number in 0..{samples - 1}, got {sample!r}")
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
-    models = stage_models(model, clouds, instance_types is not None)
+    models = stage_models(model, clouds, instance_types is not None, spec, target_model)
     shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
     for i, (c, n_spot) in enumerate(zip(clouds, spot)):

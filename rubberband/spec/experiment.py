@@ -28,14 +28,24 @@ def _check_schedule(min_iters: int, max_iters: int, eta: object) -> None:
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: ``num_trials`` trials each trained ``iters`` more iterations."""
+    """One stage: ``num_trials`` trials each trained ``iters`` more iterations.
+
+    ``target``: the full-width training after surrogate tuning (issue #24): one trial, the
+    tuning's winner's config, trained ``iters`` iterations from scratch (not from a
+    checkpoint) on the target model's own profile (``simulate(..., target_model=...)``).
+    """
 
     num_trials: int
     iters: int
+    target: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_trials", _positive_int(self.num_trials, "num_trials"))
         object.__setattr__(self, "iters", _positive_int(self.iters, "iters"))
+        if not isinstance(self.target, bool):
+            raise SpecError(f"target: expected true or false, got {self.target!r}")
+        if self.target and self.num_trials != 1:
+            raise SpecError(f"num_trials: a target stage trains the one winning config, got {self.num_trials} trials")
 
 
 @dataclass(frozen=True)
@@ -70,11 +80,44 @@ class ExperimentSpec:
                     f"{stages[i - 1].num_trials} trials of stage {i - 1}; a stage can only keep "
                     "trials of the stage before it"
                 )
+        for i, stage in enumerate(stages):
+            if stage.target and i != len(stages) - 1:
+                raise SpecError(f"stages[{i}]: the target stage (the full-width training) must be the last stage; "
+                                f"the job has {len(stages)} stages")
 
     # --- the paper's API -------------------------------------------------------------------
     def add_stage(self, num_trials: int, iters: int) -> ExperimentSpec:
         """Return a new spec with one more stage (chainable)."""
         return ExperimentSpec(self.stages + (Stage(num_trials, iters),), self.bracket_starts, self.eta)
+
+    def with_target(self, iters: int) -> ExperimentSpec:
+        """This tuning job (on surrogates) followed by its target stage: the winner's config
+        trained ``iters`` iterations at full width, from scratch (issue #24).
+
+        Raises:
+            SpecError: ``iters`` not a positive integer (named ``surrogate.target_iters``), or
+                the job already ends in a target stage.
+        """
+        if self.target_stage is not None:
+            raise SpecError("surrogate.target_iters: the job already ends in a target stage")
+        try:
+            stage = Stage(1, iters, target=True)
+        except SpecError as err:
+            raise SpecError(f"surrogate.target_iters: {err}") from None
+        return ExperimentSpec(self.validate().stages + (stage,), self.bracket_starts, self.eta)
+
+    @property
+    def target_stage(self) -> int | None:
+        """The index of the target stage (the last stage, when it is one), else ``None``."""
+        return len(self.stages) - 1 if self.stages and self.stages[-1].target else None
+
+    @property
+    def tuning(self) -> ExperimentSpec:
+        """The tuning stages alone: the job without its target stage (itself when it has none)."""
+        if self.target_stage is None:
+            return self
+        return ExperimentSpec(self.stages[:-1], tuple(b for b in self.bracket_starts if b < len(self.stages) - 1),
+                              self.eta)
 
     def num_stages(self) -> int:
         """Number of stages."""
@@ -104,8 +147,9 @@ class ExperimentSpec:
 
     def brackets(self) -> list[ExperimentSpec]:
         """Split a chained HyperBand job back into its SHA brackets."""
-        edges = list(self.bracket_starts) + [len(self.stages)]
-        return [ExperimentSpec(self.stages[a:b], (0,), self.eta) for a, b in zip(edges, edges[1:])]
+        tuning = self.tuning
+        edges = list(tuning.bracket_starts) + [len(tuning.stages)]
+        return [ExperimentSpec(tuning.stages[a:b], (0,), self.eta) for a, b in zip(edges, edges[1:])]
 
     def validate(self) -> ExperimentSpec:
         """Raise ``SpecError`` unless the spec has at least one stage; return self."""
@@ -190,7 +234,7 @@ class ExperimentSpec:
 
     def describe(self) -> str:
         """A short human description, e.g. ``7 stages: 64x4 32x8 ...``."""
-        body = " ".join(f"{s.num_trials}x{s.iters}" for s in self.stages)
+        body = " ".join(f"{s.num_trials}x{s.iters}" + (" (target)" if s.target else "") for s in self.stages)
         return f"{len(self.stages)} stages: {body}"
 
 
@@ -227,10 +271,17 @@ class Surrogate:
     ``transfer`` names the search-space keys whose tuned values carry over to the full width
     (learning rate, momentum, schedule, batch size); every other key of the search space is
     still tuned on the surrogate but does not transfer, and ``not_transferred`` names them.
+
+    ``target_iters``: how long the target stage trains the winner at full width (``None``: as
+    long as the tuning's longest trial, ``target_iters_for``). ``model_profile``: the path
+    of the surrogate's own model profile as the experiment file gives it (the experiment's
+    own ``model_profile`` is the full-width target's); ``config`` loads it.
     """
 
     width_ratio: int = 8
     transfer: tuple[str, ...] = ()
+    target_iters: int | None = None
+    model_profile: str | None = None
 
     def __post_init__(self) -> None:
         ratio = self.width_ratio
@@ -245,6 +296,18 @@ class Surrogate:
         if twice:
             raise SpecError(f"surrogate.transfer: {', '.join(twice)} listed twice; list each name once")
         object.__setattr__(self, "transfer", transfer)
+        if self.target_iters is not None:
+            try:
+                object.__setattr__(self, "target_iters", _positive_int(self.target_iters, "surrogate.target_iters"))
+            except SpecError as err:
+                raise SpecError(f"{err} (the full-width training's iterations)") from None
+
+    def target_iters_for(self, tuning: ExperimentSpec) -> int:
+        """The target stage's iterations: ``target_iters``, or the most iterations any trial of
+        ``tuning`` trains in all (a bracket's summed stage iterations; ``max_iters`` of an SHA)."""
+        if self.target_iters is not None:
+            return self.target_iters
+        return max(sum(b.iters) for b in tuning.brackets())
 
     @classmethod
     def from_dict(cls, value: object, search_space: Mapping[str, object]) -> Surrogate:
@@ -254,7 +317,8 @@ class Surrogate:
             SpecError: unknown keys, a ratio below 2, or a ``transfer`` name that is not a key
                 of ``search_space``.
         """
-        data = check_mapping(value, "surrogate", required=["transfer"], optional=["width_ratio"])
+        data = check_mapping(value, "surrogate", required=["transfer"],
+                             optional=["width_ratio", "target_iters", "model_profile"])
         transfer = data["transfer"]
         if not isinstance(transfer, list):
             raise SpecError(f"surrogate.transfer: expected a list of search_space keys such as [lr, momentum], "
@@ -264,7 +328,11 @@ class Surrogate:
                 raise SpecError(f"surrogate.transfer: {name!r} is not a key of search_space"
                                 f"{did_you_mean(str(name), [str(k) for k in search_space])}; list only "
                                 f"hyperparameters the search tunes ({', '.join(map(str, search_space)) or 'none'})")
-        return cls(data.get("width_ratio", 8), tuple(transfer))
+        profile = data.get("model_profile")
+        if profile is not None and (not isinstance(profile, str) or not profile.strip()):
+            raise SpecError(f"surrogate.model_profile: expected the path of the surrogate's model profile (measured "
+                            f"with `rubberband profile` at width / width_ratio), got {profile!r}")
+        return cls(data.get("width_ratio", 8), tuple(transfer), data.get("target_iters"), profile)
 
     def not_transferred(self, search_space: Iterable[str], width_keys: Iterable[str] = ()) -> tuple[str, ...]:
         """Search-space keys whose surrogate-tuned value does not carry over to full width: those

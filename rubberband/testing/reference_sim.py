@@ -57,7 +57,8 @@ def _billed_seconds(lifetime: float, granularity_s: float, minimum_s: float) -> 
 def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
              cloud: CloudProfile | Sequence[CloudProfile], rng: np.random.Generator,
              instances: Sequence[int] | None = None, trials_per_gpu: Sequence[int] | None = None,
-             fused_per_gpu: Sequence[int] | None = None) -> ReferenceRun:
+             fused_per_gpu: Sequence[int] | None = None,
+             target_model: ModelProfile | None = None) -> ReferenceRun:
     """Sample one run of the plan ``allocation`` (GPUs per stage) and return its JCT and cost.
 
     Args:
@@ -74,6 +75,8 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             1-GPU trials only): ``ceil(n / F)`` groups, each one TRAIN of ``startup + iters * L_F``
             on its own GPU (the last, smaller group at ``L_F`` too), queued as trials are,
             billed per function one GPU per group.
+        target_model: the profile a target stage (surrogate tuning, DESIGN §4.6) runs by:
+            its start-up, latencies and SYNC; every other stage runs by ``model``.
 
     Returns:
         A ``ReferenceRun``.
@@ -134,18 +137,23 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             data += new * cloud.data.dataset_gb * cloud.data.price_usd_per_gb
             now = ready
 
+        prof = model
+        if stage.target:
+            if target_model is None:
+                raise ValueError("target_model: the job ends in a target stage; give its profile")
+            prof = target_model
         if fuse > 1:
-            latency = model.fused_latency(fuse)          # one iteration of the whole group
+            latency = prof.fused_latency(fuse)          # one iteration of the whole group
         else:
-            latency = model.packed_latency(pack) if pack > 1 else model.latency(m)
-        trains = [_draw(model.trial_startup_s, rng) + k * _draw(latency, rng) for _ in range(groups)]
+            latency = prof.packed_latency(pack) if pack > 1 else prof.latency(m)
+        trains = [_draw(prof.trial_startup_s, rng) + k * _draw(latency, rng) for _ in range(groups)]
         nodes["TRAIN"] += groups
         # Each of the `running` GPU slots takes the next queued trial as soon as it is free.
         slots = [(now, g) for g in range(running)]
         for duration in trains:
             free_at, g = heapq.heappop(slots)
             heapq.heappush(slots, (free_at + duration, g))
-        now = max(t for t, _ in slots) + _draw(model.sync_s, rng)
+        now = max(t for t, _ in slots) + _draw(prof.sync_s, rng)
         nodes["SYNC"] += 1
         if not per_instance:
             compute += sum(trains) * m * usd_per_s / (G * pack)
@@ -160,13 +168,14 @@ def reference_simulate(spec: ExperimentSpec, allocation: Sequence[int], model: M
                        cloud: CloudProfile | Sequence[CloudProfile], samples: int, seed: int = 0,
                        instances: Sequence[int] | None = None,
                        trials_per_gpu: Sequence[int] | None = None,
-                       fused_per_gpu: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       fused_per_gpu: Sequence[int] | None = None,
+                       target_model: ModelProfile | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Run ``run_once`` ``samples`` times from one seeded generator.
 
     Returns:
         ``(jct_s, cost_usd)``: numpy arrays with one value per sample.
     """
     rng = np.random.default_rng(seed)
-    runs = [run_once(spec, allocation, model, cloud, rng, instances, trials_per_gpu, fused_per_gpu)
+    runs = [run_once(spec, allocation, model, cloud, rng, instances, trials_per_gpu, fused_per_gpu, target_model)
             for _ in range(samples)]
     return np.array([r.jct_s for r in runs]), np.array([r.cost_usd for r in runs])
