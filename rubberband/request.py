@@ -103,6 +103,8 @@ class Request:
     max_instances: int | Mapping[str, int] | None = None
     overrides: Overrides = field(default_factory=Overrides)
     warnings: tuple[str, ...] = ()
+    # A surrogate job (DESIGN §4.6): ``models`` are the surrogate's, these the target stage's.
+    target_models: ModelProfile | Mapping[str, ModelProfile] | None = None
 
     @property
     def name(self) -> str:
@@ -172,8 +174,10 @@ def resolve(experiment_path: str | Mapping[str, Any], overrides: Overrides | Map
         exp.catalog.get(instance_type, Market.ON_DEMAND, exp.cloud_overrides)    # did-you-mean, now
     exp = replace(exp, market=market, instance_type=instance_type)
     catalog = exp.catalog.with_overrides(exp.cloud_overrides)
+    # A surrogate job plans by both profiles; without the surrogate's, planning says so (job_models).
+    models, target = exp.job_models() if exp.surrogate_model is not None else (exp.model_for_planning, None)
     req = Request(
-        experiment=exp, spec=exp.spec, models=exp.model_for_planning, catalog=catalog, instance_type=instance_type,
+        experiment=exp, spec=exp.spec, models=models, target_models=target, catalog=catalog, instance_type=instance_type,
         market=market, confidence=confidence, deadline_s=deadline, budget_usd=budget,
         policy=ov.policy or exp.policy, samples=ov.samples if ov.samples is not None else exp.samples,
         seed=ov.seed if ov.seed is not None else exp.seed, zones=zones, max_instances=ov.max_instances, overrides=ov,
@@ -324,10 +328,14 @@ def plan_request(req: Request, *, confidence: float | None | str = "request", co
 
     conf = req.confidence if isinstance(confidence, str) else confidence      # "request": the request's own
     deadline, budget = req.deadline_s, req.budget_usd
+    if req.spec.target_stage is not None and req.target_models is None:
+        req.experiment.job_models()          # one line naming surrogate.model_profile
     check_plan_size(req)
     kwargs: dict[str, Any] = dict(policy=req.policy, samples=req.samples, seed=req.seed,
                                   instance_type=req.instance_type, market=req.market, progress=progress,
                                   max_instances=req.max_instances)
+    if req.target_models is not None:
+        kwargs["target_model"] = req.target_models
     where: dict[str, str] = {}
 
     def at(part: str, text: str) -> None:

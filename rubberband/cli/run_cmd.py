@@ -101,6 +101,10 @@ def run_cmd(args: argparse.Namespace) -> int:
     req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget,
                        fused_per_gpu=tuple(fusion) if fusion else None)
     exp = req.experiment
+    if req.spec.target_stage is not None:
+        # The executor runs no target stage yet (issue #24): plan and whatif price the whole job.
+        raise SpecError(f"surrogate: {exp.name} ends in a target stage (the full-width training) that `run` cannot "
+                        "execute yet; `rubberband plan` and `whatif` price the whole job, or drop `surrogate:` to run")
     if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
     cluster = providers.cluster_yaml_for(provider, args.cluster, exp.cluster)

@@ -83,7 +83,8 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     # One profile per GPU model, when the experiment has several: each stage runs by its type's.
     model = req.models
     result = simulate(exp.spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
-                      spot_instances=spot, trials_per_gpu=packing, instance_types=types, fused_per_gpu=fusion)
+                      spot_instances=spot, trials_per_gpu=packing, instance_types=types, fused_per_gpu=fusion,
+                      target_model=req.target_models)
     on_spot = any(s.spot_instances for s in result.stages)
     packed = any(k > 1 for k in result.trials_per_gpu)
     fused = any(f > 1 for f in result.fused_per_gpu)
@@ -118,7 +119,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
             math.floor(q * (len(result.jct_s) - 1))])
         timeline = sample_timeline(exp.spec, allocation, model, cloud, seed=seed, samples=samples, sample=k,
                                    instances=instances, spot_instances=spot, trials_per_gpu=packing,
-                                   instance_types=types, fused_per_gpu=fusion)
+                                   instance_types=types, fused_per_gpu=fusion, target_model=req.target_models)
         title = gantt_title(exp.name, run, k, samples, seed, result, timeline.jct_s)
         draw_gantt(timeline, args.gantt, title=title, init_s=first.init_latency_s)
         text.append(f"wrote {args.gantt} (the {run} run)")

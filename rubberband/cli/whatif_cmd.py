@@ -43,6 +43,16 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
                                     "(no deadline; --plot draws JCT over budget)")
     p.add_argument("--packing", help="the most trials per GPU the optimal plan may pack, e.g. 1,2,4 (1: none; "
                                      "counts the model profile has packed latencies for)")
+    p.add_argument("--surrogate-ratio", help="width ratios S to weigh, e.g. 1,4,8,16: tuning on a μP copy S times "
+                                             "narrower plus one full-width training of the winner (1: tuning at "
+                                             "full width), each planned whole (DESIGN §4.6)")
+    p.add_argument("--surrogate-profiles", metavar="S=YAML,...",
+                   help="measured surrogate profiles by ratio, e.g. 8=profiles/w8.yaml (default: the experiment's "
+                        "surrogate.model_profile at its width_ratio; any other ratio is scaled from the full-width "
+                        "profile, an approximation)")
+    p.add_argument("--compute-fraction", type=float, default=None,
+                   help="the part of a full-width iteration that shrinks 1/S² on a surrogate, for ratios with no "
+                        "measured profile (default 0.9)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
@@ -89,6 +99,8 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     req = resolve(args.experiment, Overrides(seed=args.seed))
     print_warnings(req)
     exp = req.experiment
+    if args.surrogate_ratio is not None:
+        return surrogate_whatif(args, req)
     vary: dict[str, list] = {}
     deadline = exp.deadline_s
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
@@ -178,6 +190,72 @@ def whatif_cmd(args: argparse.Namespace) -> int:
         text += f"\nwrote {args.plot}"
         payload["plot"] = args.plot
     emit(args, payload, text)
+    return 0
+
+
+SWEEP_FLAGS = ("trials", "init_latency", "billing", "data_price", "dataset_gb", "instance_type", "straggler_std",
+               "market", "preemption_rate", "zone", "notice", "budget", "packing", "policies", "plot")
+
+
+def surrogate_whatif(args: argparse.Namespace, req) -> int:
+    """``--surrogate-ratio``: the whole job's cheapest plan per width ratio (``surrogate_sweep``)."""
+    from rubberband.plan.whatif import SURROGATE_COMPUTE_FRACTION, surrogate_sweep
+    from rubberband.profiles.model import ModelProfile
+    from rubberband.schema import load_yaml
+
+    other = [f"--{f.replace('_', '-')}" for f in SWEEP_FLAGS if getattr(args, f, None)]
+    if other:
+        raise SpecError(f"--surrogate-ratio: weighs width ratios alone; drop {', '.join(other)}")
+    if args.surrogate_profiles is not None and args.surrogate_ratio is None:
+        raise SpecError("--surrogate-profiles: it gives --surrogate-ratio's measured profiles; add --surrogate-ratio")
+    exp = req.experiment
+    ratios = int_list(args.surrogate_ratio, "--surrogate-ratio", "whole width ratios such as 1,4,8,16")
+    measured: dict[int, ModelProfile] = {}
+    if exp.surrogate is not None and exp.surrogate_model is not None:
+        measured[exp.surrogate.width_ratio] = exp.surrogate_model
+    for item in (args.surrogate_profiles or "").split(","):
+        if not item.strip():
+            continue
+        ratio, sep, path = item.partition("=")
+        if not sep or not ratio.strip().isdigit():
+            raise SpecError(f"--surrogate-profiles: expected S=YAML such as 8=profiles/w8.yaml, got {item!r}")
+        measured[int(ratio)] = ModelProfile.from_dict(load_yaml(path.strip(), "--surrogate-profiles"),
+                                                      where=f"--surrogate-profiles {path.strip()}")
+    f = args.compute_fraction if args.compute_fraction is not None else SURROGATE_COMPUTE_FRACTION
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
+    if req.auto_instance_type or isinstance(exp.model_for_planning, dict):
+        raise SpecError("--surrogate-ratio: weighs one instance type and one full-width profile; "
+                        "pass --instance-type NAME (not auto)")
+    tuning = req.spec.tuning
+    target_iters = exp.spec.stages[-1].iters if exp.spec.target_stage is not None else \
+        max(sum(b.iters) for b in tuning.brackets())
+    samples = args.samples if args.samples is not None else 200
+    with ProgressLine(args) as progress:
+        rows = surrogate_sweep(tuning, exp.model, req.catalog, deadline, ratios, target_iters, measured,
+                               compute_fraction=f, samples=samples, seed=req.seed, instance_type=req.instance_type,
+                               market=req.market, confidence=req.confidence, progress=progress)
+    base = next((r for r in rows if r.ratio == 1 and r.cost_usd is not None), None)
+    table = []
+    for r in rows:
+        if r.cost_usd is None:
+            table.append([r.ratio, r.profile, "infeasible", "-", "-", "-", "-", "-"])
+            continue
+        table.append([r.ratio, r.profile, format_duration(r.jct_s), format_usd(r.cost_usd),
+                      f"{format_duration(r.tuning_s)} {format_usd(r.tuning_usd)}",
+                      "-" if r.target_s is None else f"{format_duration(r.target_s)} {format_usd(r.target_usd)}",
+                      f"{r.p_meet:.0%}", f"{base.cost_usd / r.cost_usd:.2f}x" if base else "-"])
+    text = render(["S", "surrogate profile", "JCT mean", "cost mean", "tuning", "target training", "P(meet)",
+                   "saving vs S=1"], table,
+                  title=f"what if: {exp.name} tuned on μP surrogates S times narrower, then the winner trained at "
+                        f"full width for {target_iters} iterations (deadline {format_duration(deadline)})")
+    if any(r.profile == "approximation" for r in rows):
+        text += (f"\napproximation: a surrogate profile scaled from the full-width one: iteration latency "
+                 f"x (f/S² + 1 - f), f = {f:g} (Hydro's FLOP ratio on the compute part), start-up and SYNC kept; "
+                 "measure it (`rubberband profile` at width / S) for a real figure")
+    emit(args, {"experiment": exp.name, "target_iters": target_iters, "compute_fraction": f,
+                "ratios": [r.to_dict() for r in rows]}, text)
     return 0
 
 

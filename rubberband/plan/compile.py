@@ -32,7 +32,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice, did_you_mean
-from rubberband.simulator.engine import HeldInstances, simulate, spot_billable
+from rubberband.simulator.engine import HeldInstances, simulate, spot_billable, stage_models
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -42,7 +42,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                  instance_type: str | None = None, market: str | Market | None = None,
                  compare: bool = False, progress: Progress | None = None,
                  held_at_start: HeldInstances | int | None = None,
-                 max_instances: int | Mapping[str, int] | None = None) -> Plan:
+                 max_instances: int | Mapping[str, int] | None = None,
+                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
@@ -91,6 +92,11 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
             has (its ``max_workers``). The search is exact within it: allocations needing more
             are no candidates of any policy, market or type-per-stage table, and no plan holds
             more (a stage that cannot run within it is a ``SpecError`` naming ``max_instances``).
+        target_model: with a surrogate job (``spec`` ends in a target stage, DESIGN §4.6),
+            the full-width model's profile (or one per GPU model) the target stage runs by;
+            ``model`` is then the surrogate's. The search plans the whole job at once: the
+            target stage has its own candidates (GPUs per trial by its profile), market and,
+            with ``auto``, type, and the deadline covers it.
 
     Returns:
         A new ``Plan`` (inputs are never modified).
@@ -109,8 +115,11 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
     if market is not None and not auto_market and not isinstance(market, Market):
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
     models = check_models(model, cloud) if isinstance(model, Mapping) else None
+    if (spec.target_stage is None) != (target_model is None):
+        stage_models(model, [], False, spec, target_model)        # the one-line error naming target_model
     job = _Job(spec, float(deadline_s), policy, samples, seed, confidence, progress,
-               _held_type(held_at_start, cloud, instance_type), check_max_instances(max_instances, cloud))
+               _held_type(held_at_start, cloud, instance_type), check_max_instances(max_instances, cloud),
+               check_models(target_model, cloud) if isinstance(target_model, Mapping) else target_model)
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
@@ -151,10 +160,25 @@ class _Job:
     progress: Progress | None = None
     held: HeldInstances | None = None
     caps: Caps = None
+    target: ModelProfile | Mapping[str, ModelProfile] | None = None    # a surrogate job's target stage's
+
+    def target_for(self, cloud: CloudProfile, narrow: bool = False) -> ModelProfile | None:
+        """The target stage's profile on ``cloud`` (its GPU model's); ``narrow``: only the GPU
+        counts that hold on its instances (``usable_profile``), ``None`` when none does."""
+        if self.target is None:
+            return None
+        target = model_of(self.target, cloud, "target_model") if isinstance(self.target, Mapping) else self.target
+        if narrow:
+            usable = usable_profile(target, profile_gpu(target)[1], cloud.gpus_per_instance)
+            if usable is None:
+                raise SpecError(f"target_model: profile {target.name!r} starts at {target.min_gpus} GPUs per trial, "
+                                f"more than one {cloud.instance_type} holds")
+            return usable
+        return target
 
     def table(self, model: ModelProfile, cloud: CloudProfile) -> StageTable:
         return StageTable(self.spec, model, cloud, samples=self.samples, seed=self.seed, held_at_start=self.held,
-                          max_instances=type_cap(self.caps, cloud))
+                          max_instances=type_cap(self.caps, cloud), target_model=self.target_for(cloud))
 
 
 def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None = None, cost_cap: float = math.inf,
@@ -165,10 +189,12 @@ def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None =
     policy = policy or job.policy
     if table is None and policy == "optimal" and (packing_counts(model, cloud) or fusion_counts(model, cloud)):
         table = VariantTable(variant_tables(job.spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
-                                            else cloud, job.samples, job.seed, held=job.held, caps=job.caps), model)
+                                            else cloud, job.samples, job.seed, held=job.held, caps=job.caps,
+                                            target_model=job.target_for(cloud)), model, job.target_for(cloud))
     if market == AUTO:
         return plan_markets(job.spec, model, cloud, job.deadline_s, policy, job.samples, job.seed, job.confidence,
-                            base=table, progress=job.progress, cost_cap=cost_cap, held=job.held, caps=job.caps)
+                            base=table, progress=job.progress, cost_cap=cost_cap, held=job.held, caps=job.caps,
+                            target_model=job.target_for(cloud))
     table = table or job.table(model, cloud)
     if math.isfinite(cost_cap):
         return cheaper_plan(table, job.deadline_s, policy, job.confidence, cost_cap=cost_cap, progress=job.progress)
@@ -244,20 +270,22 @@ def fusion_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
 
 
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
-                   draws=None, held: HeldInstances | None = None, caps: Caps = None) -> list[StageTable]:
+                   draws=None, held: HeldInstances | None = None, caps: Caps = None,
+                   target_model: ModelProfile | None = None) -> list[StageTable]:
     """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``), and
     one per trials fused per GPU (each of ``fusion_counts``), on one set of random streams
     (``draws``: another type's, to share), from the instances ``held`` at the start, with at
     most ``caps`` instances of the type. Packing and fusion are variants of their own, so a
-    stage is unfused, packed or fused, never both."""
+    stage is unfused, packed or fused, never both. ``target_model``: a surrogate job's target
+    stage's profile (DESIGN §4.6); its one trial never packs nor fuses."""
     cap = type_cap(caps, cloud)
     first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held,
-                       max_instances=cap)
+                       max_instances=cap, target_model=target_model)
     return ([first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
-                                  held_at_start=held, max_instances=cap)
+                                  held_at_start=held, max_instances=cap, target_model=target_model)
                        for k in packing_counts(model, cloud)]
             + [StageTable(spec, model, cloud, samples=samples, seed=seed, fused_per_gpu=f, draws=first.draws,
-                          held_at_start=held, max_instances=cap)
+                          held_at_start=held, max_instances=cap, target_model=target_model)
                for f in fusion_counts(model, cloud)])
 
 
@@ -281,7 +309,8 @@ def market_vectors(num_stages: int) -> list[tuple[Market, ...]]:
 def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, deadline_s: float, policy: str,
                  samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
                  progress: Progress | None = None, cost_cap: float = math.inf,
-                 held: HeldInstances | None = None, caps: Caps = None) -> Plan | None:
+                 held: HeldInstances | None = None, caps: Caps = None,
+                 target_model: ModelProfile | None = None) -> Plan | None:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
@@ -292,11 +321,11 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     is cut there (``cheaper_plan``), all on-demand and all spot too: ``None`` when none has a plan
     left. ``held``: the instances held at the start (a ``base`` given has its own)."""
     if cloud.spot_price_usd_per_hour is None:
-        plan = _plan_one(_Job(spec, deadline_s, policy, samples, seed, confidence, progress, held, caps), model,
-                         cloud.replace(market=Market.ON_DEMAND))
+        plan = _plan_one(_Job(spec, deadline_s, policy, samples, seed, confidence, progress, held, caps, target_model),
+                         model, cloud.replace(market=Market.ON_DEMAND))
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed,
-                              held_at_start=held, max_instances=type_cap(caps, cloud))
+                              held_at_start=held, max_instances=type_cap(caps, cloud), target_model=target_model)
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
     best_usd = cost_cap
     vectors = market_vectors(spec.num_stages())
@@ -689,7 +718,8 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
                                    f"{name} holds"})
                 continue
             try:
-                own = (variant_tables(spec, usable, cloud, job.samples, job.seed, draws, job.held, job.caps)
+                own = (variant_tables(spec, usable, cloud, job.samples, job.seed, draws, job.held, job.caps,
+                                      job.target_for(cloud, narrow=True))
                        if policy == "optimal" else None)
                 if own is not None:
                     draws = own[0].draws
@@ -707,7 +737,8 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
                                                                              if confidence else ""),
                                            **_narrowed(model, usable, catalog, name)})
                         continue
-                table = VariantTable(own, model) if own is not None and len(own) > 1 else own and own[0]
+                table = (VariantTable(own, model, job.target_for(cloud)) if own is not None and len(own) > 1
+                         else own and own[0])
                 plan = _plan_one(job, usable, cloud, table=table, market=market)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)
@@ -723,7 +754,8 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
             # Only a plan cheaper than the types' own counts: the cheapest so far cuts the search.
             cap = min((p.predicted.mean_cost_usd for p in plans), default=math.inf)
             try:
-                plan = _plan_one(job, model, tables[0].cloud, table=VariantTable(tables, model), market=market,
+                plan = _plan_one(job, model, tables[0].cloud,
+                                 table=VariantTable(tables, model, job.target_for(tables[0].cloud)), market=market,
                                  cost_cap=cap)
             except InfeasibleDeadlineError as exc:
                 infeasible.append(exc)

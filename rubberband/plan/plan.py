@@ -21,7 +21,8 @@ from rubberband.spec.experiment import ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
 _OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
-             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets", "fused_per_gpu"]
+             "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets", "fused_per_gpu",
+             "target_stage"]
 # A stage's market in a plan file: all its instances on one market, or some of each.
 MIXED = "mixed"
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
@@ -164,6 +165,7 @@ class Plan:
             "stages": [[s.num_trials, s.iters] for s in self.spec.stages],
             "bracket_starts": list(self.spec.bracket_starts),
             "eta": self.spec.eta,
+            **({"target_stage": self.spec.target_stage} if self.spec.target_stage is not None else {}),
             "cloud": self.cloud.to_dict(),
             "predicted": {
                 **self.predicted.summary(),
@@ -203,7 +205,10 @@ class Plan:
         data = check_mapping(data, where, required=_REQUIRED, optional=_OPTIONAL)
         stages = _rows(data["stages"], f"{where}.stages")
         try:
-            spec = ExperimentSpec(tuple(Stage(n, k) for n, k in stages),
+            target = data.get("target_stage")
+            if target is not None and target != len(stages) - 1:
+                raise SpecError(f"target_stage: expected the last stage's index {len(stages) - 1}, got {target!r}")
+            spec = ExperimentSpec(tuple(Stage(n, k, target=j == target) for j, (n, k) in enumerate(stages)),
                                   tuple(_ints(data.get("bracket_starts", [0]), f"{where}.bracket_starts", minimum=0)),
                                   data.get("eta")).validate()
         except SpecError as exc:
@@ -314,7 +319,7 @@ def _check_markets(plan: Plan, markets: Any, where: str) -> None:
 
 def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
                cloud: CloudProfile | CloudCatalog,
-               samples: int = 1000) -> Plan:
+               samples: int = 1000, target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Plan:
     """Check a plan (read from a file, perhaps edited) against the experiment it is to run, and
     predict it again.
 
@@ -334,6 +339,7 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
         cloud: the experiment's cloud: a profile, or a catalog (with the experiment's
             overrides) holding the plan's instance type.
         samples: Monte-Carlo samples when the plan does not say.
+        target_model: a surrogate job's target stage's profile (DESIGN §4.6).
 
     Returns:
         A new ``Plan`` on the experiment's spec and cloud with the recomputed prediction.
@@ -369,7 +375,7 @@ def check_plan(plan: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[s
     plan = replace(plan, cloud=cloud, type_clouds=type_clouds if plan.instance_types else {})
     try:
         result = simulate(spec, plan.allocation, model, samples=plan.samples or samples, seed=plan.seed,
-                          **plan.simulation_args())
+                          target_model=target_model, **plan.simulation_args())
     except SpecError as exc:
         raise SpecError(f"plan.{exc}") from None
     gpus = tuple(s.gpus_per_trial for s in result.stages)
@@ -431,7 +437,8 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
 
 
 def simulate_plan(plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], samples: int | None = None,
-                  seed: int | None = None) -> SimResult:
+                  seed: int | None = None, target_model: ModelProfile | Mapping[str, ModelProfile] | None = None
+                  ) -> SimResult:
     """Simulate exactly what ``plan`` says — allocation, instances held, spot instances, each
     stage's instance type, trials per GPU and trials fused per GPU — on its own cloud, e.g. out of sample with
     another ``seed`` to re-check its promise.
@@ -441,6 +448,7 @@ def simulate_plan(plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], 
         model: the model profile to simulate with (the plan's, or another to ask "what if"),
             or one per GPU model (each stage runs by its type's, as ``simulate``).
         samples, seed: Monte-Carlo samples and seed (default: the plan's own).
+        target_model: the target stage's profile, for a surrogate job's plan (DESIGN §4.6).
     """
     return simulate(plan.spec, plan.allocation, model, samples=samples or plan.samples or 1000,
-                    seed=plan.seed if seed is None else seed, **plan.simulation_args())
+                    seed=plan.seed if seed is None else seed, target_model=target_model, **plan.simulation_args())

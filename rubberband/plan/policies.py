@@ -157,7 +157,7 @@ def plan_floor(table: StageTable, allocation: Sequence[int], held: Sequence[int]
         shape = sub.shape(i, a)
         longest, work = sub._stats(i, shape)
         d = sub.draws[i]
-        total = total + np.maximum(longest, work / shape.running) + d.sync(sub.model)
+        total = total + np.maximum(longest, work / shape.running) + d.sync(sub.models[i])
         if new > 0:
             total = total + d.scale(sub.cloud) + d.init_max(sub.cloud, new)
     return total
@@ -208,11 +208,11 @@ def static_allocations(table: StageTable, ks: np.ndarray) -> np.ndarray:
     """
     ks = np.asarray(ks, dtype=np.int64)
     G = table.cloud.gpus_per_instance
-    lo, hi = table.model.min_gpus, table.model.max_gpus
     out = np.zeros((len(ks), table.num_stages), dtype=np.int64)
     ok = np.ones(len(ks), dtype=bool)
     gpus = ks * G
     for i, stage in enumerate(table.spec.stages):
+        lo, hi = table.models[i].min_gpus, table.models[i].max_gpus     # a target stage: its own profile's
         n = stage.num_trials
         need = np.array([table.need(i, n * m) for m in range(lo, hi + 1)])
         m = np.minimum(np.minimum(gpus // n, hi), lo + np.searchsorted(need, ks, side="right") - 1)
@@ -295,10 +295,12 @@ def static_policy(table: StageTable, deadline_s: float, confidence: float | None
 @policy("naive-elastic")
 def naive_elastic_policy(table: StageTable, deadline_s: float, confidence: float | None = None,
                          cost_cap: float = math.inf, progress: Progress | None = None) -> list[Candidate]:
-    """A fixed ``m`` GPUs per trial in every stage, cluster sized ``n_i * m`` (paper §6.3)."""
+    """A fixed ``m`` GPUs per trial in every stage, cluster sized ``n_i * m`` (paper §6.3); a
+    target stage (DESIGN §4.6) gets ``m`` within its own profile's range."""
     out = []
     for m in range(table.model.min_gpus, table.model.max_gpus + 1):
-        alloc = tuple(s.num_trials * m for s in table.spec.stages)
+        alloc = tuple(s.num_trials * min(max(m, p.min_gpus), p.max_gpus)
+                      for s, p in zip(table.spec.stages, table.models))
         cand = _candidate(table, alloc, note=f"{m} GPU(s) per trial")
         if all(table.holds(h) for h in cand.instances):
             out.append(cand)

@@ -41,7 +41,7 @@ from rubberband.limits import check_samples_seed, check_table
 from rubberband.plan.queue import list_schedule
 from rubberband.profiles.cloud import BillingModel, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.engine import HeldInstances, simulate
+from rubberband.simulator.engine import HeldInstances, simulate, stage_models
 from rubberband.simulator.model import (
     StageDraws,
     StageShape,
@@ -153,6 +153,8 @@ class StageTable:
         max_instances: the most instances of the table's type a stage may hold (``None``: no
             limit): allocations that need more are no candidates, and ``holds`` tells the search
             which held counts it may carry to a later stage.
+        target_model: the profile the target stage of a surrogate job runs by (DESIGN §4.6;
+            ``model`` is then the surrogate's): its candidates, means and simulations use it.
     """
 
     # Held counts are plain counts here (``TypeTable`` encodes a type in them).
@@ -162,8 +164,12 @@ class StageTable:
                  seed: int = 0, allocations: Sequence[Sequence[int]] | None = None,
                  markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
                  draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None,
-                 max_instances: int | None = None, fused_per_gpu: int = 1):
+                 max_instances: int | None = None, fused_per_gpu: int = 1,
+                 target_model: ModelProfile | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
+        self.target_model = target_model
+        # Each stage's profile: the target stage's is ``target_model`` (``simulate`` checks the pair).
+        self.models = stage_models(model, [cloud] * spec.num_stages(), False, spec, target_model)
         self.max_instances = max_instances
         self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
@@ -173,11 +179,11 @@ class StageTable:
                             "are exclusive per stage")
         self._shapes: dict[tuple[int, int], StageShape] = {}    # (stage, allocation) -> layout (``shape``)
         check_samples_seed(samples, seed)
-        check_table_size(spec, model, cloud, None, samples)
+        self._check_size(None, samples)
         G = cloud.gpus_per_instance
         base = [allocations[i] if allocations is not None else
                 fused_allocations(s.num_trials, G, self.fused) if self.fused > 1 else
-                valid_allocations(s.num_trials, model, G) if self.k == 1 else
+                valid_allocations(s.num_trials, self.models[i], G) if self.k == 1 else
                 packed_allocations(s.num_trials, G, self.k) for i, s in enumerate(spec.stages)]
         self._candidates: list[list[int]] = []
         for i, stage in enumerate(spec.stages):
@@ -189,7 +195,7 @@ class StageTable:
                 self._candidates.append([])
                 continue
             cands = set(base[i])
-            if allocations is None and model.min_gpus == 1:
+            if allocations is None and self.models[i].min_gpus == 1:
                 # Queue on exactly as many instances as a neighbouring stage holds: keeping (or
                 # pre-launching) them can beat the fewest instances for the rounds.
                 for j in (i - 1, i + 1):
@@ -200,7 +206,7 @@ class StageTable:
             self._candidates.append(sorted(int(a) for a in cands))
         if max_instances is not None:
             self._fit_candidates(max_instances)
-        check_table_size(spec, model, cloud, self._candidates, samples)   # before anything is drawn
+        self._check_size(self._candidates, samples)   # before anything is drawn
         self.samples, self.seed = int(samples), int(seed)
         # Another table's streams of the same seed and samples (the same numbers, drawn once).
         self.draws = list(draws) if draws is not None else [StageDraws(seed, i, samples) for i in range(spec.num_stages())]
@@ -211,7 +217,7 @@ class StageTable:
         self._entries_by_market: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
         self._bounds_by_market: dict[Market, list[dict[int, tuple[float, float]]]] = {m: [{} for _ in spec.stages] for m in Market}
         self._bound_entries: dict[Market, list[dict[int, StageEntry]]] = {m: [{} for _ in spec.stages] for m in Market}
-        self.sync_s = [float(d.sync(model).mean()) for d in self.draws]
+        self.sync_s = [float(d.sync(m).mean()) for d, m in zip(self.draws, self.models)]
         self.scale_s = [float(d.scale(cloud).mean()) for d in self.draws]
         self._init_cache: dict[tuple[int, int], float] = {}
         self._init_arrays: dict[int, np.ndarray] = {}     # per stage: init_s for 0, 1, 2, ... (init_means)
@@ -222,6 +228,17 @@ class StageTable:
         self._queue_bounds: dict[tuple[int, int], float] = {}     # market-free: shared too
         self._longest_means: dict[tuple[int, int], float] = {}    # train_s without reclaims, per (stage, GPUs per trial)
         self._set_markets(tuple(markets) if markets is not None else (cloud.market,) * spec.num_stages())
+
+    def _check_size(self, candidates: Sequence[Sequence[int]] | None, samples: int) -> None:
+        """``check_table_size`` for the tuning stages by ``model`` and the target stage by its own."""
+        target = self.spec.target_stage
+        if target is None:
+            check_table_size(self.spec, self.model, self.cloud, candidates, samples)
+            return
+        cands = [None, None] if candidates is None else [candidates[:target], candidates[target:]]
+        if target:
+            check_table_size(self.spec.tuning, self.model, self.cloud, cands[0], samples)
+        check_table_size(ExperimentSpec(self.spec.stages[target:]), self.models[target], self.cloud, cands[1], samples)
 
     def _fit_candidates(self, cap: int) -> None:
         """Keep the candidates whose fewest instances fit ``cap``; one line when a stage has none left."""
@@ -283,7 +300,8 @@ class StageTable:
                 if (i, shape.gpus_per_trial) not in self._longest_means:
                     shapes[shape.gpus_per_trial] = shape
         if len(shapes) > 1:
-            for shape, longest in zip(shapes.values(), self.draws[i].train_longest_many(self.model, list(shapes.values()))):
+            for shape, longest in zip(shapes.values(),
+                                      self.draws[i].train_longest_many(self.models[i], list(shapes.values()))):
                 self._longest_means[(i, shape.gpus_per_trial)] = float(longest.mean())
 
     def train_s(self, i: int, allocation: int) -> float:
@@ -297,7 +315,7 @@ class StageTable:
         shape = self.shape(i, allocation)
         key = (i, shape.gpus_per_trial)
         if key not in self._longest_means:
-            self._longest_means[key] = float(self.draws[i].train_longest(self.model, shape).mean())
+            self._longest_means[key] = float(self.draws[i].train_longest(self.models[i], shape).mean())
         return self._longest_means[key]
 
     def train_s_cheap(self, i: int, allocation: int) -> bool:
@@ -319,7 +337,8 @@ class StageTable:
                                               spot_instances=self.spot_instances(key[2]),
                                               trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None,
                                               held_at_start=self.held_at_start,
-                                              fused_per_gpu=(self.fused,) * self.num_stages if self.fused > 1 else None)
+                                              fused_per_gpu=(self.fused,) * self.num_stages if self.fused > 1 else None,
+                                              target_model=self.target_model)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -359,8 +378,8 @@ class StageTable:
         shape = self._shapes.get(key)
         if shape is None:
             stage = self.spec.stages[i]
-            shape = self._shapes[key] = stage_shape(i, stage.num_trials, stage.iters, key[1], self.model, self.cloud,
-                                                    self.k, self.fused)
+            shape = self._shapes[key] = stage_shape(i, stage.num_trials, stage.iters, key[1], self.models[i],
+                                                    self.cloud, self.k, self.fused)
         return shape
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
@@ -375,7 +394,8 @@ class StageTable:
         stage = self.spec.stages[i]
         shape = self.shape(i, allocation)
         slots = shape.running
-        duration = self.model.trial_startup_s.mean + stage.iters * iter_latency(self.model, shape).mean
+        model = self.models[i]
+        duration = model.trial_startup_s.mean + stage.iters * iter_latency(model, shape).mean
         return shape.nodes * duration / slots + self.sync_s[i]
 
     def tail(self, first: int, held_at_start: HeldInstances | int | None = None,
@@ -416,7 +436,8 @@ class StageTable:
         same = model is None or model == self.model
         out = StageTable(remaining, self.model if same else model, self.cloud, self.samples, self.seed,
                          markets=self.markets[first:], trials_per_gpu=self.k, draws=self.draws[first:],
-                         held_at_start=held_at_start, max_instances=self.max_instances, fused_per_gpu=self.fused)
+                         held_at_start=held_at_start, max_instances=self.max_instances, fused_per_gpu=self.fused,
+                         target_model=self.target_model if remaining.target_stage is not None else None)
         if same:
             at_risk = self.cloud.spot.at_risk and self.cloud.spot.trace is None
             for market in Market:
@@ -463,7 +484,7 @@ class StageTable:
                 makespan, total = self._stats(i, shape)
             else:
                 # StageDraws.train's numbers, with a queue list scheduled a round at a time.
-                durations = self.draws[i].train_durations(self.model, shape)
+                durations = self.draws[i].train_durations(self.models[i], shape)
                 total = durations.sum(axis=0)
                 makespan = list_schedule(durations, shape.running)
             busy = float(total.mean()) * shape.gpu_share * self.stage_usd_per_s[i] / self.cloud.gpus_per_instance
@@ -484,10 +505,10 @@ class StageTable:
         schedule = PositionSchedule(self.cloud, self.cloud.spot, self.seed, i, np.zeros(samples), zeros, zeros,
                                     np.ones(need, dtype=bool), trace_offsets(self.cloud.spot, self.seed, samples),
                                     held=np.full(need, i > 0))        # stage 0 launches its instances; later ones hold them
-        latency, startup = self.draws[i].train_parts(self.model, shape)
+        latency, startup = self.draws[i].train_parts(self.models[i], shape)
         makespan, total = run_stage(schedule, shape, self.cloud.gpus_per_instance, np.zeros(samples), latency, startup,
                                     rounds=True)
-        end = makespan + self.draws[i].sync(self.model)
+        end = makespan + self.draws[i].sync(self.models[i])
         bill = bill_window(schedule, np.arange(need), np.zeros(samples), end, self.cloud.billing, np.zeros(need, dtype=bool))
         return (makespan, total, float((bill.instance_seconds - need * end).mean()) / need,
                 float(bill.launches.mean()) / need)
@@ -715,14 +736,14 @@ class StageTable:
             shape = self.shape(i, a)
             longest, total = self._stats(i, shape)
             floor = np.minimum(floor, np.maximum(longest, total / shape.running))
-        return floor + self.draws[i].sync(self.model)
+        return floor + self.draws[i].sync(self.models[i])
 
     def _stats(self, i: int, shape) -> tuple[np.ndarray, np.ndarray]:
         """The slowest and the summed TRAIN duration of stage ``i`` per sample, for its GPUs per trial."""
         key = (i, shape.gpus_per_trial)
         stats = self._work_stats.get(key)
         if stats is None:
-            stats = self._work_stats[key] = self.draws[i].train_stats(self.model, shape)
+            stats = self._work_stats[key] = self.draws[i].train_stats(self.models[i], shape)
         return stats
 
     def _train_bounds(self, i: int, shape) -> tuple[float, float]:

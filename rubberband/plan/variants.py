@@ -88,9 +88,10 @@ class VariantTable:
         tables: the variants; all of the same spec, samples and seed (build them with one
             ``draws``). Each may plan by its own part of ``model`` (``usable_profile``).
         model: the profile every variant's GPUs were measured by, which full simulations use.
+        target_model: likewise for a surrogate job's target stage (default: the first table's).
     """
 
-    def __init__(self, tables: Sequence[StageTable], model: ModelProfile):
+    def __init__(self, tables: Sequence[StageTable], model: ModelProfile, target_model: ModelProfile | None = None):
         first = tables[0]
         self.tables = list(tables)
         self.model = model
@@ -101,6 +102,8 @@ class VariantTable:
         self.per_instance = all(t.per_instance for t in tables)
         self.fast_s = [min(t.fast_s[i] for t in tables) for i in range(first.num_stages)]
         self.held_at_start = first.held_at_start
+        self.target_model = target_model or first.target_model      # a surrogate job's target stage (DESIGN §4.6)
+        self.models = first.models
         self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
 
     @property
@@ -287,7 +290,7 @@ class VariantTable:
                 samples=self.samples, seed=self.seed, instances=f["instances"], draws=self.draws,
                 spot_instances=f["spot_instances"], trials_per_gpu=f["trials_per_gpu"] or None,
                 instance_types=f["instance_types"] or None, held_at_start=self.held_at_start,
-                fused_per_gpu=f["fused_per_gpu"] or None)
+                fused_per_gpu=f["fused_per_gpu"] or None, target_model=self.target_model)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:

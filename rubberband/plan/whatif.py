@@ -238,3 +238,107 @@ def saving(scenario: Scenario, baseline: str = "static", policy: str = "optimal"
     if not a or b is None or not math.isfinite(a):
         return None
     return b / a
+
+
+# --- surrogate tuning: what the width ratio trades (DESIGN §4.6) --------------------------------
+# The part of a target iteration that shrinks with width when no surrogate was measured: the
+# rest (data loading, kernel launches, the framework's own work) is taken as width-independent.
+SURROGATE_COMPUTE_FRACTION = 0.9
+
+
+def approximate_surrogate(target: ModelProfile, ratio: int,
+                          compute_fraction: float = SURROGATE_COMPUTE_FRACTION) -> ModelProfile:
+    """A surrogate's profile scaled from the full-width ``target``'s at Hydro's FLOP ratio: an
+    APPROXIMATION for when none was measured.
+
+    A model ``S`` times narrower does ``~1/S²`` of the FLOPs of its width-scaled layers (Hydro,
+    OSDI '23; its gradients, which multi-GPU trials all-reduce, shrink as its parameters,
+    ``~1/S²`` too). With ``f = compute_fraction`` the part of an iteration that scales so, every
+    GPU count's iteration latency, mean and spread alike, becomes
+
+        L_S(g) = L(g) · (f / S² + 1 − f)
+
+    The trial start-up and the SYNC are kept (loading data and connecting a gang do not
+    shrink), the GPU memory per trial falls ``~1/S`` (activations), and packed latencies are
+    dropped: how narrow trials share a GPU is not derivable from one that is wide.
+
+    Raises:
+        SpecError: naming ``ratio`` or ``compute_fraction`` out of range.
+    """
+    if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
+        raise SpecError(f"ratio: expected a whole width ratio of at least 1, got {ratio!r}")
+    if not 0.0 <= compute_fraction <= 1.0:
+        raise SpecError(f"compute_fraction: expected a fraction in [0, 1], got {compute_fraction!r}")
+    factor = compute_fraction / ratio**2 + 1.0 - compute_fraction
+    latency = {g: d.with_moments(d.mean * factor, d.std * factor) for g, d in target.iter_latency_s.items()}
+    memory = target.gpu_memory_gb_per_trial / ratio if target.gpu_memory_gb_per_trial is not None else None
+    return target.replace(iter_latency_s=latency, packed_iter_latency_s={}, gpu_memory_gb_per_trial=memory,
+                          name=f"{target.name} / {ratio} (approximation: f = {compute_fraction:g})")
+
+
+@dataclass(frozen=True)
+class SurrogateScenario:
+    """The whole job's plan at one width ratio: ``ratio`` 1 is tuning at full width (the winner
+    is trained by the tuning itself), else tuning on surrogates plus one target training.
+    ``profile`` says where the surrogate's profile came from: ``full width``, ``measured`` or
+    ``approximation`` (``approximate_surrogate``). ``None`` figures: no plan meets the deadline."""
+
+    ratio: int
+    profile: str
+    jct_s: float | None
+    cost_usd: float | None
+    p_meet: float | None = None
+    tuning_s: float | None = None
+    tuning_usd: float | None = None
+    target_s: float | None = None
+    target_usd: float | None = None
+    allocation: tuple[int, ...] | None = None
+    gpus_per_trial: tuple[int, ...] | None = None
+    infeasible: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def surrogate_sweep(tuning: ExperimentSpec, target: ModelProfile, cloud: Any, deadline_s: float,
+                    ratios: Sequence[int], target_iters: int, measured: Mapping[int, ModelProfile] | None = None,
+                    compute_fraction: float = SURROGATE_COMPUTE_FRACTION, **compile_kwargs: Any
+                    ) -> list[SurrogateScenario]:
+    """Plan the job at each width ratio (``compile_plan``, the optimal policy unless told):
+    ratio 1 plans ``tuning`` at full width on ``target``; a ratio ``S > 1`` plans ``tuning`` on
+    the surrogate (``measured[S]``, else ``approximate_surrogate(target, S)``) followed by the
+    target stage, ``target_iters`` iterations at full width by ``target``, all under one
+    deadline. ``cloud`` and ``compile_kwargs`` are ``compile_plan``'s.
+
+    Raises:
+        SpecError: a ratio below 1, or ``tuning`` ending in a target stage already.
+    """
+    from rubberband.plan.compile import compile_plan
+
+    if tuning.target_stage is not None:
+        raise SpecError("tuning: give the tuning stages alone (ExperimentSpec.tuning); each ratio adds its target stage")
+    measured = dict(measured or {})
+    out = []
+    for ratio in ratios:
+        if isinstance(ratio, bool) or not isinstance(ratio, int) or ratio < 1:
+            raise SpecError(f"--surrogate-ratio: expected whole width ratios of at least 1 such as 1,4,8,16, got {ratio!r}")
+        if ratio == 1:
+            spec, model, kind, extra = tuning, target, "full width", {}
+        else:
+            model = measured.get(ratio) or approximate_surrogate(target, ratio, compute_fraction)
+            kind = "measured" if ratio in measured else "approximation"
+            spec, extra = tuning.with_target(target_iters), {"target_model": target}
+        try:
+            plan = compile_plan(spec, model, cloud, deadline_s, **compile_kwargs, **extra)
+        except InfeasibleDeadlineError as exc:
+            out.append(SurrogateScenario(ratio, kind, None, None, infeasible=str(exc)))
+            continue
+        stages = plan.predicted.stages
+        t = spec.target_stage
+        tune = stages if t is None else stages[:t]
+        out.append(SurrogateScenario(
+            ratio, kind, plan.predicted.mean_jct_s, plan.predicted.mean_cost_usd, plan.predicted.p_meet(deadline_s),
+            sum(s.mean_duration_s for s in tune), sum(s.mean_cost_usd for s in tune),
+            None if t is None else stages[t].mean_duration_s, None if t is None else stages[t].mean_cost_usd,
+            plan.allocation, plan.gpus_per_trial))
+    return out
