@@ -242,10 +242,13 @@ def surrogate_whatif(args: argparse.Namespace, req) -> int:
         if r.cost_usd is None:
             table.append([r.ratio, r.profile, "infeasible", "-", "-", "-", "-", "-"])
             continue
-        table.append([r.ratio, r.profile, format_duration(r.jct_s), format_usd(r.cost_usd),
-                      f"{format_duration(r.tuning_s)} {format_usd(r.tuning_usd)}",
-                      "-" if r.target_s is None else f"{format_duration(r.target_s)} {format_usd(r.target_usd)}",
-                      f"{r.p_meet:.0%}", f"{base.cost_usd / r.cost_usd:.2f}x" if base else "-"])
+        def part(s: float | None, usd: float | None) -> str:
+            return "-" if s is None or usd is None else f"{format_duration(s)} {format_usd(usd)}"
+
+        table.append([r.ratio, r.profile, _or(r.jct_s, format_duration, "-"), format_usd(r.cost_usd),
+                      part(r.tuning_s, r.tuning_usd), part(r.target_s, r.target_usd),
+                      _or(r.p_meet, lambda p: f"{p:.0%}", "-"),
+                      f"{base.cost_usd / r.cost_usd:.2f}x" if base is not None and base.cost_usd else "-"])
     text = render(["S", "surrogate profile", "JCT mean", "cost mean", "tuning", "target training", "P(meet)",
                    "saving vs S=1"], table,
                   title=f"what if: {exp.name} tuned on μP surrogates S times narrower, then the winner trained at "
