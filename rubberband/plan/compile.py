@@ -162,14 +162,15 @@ class _Job:
     caps: Caps = None
     target: ModelProfile | Mapping[str, ModelProfile] | None = None    # a surrogate job's target stage's
 
-    def target_for(self, cloud: CloudProfile, narrow: bool = False) -> ModelProfile | None:
-        """The target stage's profile on ``cloud`` (its GPU model's); ``narrow``: only the GPU
-        counts that hold on its instances (``usable_profile``), ``None`` when none does."""
+    def target_for(self, cloud: CloudProfile, catalog: CloudCatalog | None = None) -> ModelProfile | None:
+        """The target stage's profile on ``cloud`` (its GPU model's); with the ``catalog`` it was
+        measured in, only the GPU counts that hold on ``cloud``'s instances (``usable_profile``,
+        as ``auto`` plans the tuning stages)."""
         if self.target is None:
             return None
         target = model_of(self.target, cloud, "target_model") if isinstance(self.target, Mapping) else self.target
-        if narrow:
-            usable = usable_profile(target, profile_gpu(target)[1], cloud.gpus_per_instance)
+        if catalog is not None:
+            usable = usable_profile(target, profile_gpu(target, catalog)[1], cloud.gpus_per_instance)
             if usable is None:
                 raise SpecError(f"target_model: profile {target.name!r} starts at {target.min_gpus} GPUs per trial, "
                                 f"more than one {cloud.instance_type} holds")
@@ -719,7 +720,7 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
                 continue
             try:
                 own = (variant_tables(spec, usable, cloud, job.samples, job.seed, draws, job.held, job.caps,
-                                      job.target_for(cloud, narrow=True))
+                                      job.target_for(cloud, catalog))
                        if policy == "optimal" else None)
                 if own is not None:
                     draws = own[0].draws

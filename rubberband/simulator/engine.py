@@ -131,7 +131,8 @@ def stage_clouds(cloud: CloudProfile | CloudCatalog | Mapping[str, CloudProfile]
 
 def stage_models(model: ModelProfile | Mapping[str, ModelProfile], clouds: Sequence[CloudProfile],
                  per_stage_types: bool, spec: ExperimentSpec | None = None,
-                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> list[ModelProfile]:
+                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None,
+                 _first: int = 0) -> list[ModelProfile]:
     """Each stage's model profile: ``model`` itself, or (a mapping of GPU model to profile)
     the profile of its type's GPU model (``model_of``). A target stage of ``spec``
     (surrogate tuning, DESIGN §4.6) runs by ``target_model`` instead, the same way.
@@ -150,13 +151,13 @@ def stage_models(model: ModelProfile | Mapping[str, ModelProfile], clouds: Seque
             raise SpecError(f"target_model: stage {target} is the target stage (the full-width training); give "
                             "the target model's profile, target_model=...")
         return (stage_models(model, clouds[:target], per_stage_types)
-                + stage_models(target_model, clouds[target:], per_stage_types))
+                + stage_models(target_model, clouds[target:], per_stage_types, _first=target))
     if isinstance(model, ModelProfile):
         return [model] * len(clouds)
     if not isinstance(model, Mapping) or not model:
         raise SpecError(f"model: expected a ModelProfile or a mapping of GPU model to ModelProfile, got {model!r}")
     return [model_of(model, c, f"instance_types[{i}]" if per_stage_types else "instance_type")
-            for i, c in enumerate(clouds)]
+            for i, c in enumerate(clouds, _first)]
 
 
 @dataclass(frozen=True)

@@ -163,3 +163,17 @@ def test_the_demo_surrogate_experiment_plans_the_whole_job():
     assert plan.predicted.stages[-1].num_trials == 1
     assert isinstance(StageTable(exp.spec, model, exp.cloud, samples=5, target_model=target).models[-1], ModelProfile)
     assert np.isfinite(plan.predicted.mean_cost_usd)
+
+
+def test_instance_type_auto_plans_the_target_stage_on_a_type_of_its_own():
+    """With `auto`, the tuning stages and the target stage choose among the p3 sizes apart; the
+    plan's prediction is the simulation of what it says, target stage by the target's profile."""
+    spec = ExperimentSpec.sha(8, 2, 8, 2).with_target(40)
+    surrogate = scaling_model(1.0, 0.1, gpus=(1, 2))
+    target = scaling_model(30.0, 3.0, gpus=(1, 2, 4, 8))
+    plan = compile_plan(spec, surrogate, p3_catalog(), 900, instance_type="auto", samples=20, seed=3,
+                        target_model=target)
+    assert plan.gpus_per_trial[-1] in target.gpu_counts
+    again = simulate_plan(plan, surrogate, target_model=target)
+    assert again.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-9)
+    assert again.mean_jct_s <= 900 * 1.05
