@@ -65,7 +65,8 @@ def plan_table(plan: Plan) -> str:
     return render(
         ["stage", "trials", "iters", *(["type"] if types else []), "GPUs/trial", *(["per GPU"] if packed else []),
          *(["fused/GPU"] if fused else []), "GPUs", "instances", *markets, "mean time", "stage cost"],
-        [[s.index, s.num_trials, s.iters, *([clouds[s.index].instance_type] if types else []), s.gpus_per_trial,
+        [[f"{s.index} target" if s.index == plan.spec.target_stage else s.index, s.num_trials, s.iters,
+          *([clouds[s.index].instance_type] if types else []), s.gpus_per_trial,
           *([plan.packing[s.index]] if packed else []), *([plan.fusion[s.index]] if fused else []),
           s.allocation, held(s),
           *(["spot" if n else "on-demand", f"{s.mean_reclaims:.2f}"] if on_spot else []),
@@ -77,4 +78,17 @@ def plan_table(plan: Plan) -> str:
               + (f"{prices}, " if not types else "")
               + (f"deadline {format_duration(plan.deadline_s)}" if math.isfinite(plan.deadline_s) else "no deadline")
               + (f", P(meet) >= {plan.confidence:g}" if plan.confidence else ""),
-    ) + stage_cost_footnote(plan.cloud, "stage cost")
+    ) + stage_cost_footnote(plan.cloud, "stage cost") + target_footnote(plan)
+
+
+def target_footnote(plan: Plan) -> str:
+    """A surrogate job's split (DESIGN §4.6): what tuning on the surrogate and the target stage cost."""
+    target = plan.spec.target_stage
+    if target is None:
+        return ""
+    stages = plan.predicted.stages
+    tune_s, tune_usd = sum(s.mean_duration_s for s in stages[:target]), sum(s.mean_cost_usd for s in stages[:target])
+    last = stages[target]
+    return (f"\nstage {target} is the target: the surrogate winner's config trained at full width from scratch "
+            f"({last.iters} iterations, by the target's profile); tuning on the surrogate {format_duration(tune_s)} "
+            f"{format_usd(tune_usd)}, target {format_duration(last.mean_duration_s)} {format_usd(last.mean_cost_usd)}")
