@@ -23,12 +23,13 @@ from rubberband.units import format_duration, format_usd
 
 def stage_rows(exp: Experiment) -> list[list[object]]:
     """One row per stage; "iters so far" counts a trial's iterations, so it restarts with each
-    HyperBand bracket (whose trials are new)."""
+    HyperBand bracket (whose trials are new) and with a surrogate job's target stage (trained
+    from scratch at full width, DESIGN §4.6)."""
     rows: list[list[object]] = []
     done = 0
     for i, stage in enumerate(exp.spec.stages):
-        done = stage.iters if i in exp.spec.bracket_starts else done + stage.iters
-        rows.append([i, stage.num_trials, stage.iters, done])
+        done = stage.iters if i in exp.spec.bracket_starts or stage.target else done + stage.iters
+        rows.append([f"{i} target" if stage.target else i, stage.num_trials, stage.iters, done])
     return rows
 
 

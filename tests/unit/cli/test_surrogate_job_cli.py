@@ -96,3 +96,11 @@ def test_bad_surrogate_sweeps_are_one_line(capsys, argv, needle):
     code, _, err = run(capsys, "whatif", str(ROOT / "experiments" / "resnet101_cifar10.yaml"), *argv)
     assert code != 0
     assert_one_line_error(err, needle)
+
+
+def test_validate_shows_the_target_stage_from_scratch(capsys):
+    code, out, err = run(capsys, "validate", str(ROOT / "experiments" / "demo_surrogate.yaml"))
+    assert code == 0, err
+    assert "(target))" in out.splitlines()[0]
+    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["5", "target"])
+    assert row[2:] == ["1", "40", "40"]           # 40 iterations, counted from scratch
