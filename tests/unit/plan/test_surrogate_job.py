@@ -177,3 +177,34 @@ def test_instance_type_auto_plans_the_target_stage_on_a_type_of_its_own():
     again = simulate_plan(plan, surrogate, target_model=target)
     assert again.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-9)
     assert again.mean_jct_s <= 900 * 1.05
+
+
+def test_the_approximate_surrogate_scales_the_compute_part_by_one_over_s_squared():
+    from rubberband.plan.whatif import approximate_surrogate
+
+    target = scaling_model(40.0, 4.0, gpus=(1, 2, 4), gpu_memory_gb_per_trial=8.0)
+    sur = approximate_surrogate(target, 8, compute_fraction=0.9)
+    factor = 0.9 / 64 + 0.1
+    for g in (1, 2, 4):
+        assert sur.latency(g).mean == pytest.approx(target.latency(g).mean * factor)
+        assert sur.latency(g).std == pytest.approx(target.latency(g).std * factor)
+    assert sur.trial_startup_s == target.trial_startup_s and sur.sync_s == target.sync_s
+    assert sur.gpu_memory_gb_per_trial == pytest.approx(1.0) and not sur.packed_iter_latency_s
+    assert "approximation" in sur.name
+    assert approximate_surrogate(target, 1, 1.0).latency(1).mean == pytest.approx(target.latency(1).mean)
+    with pytest.raises(SpecError, match=r"compute_fraction: expected a fraction in \[0, 1\]"):
+        approximate_surrogate(target, 8, 1.5)
+
+
+def test_the_sweep_at_ratio_one_is_the_tuning_at_full_width_and_measured_profiles_win():
+    from rubberband.plan.whatif import surrogate_sweep
+
+    surrogate, target = _models(0)
+    cloud = cloud_profile("test.large", 4, 12.0)
+    tuning = ExperimentSpec.sha(8, 1, 8, 2)
+    one, eight = surrogate_sweep(tuning, target, cloud, 5000, [1, 8], 60, {8: surrogate}, samples=20, seed=1)
+    alone = compile_plan(tuning, target, cloud, 5000, samples=20, seed=1)
+    assert (one.profile, one.cost_usd, one.target_s) == ("full width", alone.predicted.mean_cost_usd, None)
+    whole = compile_plan(tuning.with_target(60), surrogate, cloud, 5000, samples=20, seed=1, target_model=target)
+    assert (eight.profile, eight.cost_usd) == ("measured", whole.predicted.mean_cost_usd)
+    assert eight.tuning_usd + eight.target_usd == pytest.approx(eight.cost_usd)
