@@ -19,6 +19,8 @@ def _job(tmp_path: Path, **changes) -> str:
     for key in ("model_profile",):
         data[key] = str((DEMO.parent / data[key]).resolve())
     data["cloud"]["profile"] = str((DEMO.parent / data["cloud"]["profile"]).resolve())
+    if (data.get("surrogate") or {}).get("model_profile"):     # the surrogate's own profile, beside the demo's
+        data["surrogate"]["model_profile"] = str((DEMO.parent / data["surrogate"]["model_profile"]).resolve())
     for key, value in changes.items():
         if value is None:
             data.pop(key, None)
