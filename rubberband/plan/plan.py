@@ -425,12 +425,13 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
         arrays.append(np.asarray([number(v, f"{where}.{key}[{i}]", minimum=0) for i, v in enumerate(samples)]))
     if len(arrays[0]) != len(arrays[1]):
         raise SpecError(f"{where}: jct_s has {len(arrays[0])} samples but cost_usd {len(arrays[1])}; plan it again")
-    # ``fused_per_gpu`` is written only for a fused stage (files written before have none).
-    names = [f.name for f in fields(StageStats) if f.name != "fused_per_gpu"]
+    # ``fused_per_gpu`` is written only for a fused stage, ``redone`` only for a stage that redoes
+    # iterations (files written before have neither).
+    names = [f.name for f in fields(StageStats) if f.name not in ("fused_per_gpu", "redone")]
     rows = data["stages"]
     if not isinstance(rows, list):
         raise SpecError(f"{where}.stages: expected a list of per-stage summaries")
-    stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names, optional=["fused_per_gpu"]))
+    stats = tuple(StageStats(**check_mapping(r, f"{where}.stages[{i}]", required=names, optional=["fused_per_gpu", "redone"]))
                   for i, r in enumerate(rows))
     return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed,
                      fused_per_gpu=tuple(s.fused_per_gpu for s in stats))

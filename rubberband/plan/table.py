@@ -47,6 +47,7 @@ from rubberband.simulator.model import (
     StageShape,
     instances_needed,
     iter_latency,
+    redone_iters,
     stage_shape,
 )
 from rubberband.simulator.result import SimResult
@@ -165,11 +166,14 @@ class StageTable:
                  markets: Sequence[Market] | None = None, trials_per_gpu: int = 1,
                  draws: Sequence[StageDraws] | None = None, held_at_start: HeldInstances | int | None = None,
                  max_instances: int | None = None, fused_per_gpu: int = 1,
-                 target_model: ModelProfile | None = None):
+                 target_model: ModelProfile | None = None, redone: Sequence[int] | None = None):
         self.spec, self.model, self.cloud = spec.validate(), model, cloud
         self.target_model = target_model
         # Each stage's profile: the target stage's is ``target_model`` (``simulate`` checks the pair).
         self.models = stage_models(model, [cloud] * spec.num_stages(), False, spec, target_model)
+        # Each stage's TRAIN work is ``iters + redone`` by the simulator's own rule (one function
+        # for both, so the table's means are the simulation's: the search stays exact).
+        self.redone = tuple(int(r) for r in redone) if redone is not None else redone_iters(spec, self.models)
         self.max_instances = max_instances
         self.held_at_start = HeldInstances.of(held_at_start)
         self.k = int(trials_per_gpu)
@@ -338,7 +342,7 @@ class StageTable:
                                               trials_per_gpu=(self.k,) * self.num_stages if self.k > 1 else None,
                                               held_at_start=self.held_at_start,
                                               fused_per_gpu=(self.fused,) * self.num_stages if self.fused > 1 else None,
-                                              target_model=self.target_model)
+                                              target_model=self.target_model, redone=self.redone)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:
@@ -379,7 +383,7 @@ class StageTable:
         if shape is None:
             stage = self.spec.stages[i]
             shape = self._shapes[key] = stage_shape(i, stage.num_trials, stage.iters, key[1], self.models[i],
-                                                    self.cloud, self.k, self.fused)
+                                                    self.cloud, self.k, self.fused, self.redone[i])
         return shape
 
     def queue_bound_s_stage(self, i: int, allocation: int) -> float:
@@ -391,11 +395,10 @@ class StageTable:
         return self._queue_bounds[key]
 
     def _queue_bound(self, i: int, allocation: int) -> float:
-        stage = self.spec.stages[i]
         shape = self.shape(i, allocation)
         slots = shape.running
         model = self.models[i]
-        duration = model.trial_startup_s.mean + stage.iters * iter_latency(model, shape).mean
+        duration = model.trial_startup_s.mean + shape.iters * iter_latency(model, shape).mean
         return shape.nodes * duration / slots + self.sync_s[i]
 
     def tail(self, first: int, held_at_start: HeldInstances | int | None = None,
@@ -406,9 +409,10 @@ class StageTable:
 
             StageTable(remaining, model, cloud, samples, seed, markets=markets[first:],
                        trials_per_gpu=k, draws=self.draws[first:], held_at_start=held_at_start,
-                       max_instances=max_instances, fused_per_gpu=F)
+                       max_instances=max_instances, fused_per_gpu=F, redone=redone[first:])
 
-        (``remaining``: stages ``first..`` with their brackets), built so, but warm: it reads this
+        (``remaining``: stages ``first..`` with their brackets; ``redone``: this table's, counted
+        over the whole job, so a trial resumed at ``first`` redoes what it would), built so, but warm: it reads this
         table's draws (its TRAIN normals, INIT maxima, SCALE and SYNC, never drawn again) and, on
         the same ``model``, shares its stage means, bounds and TRAIN statistics of those stages
         (the same numbers, as they depend on a stage's draws, shape and market alone, never on
@@ -437,7 +441,8 @@ class StageTable:
         out = StageTable(remaining, self.model if same else model, self.cloud, self.samples, self.seed,
                          markets=self.markets[first:], trials_per_gpu=self.k, draws=self.draws[first:],
                          held_at_start=held_at_start, max_instances=self.max_instances, fused_per_gpu=self.fused,
-                         target_model=self.target_model if remaining.target_stage is not None else None)
+                         target_model=self.target_model if remaining.target_stage is not None else None,
+                         redone=self.redone[first:])
         if same:
             at_risk = self.cloud.spot.at_risk and self.cloud.spot.trace is None
             for market in Market:

@@ -17,11 +17,12 @@ _KEYS_REQUIRED = ["iter_latency_s"]
 _KEYS_OPTIONAL = [
     "name", "description", "notes", "measured_on", "measured_at", "rubberband_version",
     "global_batch_size", "trial_startup_s", "sync_s", "profiling",
-    "packed_iter_latency_s", "gpu_memory_gb_per_trial", "fused_iter_latency_s", "fused_memory_gb",
+    "packed_iter_latency_s", "gpu_memory_gb_per_trial", "fused_iter_latency_s", "fused_memory_gb", "checkpoint_every",
 ]
 # Read into fields of their own, not kept as ``extra``.
 _FIELDS = ("name", "measured_on", "trial_startup_s", "sync_s", "packed_iter_latency_s", "gpu_memory_gb_per_trial",
-           "fused_iter_latency_s", "fused_memory_gb")
+           "fused_iter_latency_s", "fused_memory_gb", "checkpoint_every")
+NEVER = "never"   # ``checkpoint_every: never``: a function trainable that reports no checkpoint
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class ModelProfile:
     and ``max_fused`` gives the largest group a device holds (Hydro's rule). Fused counts are
     not interpolated; the planner offers ``F`` only where ``F * E[L_1] / E[L_F]`` beats one
     plain trial by 5% (``plan.variants.fusion_pays``).
+
+    Checkpoints (DESIGN §4): ``checkpoint_every`` is ``c``, the reports per checkpoint of a
+    function trainable (``None``: it never reports one; default 1, every report). A trial
+    resumed after ``D`` iterations trains ``redone_after(D)`` of them again first.
     """
 
     iter_latency_s: dict[int, Distribution]
@@ -61,6 +66,7 @@ class ModelProfile:
     gpu_memory_gb_per_trial: float | None = None
     fused_iter_latency_s: dict[int, Distribution] = field(default_factory=dict)
     fused_memory_gb: dict[int, float] = field(default_factory=dict)
+    checkpoint_every: int | None = 1
     # ``latency(m)`` by GPU count, built once per profile (the planner asks for the same counts
     # hundreds of thousands of times in one search). Not a field that compares, hashes or is
     # passed in: ``replace`` (e.g. the re-planner's corrected profile) runs ``__init__`` again,
@@ -99,6 +105,15 @@ class ModelProfile:
             )
         self._check_packing()
         self._check_fusion()
+        c = self.checkpoint_every
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise SpecError(f"checkpoint_every: expected the reports per checkpoint, a whole number of at least 1, "
+                            f"or {NEVER!r}, got {c!r}")
+
+    def redone_after(self, done: int) -> int:
+        """Iterations a trial resumed after ``done`` trains again: those since its latest
+        checkpoint, ``done mod c`` (all ``done`` when it never checkpoints)."""
+        return done if self.checkpoint_every is None else done % self.checkpoint_every
 
     def _check_packing(self) -> None:
         packed = {}
@@ -362,13 +377,20 @@ class ModelProfile:
                                  "trials in a fused group to peak GPU memory in GB, e.g. {1: 2.1, 8: 6.3}",
                                  parse=lambda v, w: v)
         mem = data.get("gpu_memory_gb_per_trial")
+        every = data.get("checkpoint_every", 1)
+        if every == NEVER:
+            every = None
+        elif every is None or isinstance(every, str):
+            raise SpecError(f"{where}.checkpoint_every: expected the reports per checkpoint (a whole number of at "
+                            f"least 1) or {NEVER!r}, got {every!r}")
         trial_startup_s = parse_distribution(data.get("trial_startup_s", 0), f"{where}.trial_startup_s")
         sync_s = parse_distribution(data.get("sync_s", 0), f"{where}.sync_s")
         try:
             return cls(iter_latency_s=iter_latency, trial_startup_s=trial_startup_s, sync_s=sync_s,
                        name=str(data.get("name", "model")), measured_on=dict(measured_on), extra=extra,
                        packed_iter_latency_s=packed_latency, gpu_memory_gb_per_trial=mem,
-                       fused_iter_latency_s=fused_latency, fused_memory_gb=fused_memory)
+                       fused_iter_latency_s=fused_latency, fused_memory_gb=fused_memory,
+                       checkpoint_every=every)
         except SpecError as exc:  # the checks of __post_init__ name the field; add the file
             raise SpecError(f"{where}.{exc}") from None
 
@@ -393,6 +415,8 @@ class ModelProfile:
             out["fused_iter_latency_s"] = {f: d.to_dict() for f, d in self.fused_iter_latency_s.items()}
         if self.fused_memory_gb:
             out["fused_memory_gb"] = dict(self.fused_memory_gb)
+        if self.checkpoint_every != 1:
+            out["checkpoint_every"] = NEVER if self.checkpoint_every is None else self.checkpoint_every
         return out
 
     def replace(self, **changes: Any) -> ModelProfile:

@@ -14,7 +14,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import Billing, BillingModel, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import did_you_mean
-from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, stage_shape
+from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, redone_iters, stage_shape
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.simulator.spot import (
     PositionSchedule,
@@ -31,12 +31,15 @@ from rubberband.spec.experiment import ExperimentSpec
 def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile | Sequence[ModelProfile],
            cloud: CloudProfile | Sequence[CloudProfile], instances: Sequence[int] | None = None,
            trials_per_gpu: Sequence[int] | None = None,
-           fused_per_gpu: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
+           fused_per_gpu: Sequence[int] | None = None,
+           redone: Sequence[int] | None = None) -> tuple[list[StageShape], list[int]]:
     """Validate an allocation vector and return each stage's shape and held instance count.
 
     ``cloud`` is one profile, or one per stage (``stage_clouds``): a stage's instances are
     counted in its own type; ``model`` likewise (``stage_models``). ``trials_per_gpu`` packs
-    stages and ``fused_per_gpu`` fuses them (default: 1 everywhere).
+    stages and ``fused_per_gpu`` fuses them (default: 1 everywhere). ``redone`` gives each
+    stage's iterations trained again on resuming (default: ``redone_iters(spec, model)``; a
+    re-plan's remaining stages pass the job's, which counts the stages before them).
 
     Raises:
         SpecError: wrong length, non-integers, zero or out-of-profile allocations, an explicit
@@ -54,8 +57,11 @@ def layout(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile 
     packing = _per_stage(trials_per_gpu, "trials_per_gpu", len(clouds), "trials per GPU") or [1] * len(clouds)
     fusion = _per_stage(fused_per_gpu, "fused_per_gpu", len(clouds), "trials fused per GPU") or [1] * len(clouds)
     models = [model] * len(clouds) if isinstance(model, ModelProfile) else list(model)
-    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], m, c, k, f)
-              for i, (s, c, k, m, f) in enumerate(zip(spec.stages, clouds, packing, models, fusion))]
+    redo = list(redone) if redone is not None else list(redone_iters(spec, models))
+    if len(redo) != len(clouds):
+        raise SpecError(f"redone: expected {len(clouds)} counts of redone iterations, one per stage, got {len(redo)}")
+    shapes = [stage_shape(i, s.num_trials, s.iters, allocation[i], m, c, k, f, int(r))
+              for i, (s, c, k, m, f, r) in enumerate(zip(spec.stages, clouds, packing, models, fusion, redo))]
     if instances is None:
         held = [s.instances_needed for s in shapes]
     else:
@@ -244,7 +250,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
              trials_per_gpu: Sequence[int] | None = None, instance_types: Sequence[str] | None = None,
              held_at_start: HeldInstances | int | None = None,
              fused_per_gpu: Sequence[int] | None = None,
-             target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> SimResult:
+             target_model: ModelProfile | Mapping[str, ModelProfile] | None = None,
+             redone: Sequence[int] | None = None) -> SimResult:
     """Simulate one plan ``samples`` times and return per-sample JCT and cost.
 
     Packing (``trials_per_gpu[i] = k > 1``; ``docs/model.md``): only a stage whose trials get
@@ -314,6 +321,8 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         target_model: the profile (or profiles by GPU model) the target stage of a surrogate
             job runs by (DESIGN §4.6): needed when ``spec`` ends in one, refused otherwise;
             every other stage runs by ``model`` (the surrogate's).
+        redone: iterations each TRAIN of stage ``i`` trains again on resuming (default: the
+            model's ``checkpoint_every`` over ``spec``, ``simulator.model.redone_iters``).
 
     Returns:
         A ``SimResult`` with ``jct_s`` and ``cost_usd`` arrays and a per-stage breakdown.
@@ -325,7 +334,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     check_samples_seed(samples, seed)
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
     models = stage_models(model, clouds, instance_types is not None, spec, target_model)
-    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
+    shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu, redone)
     spot = spot_layout(held, clouds, spot_instances)
     types = [c.instance_type for c in clouds]
     held_now = HeldInstances.of(held_at_start)
@@ -409,10 +418,11 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     cost = stage_cost.sum(axis=0)
     several = len(set(types)) > 1 or instance_types is not None
     stats = tuple(
-        StageStats(s.index, s.num_trials, s.iters, s.allocation, s.gpus_per_trial, h, launched[s.index],
+        StageStats(s.index, s.num_trials, s.own_iters, s.allocation, s.gpus_per_trial, h, launched[s.index],
                    float(stage_duration[s.index].mean()), float(stage_cost[s.index].mean()),
                    spot_instances=n_spot, mean_reclaims=float(reclaims[s.index].mean()),
-                   trials_per_gpu=s.trials_per_gpu, instance_type=c.instance_type, fused_per_gpu=s.fused_per_gpu)
+                   trials_per_gpu=s.trials_per_gpu, instance_type=c.instance_type, fused_per_gpu=s.fused_per_gpu,
+                   redone=s.redone)
         for s, h, n_spot, c in zip(shapes, held, spot, clouds)
     )
     return SimResult(jct, cost, tuple(s.allocation for s in shapes), tuple(held), stats, int(seed),

@@ -27,6 +27,10 @@ iterations. With ``G`` GPUs per instance:
   ``granularity_s`` and at least ``minimum_s``. Per-function billing charges only TRAIN
   work: ``m * duration * price / G`` (``duration * price / (k * G)`` packed; a fused group
   holds one GPU, ``duration * price / G``, so each of ``F`` members pays ``1 / F``). Each launch costs ``dataset_gb * price_usd_per_gb``.
+* Redone iterations (a function trainable that checkpoints every ``c`` reports; DESIGN §4):
+  a stage that resumes its trials trains ``iters + r`` iterations per TRAIN, with
+  ``r = D mod c`` (``D`` when it never checkpoints) and ``D`` the iterations each trial
+  trained before the stage in its bracket (``redone_iters``). ``c = 1`` is the model without it.
 
 Random numbers are common across plans: every (seed, stage, component) has its own
 stream, and the j-th trial or j-th new instance of a stage always reads the j-th row of
@@ -37,6 +41,7 @@ what lets the planner compare candidates fairly and add up per-stage means exact
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +52,7 @@ from rubberband.errors import SpecError
 from rubberband.profiles.cloud import Billing, CloudProfile
 from rubberband.profiles.distributions import Distribution
 from rubberband.profiles.model import ModelProfile
+from rubberband.spec.experiment import ExperimentSpec
 
 # Stream ids of the per-stage random components.
 _SCALE, _INIT, _TRAIN, _STARTUP, _SYNC = range(5)
@@ -89,9 +95,31 @@ def billed_seconds(lifetime: npt.ArrayLike, billing: Billing) -> np.ndarray:
     return np.maximum(rounded, billing.minimum_s)
 
 
+def redone_iters(spec: ExperimentSpec, models: ModelProfile | Sequence[ModelProfile]) -> tuple[int, ...]:
+    """``r_i`` per stage: the iterations each trial of stage ``i`` trains again on resuming,
+    ``model.redone_after(D_i)`` = ``D_i mod c`` (``D_i`` when it never checkpoints), where
+    ``D_i = iters_b + ... + iters_{i-1}`` is what it trained before stage ``i`` since its
+    bracket's first stage ``b`` (0 at a bracket start: fresh trials redo nothing).
+
+    Args:
+        spec: the job (an ``ExperimentSpec``: its stages and ``bracket_starts``).
+        models: the model profile, or one per stage (each stage's ``checkpoint_every``).
+    """
+    per_stage = [models] * len(spec.stages) if isinstance(models, ModelProfile) else list(models)
+    out, done = [], 0
+    for i, (stage, model) in enumerate(zip(spec.stages, per_stage)):
+        if i in spec.bracket_starts:
+            done = 0
+        # A surrogate job's target stage starts from scratch (DESIGN §4.6): nothing to redo.
+        out.append(0 if i == spec.target_stage else model.redone_after(done))
+        done += stage.iters
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class StageShape:
-    """The deterministic layout of one stage under an allocation."""
+    """The deterministic layout of one stage under an allocation. ``iters`` is what one TRAIN
+    trains: the stage's own iterations plus the ``redone`` ones (``redone_iters``)."""
 
     index: int
     num_trials: int
@@ -102,6 +130,12 @@ class StageShape:
     instances_needed: int
     trials_per_gpu: int = 1       # k trials sharing one GPU (packing; only 1-GPU trials)
     fused_per_gpu: int = 1        # F trials fused into one program on one GPU (only 1-GPU trials)
+    redone: int = 0               # of ``iters``: trained again on resuming (a function's older checkpoint)
+
+    @property
+    def own_iters(self) -> int:
+        """The stage's own iterations (``iters`` less the redone ones)."""
+        return self.iters - self.redone
 
     @property
     def nodes(self) -> int:
@@ -130,8 +164,10 @@ def iter_latency(model: ModelProfile, shape: StageShape) -> Distribution:
 
 
 def stage_shape(index: int, num_trials: int, iters: int, allocation: object, model: ModelProfile,
-                cloud: CloudProfile, trials_per_gpu: object = 1, fused_per_gpu: object = 1) -> StageShape:
-    """Validate one stage's allocation (and trials per GPU, or trials fused per GPU) and lay it out.
+                cloud: CloudProfile, trials_per_gpu: object = 1, fused_per_gpu: object = 1,
+                redone: int = 0) -> StageShape:
+    """Validate one stage's allocation (and trials per GPU, or trials fused per GPU) and lay it out;
+    each TRAIN trains ``iters + redone`` (``redone``: the stage's ``redone_iters``).
 
     Raises:
         SpecError: naming the stage and the valid range when the allocation is not a positive
@@ -164,8 +200,8 @@ def stage_shape(index: int, num_trials: int, iters: int, allocation: object, mod
                         f"packed are exclusive per stage: set trials_per_gpu[{index}] or fused_per_gpu[{index}] to 1")
     k = _trials_per_gpu(index, trials_per_gpu, m, model, cloud)
     f = _fused_per_gpu(index, fused_per_gpu, m, model, cloud)
-    return StageShape(index, num_trials, iters, allocation, m, running_trials(num_trials, allocation, k, f),
-                      instances_needed(num_trials, allocation, cloud.gpus_per_instance, k, f), k, f)
+    return StageShape(index, num_trials, iters + redone, allocation, m, running_trials(num_trials, allocation, k, f),
+                      instances_needed(num_trials, allocation, cloud.gpus_per_instance, k, f), k, f, redone)
 
 
 def _above_one(count: object) -> bool:

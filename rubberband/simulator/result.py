@@ -26,12 +26,16 @@ class StageStats:
     trials_per_gpu: int = 1          # trials sharing one GPU (packing)
     instance_type: str = ""          # the stage's instance type
     fused_per_gpu: int = 1           # trials fused into one program per GPU (DESIGN §4.5)
+    redone: int = 0                  # iterations each TRAIN trains again on resuming (beyond ``iters``; DESIGN §4)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields; ``fused_per_gpu`` only when the stage fuses (files written before have none)."""
+        """The fields; ``fused_per_gpu`` only when the stage fuses, ``redone`` only when some are
+        (files written before have neither)."""
         out = dict(self.__dict__)
         if self.fused_per_gpu == 1:
             del out["fused_per_gpu"]
+        if self.redone == 0:
+            del out["redone"]
         return out
 
 

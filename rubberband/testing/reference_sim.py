@@ -78,6 +78,12 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         target_model: the profile a target stage (surrogate tuning, DESIGN §4.6) runs by:
             its start-up, latencies and SYNC; every other stage runs by ``model``.
 
+    A stage that resumes its trials (any but a bracket's first) trains each of them ``iters +
+    r`` iterations, ``r`` those done since its latest checkpoint: with ``c =
+    model.checkpoint_every`` and ``D`` what it trained before in its bracket, checkpoints are at
+    ``c, 2c, ...``, the latest at ``c * floor(D / c)``, so ``r = D - c * floor(D / c)``; with no
+    checkpoint at all (``c`` is ``None``) it starts over, ``r = D``.
+
     Returns:
         A ``ReferenceRun``.
     """
@@ -103,14 +109,21 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                     * cloud.hourly_usd / 3600.0
         return usd
 
+    trained = 0                      # iterations each trial trained before this stage, in its bracket
     for i, stage in enumerate(spec.stages):
+        if i in spec.bracket_starts:
+            trained = 0
+        every = model.checkpoint_every
+        last_checkpoint = 0 if every is None else every * (trained // every)
+        redo = trained - last_checkpoint
+        trained += stage.iters
         if clouds[i].instance_type != cloud.instance_type:
             compute += release(len(alive), cloud)      # a new type: nothing carries over
             cloud = clouds[i]
         G = cloud.gpus_per_instance
         usd_per_s = cloud.hourly_usd / 3600.0
         per_instance = cloud.billing.model is BillingModel.PER_INSTANCE
-        n, k, a, pack, fuse = stage.num_trials, stage.iters, int(allocation[i]), packing[i], fusion[i]
+        n, k, a, pack, fuse = stage.num_trials, stage.iters + redo, int(allocation[i]), packing[i], fusion[i]
         groups = math.ceil(n / fuse)         # TRAIN nodes: the trials, or their fused groups
         if a >= n:
             m, running = a // n, groups

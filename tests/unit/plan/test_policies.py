@@ -214,6 +214,32 @@ def test_optimal_equals_brute_force(job, seed, billing):
         assert plan.predicted.mean_jct_s <= d
 
 
+# A function trainable that checkpoints every 3 reports: each resumed stage trains its D mod 3
+# redone iterations too. The table builds its stage work from the simulator's own rule
+# (``redone_iters``), so the search is still exactly the brute force's cheapest.
+REDO_JOBS = [pytest.param(job, id=job.name) for job in (JOBS[2], JOBS[4], JOBS[5])]
+
+
+@pytest.mark.parametrize("billing", [EXACT, PER_FUNCTION], ids=["per-instance-exact", "per-function"])
+@pytest.mark.parametrize("job", REDO_JOBS)
+def test_optimal_equals_brute_force_with_a_checkpoint_every_3_reports(job, billing):
+    seed = 7
+    model, cloud = setup(job, billing, seed)
+    model = model.replace(checkpoint_every=3)
+    table = StageTable(job.spec, model, cloud, samples=SAMPLES, seed=seed)
+    assert any(table.redone), table.redone          # some stage of the job redoes iterations
+    points = brute_force(job.spec, model, cloud, seed)
+    for label, d in deadlines(points).items():
+        best = cheapest(points, d)
+        plan = compile_plan(job.spec, model, cloud, d, policy="optimal", samples=SAMPLES, seed=seed)
+        ties = {(p.allocation, p.instances) for p in points
+                if p.jct_s <= d and abs(p.cost_usd - best.cost_usd) <= 1e-9 * best.cost_usd}
+        assert (plan.allocation, plan.instances) in ties, (label, d, plan.allocation, plan.instances, best)
+        assert plan.predicted.mean_cost_usd == pytest.approx(best.cost_usd, rel=1e-9), label
+        assert [s.redone for s in plan.predicted.stages] == list(table.redone)
+        assert np.array_equal(simulate_plan(plan, model).cost_usd, plan.predicted.cost_usd)
+
+
 # A short bracket, then one that needs more instances: keeping the 5 held through stage 0 (it
 # needs fewer) and launching one more at stage 1 is the cheapest plan at the tight deadline.
 CHAIN = Job("2-then-6-G1", ExperimentSpec.chain([ExperimentSpec.from_stages([(2, 2)]),

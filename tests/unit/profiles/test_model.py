@@ -353,3 +353,27 @@ def test_hydros_rule_on_the_fitted_memory():
 def test_bad_fusion_input_is_one_line_naming_the_field(changes, pattern):
     with pytest.raises(SpecError, match=pattern):
         ModelProfile.from_dict({**FUSED, **changes}, where="p.yaml")
+
+
+# --- checkpoint_every: a function trainable's reports per checkpoint ----------------------------
+
+@pytest.mark.parametrize(("written", "every", "done", "redone"), [
+    (None, 1, 7, 0),         # absent: every report (the model without redone iterations)
+    (3, 3, 7, 1),
+    (3, 3, 9, 0),
+    ("never", None, 7, 7),   # no checkpoint: all of it again
+])
+def test_checkpoint_every_round_trips_and_gives_the_iterations_redone(written, every, done, redone):
+    data = {"iter_latency_s": {1: 2.0}, **({"checkpoint_every": written} if written is not None else {})}
+    profile = ModelProfile.from_dict(data)
+    assert profile.checkpoint_every == every
+    assert profile.redone_after(done) == redone
+    out = profile.to_dict()
+    assert out.get("checkpoint_every") == written
+    assert ModelProfile.from_dict(out) == profile
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "sometimes", True, None, [3]])
+def test_a_bad_checkpoint_every_is_one_line_naming_the_field(bad):
+    with pytest.raises(SpecError, match=r"^model_profile\.checkpoint_every: expected the reports per checkpoint.*'never'"):
+        ModelProfile.from_dict({"iter_latency_s": {1: 2.0}, "checkpoint_every": bad})

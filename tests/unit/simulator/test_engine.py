@@ -22,6 +22,7 @@ from rubberband import (
 )
 from rubberband.profiles import Constant, Distribution, Empirical, LogNormal, Normal
 from rubberband.simulator import SimResult, StageDraws, build_dag, layout, simulate
+from rubberband.simulator.model import redone_iters
 from rubberband.simulator.trace import sample_timeline
 from rubberband.testing.builders import cloud_profile, model_profile
 from rubberband.testing.reference_sim import reference_simulate, run_once
@@ -333,6 +334,71 @@ def test_reference_matches_exact_answers_on_deterministic_profiles():
     sim = run(spec, allocation, model, cloud)
     assert sim.jct_s[0] == pytest.approx(ref.jct_s, **EXACT)
     assert sim.cost_usd[0] == pytest.approx(ref.cost_usd, **EXACT)
+
+
+# --- a2. redone iterations: a function trainable that checkpoints every c reports ------------
+
+HB = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 9, 3))     # 9x1 3x3 1x5 | 5x3 1x6 | 3x9
+
+
+@pytest.mark.parametrize(("spec", "every", "redone"), [
+    (SHA16, 1, (0, 0, 0, 0, 0)),                      # D = 0 2 6 14 30
+    (SHA16, 3, (0, 2, 0, 2, 0)),
+    (SHA16, 4, (0, 2, 2, 2, 2)),
+    (SHA16, None, (0, 2, 6, 14, 30)),                 # never: all of D, from scratch
+    (HB, 2, (0, 1, 0, 0, 1, 0)),                      # D restarts at each bracket: 0 1 4 | 0 3 | 0
+    (HB, None, (0, 1, 4, 0, 3, 0)),
+])
+def test_redone_iters_are_d_mod_c_within_a_bracket(spec, every, redone):
+    model = RANDOM_MODEL.replace(checkpoint_every=every)
+    assert redone_iters(spec, model) == redone
+    shapes, _ = layout(spec, [s.num_trials for s in spec.stages], model, random_cloud(gpus_per_instance=8))
+    assert [s.iters for s in shapes] == [s.iters + r for s, r in zip(spec.stages, redone)]
+    assert [s.own_iters for s in shapes] == list(spec.iters)
+
+
+def test_a_resumed_stage_trains_its_redone_iterations_exactly():
+    # 2 trials x 4, then 1 x 4; TRAIN = 1 + iters * 2, SYNC 0.5; SCALE 10 + INIT 5 once.
+    spec = stages((2, 4), (1, 4))
+    cloud = const_cloud(granularity_s=0.5, minimum_s=0)
+    for every, redo in ((1, 0), (3, 1), (2, 0), (None, 4)):
+        model = const_model({1: 2.0}, startup_s=1, sync_s=0.5).replace(checkpoint_every=every)
+        result = run(spec, [2, 1], model, cloud)
+        assert result.jct_s[0] == pytest.approx(15 + 9.5 + 1 + (4 + redo) * 2 + 0.5, **EXACT), every
+        assert [(s.iters, s.redone) for s in result.stages] == [(4, 0), (4, redo)]
+        ref = run_once(spec, [2, 1], model, cloud, np.random.default_rng(0))
+        assert (ref.jct_s, ref.cost_usd) == (pytest.approx(result.jct_s[0], **EXACT),
+                                             pytest.approx(result.cost_usd[0], **EXACT))
+
+
+@pytest.mark.parametrize("every", [3, None], ids=["every-3", "never"])
+@pytest.mark.parametrize(("allocation", "instances", "cloud"), [SCENARIOS["queues-and-scale-up"],
+                                                                SCENARIOS["per-function"]],
+                         ids=["queues-and-scale-up", "per-function"])
+def test_simulate_with_redone_iterations_agrees_with_the_reference(allocation, instances, cloud, every):
+    model = RANDOM_MODEL.replace(checkpoint_every=every)
+    ref_jct, ref_cost = reference_simulate(SHA16, allocation, model, cloud, samples=600, seed=11, instances=instances)
+    sim = simulate(SHA16, allocation, model, cloud, samples=3000, seed=12, instances=instances)
+    for ref, got in ((ref_jct, sim.jct_s), (ref_cost, sim.cost_usd)):
+        assert_same_distribution(ref, got)
+    # ... and it is a different answer from checkpointing at every report.
+    plain = simulate(SHA16, allocation, RANDOM_MODEL, cloud, samples=3000, seed=12, instances=instances)
+    assert sim.mean_jct_s > plain.mean_jct_s
+
+
+def test_redone_iterations_in_the_dag_and_an_explicit_override():
+    model = const_model({1: 4.0, 2: 2.2, 4: 1.3, 8: 0.8}, startup_s=3, sync_s=1).replace(checkpoint_every=3)
+    cloud = const_cloud(provision_s=30, init_s=20)
+    graph = build_dag(SHA16, (5, 3, 2, 1, 8), model, cloud)
+    result = run(SHA16, (5, 3, 2, 1, 8), model, cloud)
+    assert longest_path(graph) == pytest.approx(result.jct_s[0], **EXACT)
+    # A re-plan's remaining stages pass the job's redone counts (its own spec starts a bracket).
+    tail = ExperimentSpec(SHA16.stages[1:])
+    assert redone_iters(tail, model) == (0, 1, 0, 1)
+    given = run(tail, (3, 2, 1, 8), model, cloud, redone=(2, 0, 2, 0))
+    assert [s.redone for s in given.stages] == [2, 0, 2, 0]
+    with pytest.raises(SpecError, match="redone: expected 4 counts"):
+        simulate(tail, (3, 2, 1, 8), model, cloud, samples=2, redone=(2, 0))
 
 
 # --- b. the task graph --------------------------------------------------------------------
