@@ -29,6 +29,7 @@ _TOP_OPTIONAL = [
     "confidence", "trainer", "search_space", "metric", "mode", "global_batch_size", "cluster", "max_failures",
     "search",
     "surrogate",
+    "time_attr",
 ]
 _TRAINER = re.compile(r"^[A-Za-z0-9_./-]+(\.py)?(:[A-Za-z_][A-Za-z0-9_]*)?$")
 
@@ -64,6 +65,7 @@ class Experiment:
     # With `surrogate:`, ``spec`` ends in the target stage, ``model`` (the file's own
     # `model_profile`) is the full-width target's and this the surrogate's (`surrogate.model_profile`).
     surrogate_model: ModelProfile | None = None
+    time_attr: str | None = None    # the metric that counts a function trainable's iterations (None: its reports)
 
     def job_models(self) -> tuple[ModelProfile | dict[str, ModelProfile], ModelProfile | dict[str, ModelProfile] | None]:
         """``(model, target_model)`` for ``simulate``/``compile_plan``: the tuning stages' profile
@@ -298,6 +300,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
         models={str(k): v for k, v in models.items() if k is not None},
         max_failures=_max_failures(data.get("max_failures", 0)),
         search=search_algorithm(data.get("search"), "search"),
+        time_attr=_time_attr(data.get("time_attr")),
     )
     _check_search(exp)
     if data.get("surrogate") is not None:
@@ -382,6 +385,21 @@ def _check_search(exp: Experiment) -> None:
     for doubt in check_search(exp.search_space, exp.search, None if len(exp.spec.bracket_starts) > 1
                               else exp.spec.stages[0].num_trials):
         warnings.warn(doubt, RubberbandWarning, stacklevel=3)
+
+
+def _time_attr(value: Any) -> str | None:
+    """``time_attr``: the metric a function trainable reports its iteration count under
+    (Ray Tune's ``time_attr``, e.g. ``training_iteration`` or ``epoch``; ``function_api``).
+
+    Raises:
+        SpecError: one line naming ``time_attr`` when it is not a metric name.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"time_attr: expected the name of the metric that counts a trial's iterations "
+                        f"(e.g. training_iteration or epoch), got {value!r}")
+    return value.strip()
 
 
 def _max_failures(value: Any) -> int:

@@ -16,10 +16,23 @@ trial, and how a stage boundary stops one: the trial resumes later, perhaps on a
 count in another process, by calling the function again with its latest reported checkpoint.
 
 A trial's resumable state is ``pack_state``'s bytes: a one-line JSON header (the iteration its
-checkpoint was reported at, and the iterations counted as done) and a tar of the checkpoint
-directory. When the checkpoint is older than the iterations counted — a function that
-checkpoints every few reports, or never — the resumed function trains those iterations again
-(``redone``) before it counts new ones.
+checkpoint was reported at, the iterations counted as done, how far it got, and the iterations
+it checkpointed at, which the profiler reads for ``checkpoint_every``) and a tar of the
+checkpoint directory. When the checkpoint is older than the iterations counted — a function
+that checkpoints every few reports, or never — the resumed function trains those iterations
+again (``redone``) before it counts new ones.
+
+**Iterations and ``time_attr``.** Without one, each ``report`` is one iteration (Ray Tune's
+``training_iteration``). With an experiment's ``time_attr: NAME``, a trial's progress is its
+reports' ``metrics[NAME]``, a counter that must never decrease (Ray Tune's ``time_attr`` for
+its schedulers): a chunk of ``n`` iterations runs until the first report whose ``NAME``
+reaches the trial's target, ``n`` more than the target before it (not more than where it got:
+a report that overshoots the target does not move the next one), so a stage boundary falls at
+the first report at or past the stage's end. A report every half epoch with ``time_attr:
+epoch`` stops a 3-epoch stage at the report of epoch 3.0; a report every 2 epochs stops it at
+epoch 4, and the next 3-epoch stage at the first report at or past 6. A chunk whose target a
+previous report already passed trains nothing (``advance`` returns no reports). Redone
+reports are those at or below where the trial had got before it was stopped.
 
 torch is imported only by ``prepare_model`` / ``prepare_data_loader``; Ray only by the hook.
 """
@@ -112,24 +125,44 @@ def _directory_of(checkpoint: Any) -> bytes:
         return _tar_directory(os.fspath(path))
 
 
+MAX_CHECKPOINTS_KEPT = 32   # checkpoint iterations a state lists (the first ones: enough to see the pace)
+
+
+def _number(value: Any) -> int | float:
+    """A progress value as JSON keeps it: an int when it is whole."""
+    value = float(value)
+    return int(value) if value.is_integer() else value
+
+
 @dataclass(frozen=True)
 class TrialState:
     """What a trial resumes from: its checkpoint's files (``None``: it never reported one),
-    the iteration that checkpoint was reported at, and the iterations counted as done."""
+    the iteration that checkpoint was reported at, the iterations counted as done, how far the
+    trial got (``reached``, ``None``: ``counted``; past it only with a ``time_attr`` whose
+    reports overshoot) and the iterations it reported checkpoints at (the first
+    ``MAX_CHECKPOINTS_KEPT``)."""
 
     files: bytes | None
-    checkpoint_iteration: int
+    checkpoint_iteration: int | float
     counted: int
+    reached: int | float | None = None
+    checkpoints: tuple[int | float, ...] = ()
 
     @property
-    def behind(self) -> int:
+    def progress(self) -> int | float:
+        """Where the trial had got when it stopped (its last report's iteration)."""
+        return self.counted if self.reached is None else self.reached
+
+    @property
+    def behind(self) -> int | float:
         """Iterations the resumed function will train again."""
-        return self.counted - self.checkpoint_iteration
+        return self.progress - self.checkpoint_iteration
 
 
 def pack_state(state: TrialState) -> bytes:
     header = {"checkpoint_iteration": state.checkpoint_iteration, "counted": state.counted,
-              "has_files": state.files is not None}
+              "has_files": state.files is not None, "reached": state.progress,
+              "checkpoints": list(state.checkpoints)}
     return STATE_MAGIC + json.dumps(header).encode() + b"\n" + (state.files or b"")
 
 
@@ -138,8 +171,9 @@ def unpack_state(blob: bytes) -> TrialState:
         raise ValueError("checkpoint: not a function trainable's checkpoint (was it written by a Trainer class?)")
     line, _, files = blob[len(STATE_MAGIC):].partition(b"\n")
     header = json.loads(line)
-    return TrialState(files if header["has_files"] else None, int(header["checkpoint_iteration"]),
-                      int(header["counted"]))
+    counted = int(header["counted"])
+    return TrialState(files if header["has_files"] else None, _number(header["checkpoint_iteration"]), counted,
+                      _number(header.get("reached", counted)), tuple(_number(c) for c in header.get("checkpoints", ())))
 
 
 # --- the context a function sees ----------------------------------------------------------------
@@ -191,12 +225,14 @@ class TrialContext:
 
 @dataclass
 class Report:
-    """One ``report`` call: the trial's iteration after it, its metrics, and the seconds since
-    the function was resumed or last reported (its iteration time, checkpointing included)."""
+    """One ``report`` call: the trial's iteration after it (its ``time_attr`` when the
+    experiment names one), its metrics, the seconds since the function was resumed or last
+    reported (its iteration time, checkpointing included), and whether it kept a checkpoint."""
 
-    iteration: int
+    iteration: int | float
     metrics: dict[str, Any]
     seconds: float
+    checkpointed: bool = False
 
 
 def clean_metrics(metrics: Any) -> dict[str, Any]:
@@ -230,22 +266,29 @@ class FunctionSession:
         state: what to resume from (``None``: a fresh trial).
         checkpoint_rank: only this rank's reported checkpoints are kept (rank 0's, as Ray
             Train persists); other ranks' are ignored.
+        time_attr: the metric that counts the trial's iterations (module docstring); ``None``:
+            one report is one iteration.
     """
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any], config: dict[str, Any], context: TrialContext | None = None,
-                 state: TrialState | None = None, checkpoint_rank: int = 0):
+                 state: TrialState | None = None, checkpoint_rank: int = 0, time_attr: str | None = None):
         self.fn, self.config = fn, dict(config)
         self.context = context or TrialContext()
         self.keep_checkpoints = self.context.world_rank == checkpoint_rank
+        self.time_attr = time_attr
         self._restore_dir: str | None = None
-        self.iteration = 0
+        self.iteration: int | float = 0  # the trial's progress: reports, or its time_attr
         self.counted = 0                 # iterations counted as done (the scheduler's)
+        self.reached: int | float = 0    # where the trial had got when it was last paused
         self.files: bytes | None = None  # latest reported checkpoint's files
-        self.files_iteration = 0
+        self.files_iteration: int | float = 0
+        self.checkpoints: list[int | float] = []   # iterations it checkpointed at (the first few)
         if state is not None:
             self.iteration = self.files_iteration = state.checkpoint_iteration if state.files is not None else 0
             self.counted = state.counted
+            self.reached = state.progress
             self.files = state.files
+            self.checkpoints = [c for c in state.checkpoints if c <= self.files_iteration]
             if state.files is not None:
                 self._restore_dir = tempfile.mkdtemp(prefix="rb-restore-")
                 _untar(state.files, self._restore_dir)
@@ -265,17 +308,35 @@ class FunctionSession:
     def loaded_checkpoint_dir(self) -> str | None:
         return self._restore_dir
 
+    def _progress(self, clean: dict[str, Any]) -> int | float:
+        """The trial's iteration after this report: one more, or its ``time_attr``."""
+        if self.time_attr is None or (self.time_attr == "training_iteration" and self.time_attr not in clean):
+            return self.iteration + 1       # Ray fills in training_iteration: the report count
+        value = clean.get(self.time_attr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise ValueError(f"report(metrics): no number under {self.time_attr!r}, the experiment's time_attr "
+                             f"(got {value!r}); report it at every call, or remove time_attr from the experiment")
+        if value < self.iteration:
+            raise ValueError(f"report(metrics): {self.time_attr!r} went from {self.iteration} back to {value}; the "
+                             "experiment's time_attr counts the trial's iterations and must never decrease")
+        return _number(value)
+
     def report(self, metrics: dict[str, Any], checkpoint: Any = None) -> None:
         clean = clean_metrics(metrics)
-        if checkpoint is not None and self.keep_checkpoints:
+        progress = self._progress(clean)
+        kept = checkpoint is not None and self.keep_checkpoints
+        if kept:
             self.files = _directory_of(checkpoint)
-            self.files_iteration = self.iteration + 1
+            self.files_iteration = progress
+            if len(self.checkpoints) < MAX_CHECKPOINTS_KEPT and (not self.checkpoints or progress > self.checkpoints[-1]):
+                self.checkpoints.append(progress)
         with self._cond:
             if self._stopping:
                 raise TrialStopped()
-            self.iteration += 1
-            clean.setdefault("training_iteration", self.iteration)
-            self._reports.append(Report(self.iteration, clean, time.perf_counter() - self._mark))
+            self.iteration = progress
+            if self.time_attr in (None, "training_iteration"):
+                clean.setdefault("training_iteration", self.iteration)
+            self._reports.append(Report(self.iteration, clean, time.perf_counter() - self._mark, kept))
             if self.iteration >= self._goal:
                 self._paused = True
                 self._cond.notify_all()
@@ -301,7 +362,9 @@ class FunctionSession:
 
     def advance(self, iters: int) -> tuple[list[Report], list[Report]]:
         """Run until ``iters`` more iterations are counted; return the reports made again (the
-        resumed function catching up with what was counted before) and the counted ones.
+        resumed function catching up with where it had got before) and the counted ones. With
+        a ``time_attr``, the counted ones end at the first report at or past the target; none
+        when an earlier report already passed it (module docstring).
 
         Raises:
             TrialFunctionError: the function raised, or returned before reporting enough.
@@ -310,8 +373,12 @@ class FunctionSession:
         if iters < 1:
             raise ValueError(f"iters: must be at least 1, got {iters}")
         start = len(self._reports)
+        goal = self.counted + int(iters)
+        if self.iteration >= goal:
+            self.counted = goal             # an earlier report (or its checkpoint) already got past this target
+            return [], []
         with self._cond:
-            self._goal = self.counted + int(iters)
+            self._goal = goal
             self._mark = time.perf_counter()
             _current = self
             if self._thread is None:
@@ -332,14 +399,29 @@ class FunctionSession:
                 f"trial {self.context.trial_id}: the trial function returned after {self.iteration} report(s), but the "
                 f"trial needs {self._goal}; keep calling report() until stopped (loop at least to the experiment's "
                 f"max_iters)")
-        redone = [r for r in new if r.iteration <= self.counted]
-        counted = [r for r in new if r.iteration > self.counted]
+        redone = [r for r in new if r.iteration <= self.reached]
+        counted = [r for r in new if r.iteration > self.reached]
         self.counted = self._goal
+        self.reached = self.iteration
         return redone, counted
 
+    def last_metrics(self) -> dict[str, Any]:
+        """The latest report's metrics (a chunk that trained nothing reports these again)."""
+        return dict(self._reports[-1].metrics) if self._reports else {}
+
+    def iter_times(self, counted: list[Report], iters: int) -> list[float]:
+        """Seconds of each of a chunk's ``iters`` iterations: its reports' own without a
+        ``time_attr`` (one report, one iteration), else the chunk's seconds spread evenly."""
+        if self.time_attr is None:
+            return [r.seconds for r in counted]
+        total = sum(r.seconds for r in counted)
+        return [total / iters] * iters
+
     def state(self) -> TrialState:
-        """What to resume this trial from: its latest reported checkpoint, and the count."""
-        return TrialState(self.files, self.files_iteration if self.files is not None else 0, self.counted)
+        """What to resume this trial from: its latest reported checkpoint, the count, where it
+        got, and the iterations it checkpointed at."""
+        return TrialState(self.files, self.files_iteration if self.files is not None else 0, self.counted,
+                          self.reached, tuple(self.checkpoints))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the function (it unwinds from its paused ``report``) and clean up."""

@@ -64,7 +64,7 @@ def test_a_trial_resumes_from_its_latest_checkpoint_with_its_counter_going_on():
     s = resume(s, fn)
     redone, counted = s.advance(2)
     assert redone == [] and [r.metrics["i"] for r in counted] == [5, 6]
-    assert s.state() == fa.TrialState(s.state().files, 6, 6)
+    assert s.state() == fa.TrialState(s.state().files, 6, 6, 6, (1, 2, 3, 4, 5, 6))
     s.stop()
 
 
