@@ -367,7 +367,8 @@ class Tuner:
                           seed=req.seed, runs_dir=Path(self.cloud.runs_dir),
                           on_event=progress_printer() if self.verbose else None,
                           cluster_config=providers.cluster_yaml_for(provider, None, exp.cluster, "Cloud.cluster"),
-                          replan_with=replan, safety_net=model, budget_usd=budget, max_failures=exp.max_failures)
+                          replan_with=replan, safety_net=model, budget_usd=budget, max_failures=exp.max_failures,
+                          time_attr=exp.time_attr)
         else:
             from rubberband.executor.rehearse import rehearse
 

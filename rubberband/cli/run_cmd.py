@@ -174,7 +174,7 @@ def run_cmd(args: argparse.Namespace) -> int:
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
                      replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else loop_model,
                      safety_net=None if args.no_safety_net else loop_model, budget_usd=budget,
-                     max_failures=exp.max_failures)
+                     max_failures=exp.max_failures, time_attr=exp.time_attr)
     keep_model(result.run_dir, req.models)
     payload, text = result.to_dict(), run_summary(result)
     if args.gantt:

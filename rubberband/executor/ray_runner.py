@@ -130,8 +130,8 @@ class RayTrialRunner:
     of them (the surplus idle ones are killed, so their memory goes back to the trials).
     """
 
-    def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0):
-        self.trainer, self.seed, self.timeout_s = trainer, seed, timeout_s
+    def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0, time_attr: str | None = None):
+        self.trainer, self.seed, self.timeout_s, self.time_attr = trainer, seed, timeout_s, time_attr
         self._worker_cls = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0, max_task_retries=0)(DDPWorker)
         self.gpus: dict[str, list[Gpu]] = {}       # instance -> its GPUs with workers
         self.busy: set[Worker] = set()
@@ -152,7 +152,7 @@ class RayTrialRunner:
         actor = self._worker_cls.options(
             num_gpus=1 / gpu.share,
             scheduling_strategy=PlacementGroupSchedulingStrategy(gpu.pg, placement_group_bundle_index=0),
-        ).remote(self.trainer, self.seed)
+        ).remote(self.trainer, self.seed, self.time_attr)
         worker = Worker(actor, gpu)
         gpu.workers.append(worker)
         return worker

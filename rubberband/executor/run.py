@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rubberband import function_api
+from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver, DriverOutcome
 from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult, stage_entry
@@ -34,7 +36,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
             spot_emulation: Any = None, replan_with: Any = None, safety_net: Any = None,
-            budget_usd: float | None = None, max_failures: int = 0) -> RunResult:
+            budget_usd: float | None = None, max_failures: int = 0, time_attr: str | None = None) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
@@ -66,6 +68,11 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
         max_failures: how often a trial whose own code fails (a function trainable that
             raises, or any trial reporting a NaN metric) is retried from its last checkpoint
             before it is marked failed and ranked last (its traceback in ``<run_dir>/failures/``).
+        time_attr: the metric a function trainable counts its iterations by (an experiment's
+            ``time_attr``; ``function_api``); ``None``: one report is one iteration.
+
+    Raises:
+        SpecError: ``time_attr`` with a trainer that is not a function trainable.
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
@@ -81,6 +88,9 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
     from rubberband.executor.worker import load_trainer
 
     trainer_obj = load_trainer(trainer)
+    if time_attr is not None and not function_api.is_function_trainable(trainer_obj):
+        raise SpecError(f"time_attr: {time_attr!r} counts a function trainable's reports (trainer: module:function); "
+                        "a Trainer class trains one iteration per call: remove time_attr")
     metric = metric or getattr(trainer_obj, "metric", "val_loss")
     mode = mode or getattr(trainer_obj, "mode", "min")
     run_id = run_id or new_run_id()
@@ -88,7 +98,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
     room = _cluster_room(plan, {t: prov.max_workers(config, t) for t in _most_by_type(plan)}, replan_with is not None)
-    with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer,
+    with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer, time_attr=time_attr,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
         # A re-plan keeps within the cluster's room: more would wait for instances that never come.

@@ -63,6 +63,7 @@ class Session:
 @contextmanager
 def cluster_session(provider: str | Provider, cloud: Clouds, max_instances: Room, run_dir: str | Path, *,
                     run_id: str, trainer: Any, seed: int = 0, config: Any = None, latency_scale: float = 1.0,
+                    time_attr: str | None = None,
                     launch_attempts: int = 6, launch_backoff_s: float = 2.0,
                     release_timeout_s: float = 30.0) -> Iterator[Session]:
     """Start ``provider``'s cluster for up to ``max_instances`` instances of ``cloud`` and yield
@@ -73,7 +74,8 @@ def cluster_session(provider: str | Provider, cloud: Clouds, max_instances: Room
         cloud, max_instances: one instance type's profile, or every type of the plan (its own
             first), and the room in all or per type (``providers.base.cluster_types``).
         config: what ``provider.check`` returned (the checked cluster YAML for aws).
-        trainer, seed: for the trial runner's warm workers.
+        trainer, seed, time_attr: for the trial runner's warm workers (``time_attr``: the metric
+            that counts a function trainable's iterations, ``function_api``).
         release_timeout_s: after a block that ended normally, how long to wait for the
             provider to terminate the released instances before stopping the head.
     """
@@ -98,7 +100,7 @@ def cluster_session(provider: str | Provider, cloud: Clouds, max_instances: Room
         session.port = RayClusterPort(clouds[0].gpus_per_instance, prov.node_types(clouds), events=cluster.read_events,
                                       release_file=str(cluster.release_file), require_ready=cluster.requires_ready,
                                       metadata_url=metadata_url)
-        session.runner = RayTrialRunner(trainer, seed=seed)
+        session.runner = RayTrialRunner(trainer, seed=seed, time_attr=time_attr)
         yield session
         session.runner.shutdown()
         session.port.shutdown()

@@ -68,7 +68,7 @@ class DDPWorker:
     dissolves the group again.
     """
 
-    def __init__(self, trainer: Any, seed: int):
+    def __init__(self, trainer: Any, seed: int, time_attr: str | None = None):
         import torch
 
         torch.set_num_threads(1)
@@ -79,6 +79,7 @@ class DDPWorker:
         # A function trainable: run on a thread, paused at its reports (function_api).
         self.function = self.trainer if function_api.is_function_trainable(self.trainer) else None
         self.session: function_api.FunctionSession | None = None
+        self.time_attr = time_attr      # the metric that counts a function's iterations (None: its reports)
         self.ray_hook = False           # whether Ray's tune.report is routed to the session
         self.seed = seed
         self.rank, self.world = 0, 1
@@ -189,19 +190,19 @@ class DDPWorker:
                                             gpu_ids=tuple(self._gpu_ids()))
         torch.manual_seed(self.seed)
         assert self.function is not None
-        self.session = function_api.FunctionSession(self.function, self.config, context, state)
+        self.session = function_api.FunctionSession(self.function, self.config, context, state, time_attr=self.time_attr)
         if self.ray_hook:
             function_api.install_ray_hook(self.session)
 
     def _train_function(self, iters: int) -> dict[str, Any]:
         assert self.session is not None, "train() before assign()"
         redone, counted = self.session.advance(int(iters))
-        self.step = self.session.iteration
-        out: dict[str, Any] = {"step": self.step, "iter_times": [r.seconds for r in counted],
+        self.step = int(self.session.iteration)
+        out: dict[str, Any] = {"step": self.step, "iter_times": self.session.iter_times(counted, int(iters)),
                                "redone": len(redone), "redo_s": sum(r.seconds for r in redone),
                                "digest": self.param_digest(), "gpu_ids": self._gpu_ids()}
-        if self.rank == 0:
-            out["metrics"] = dict(counted[-1].metrics)
+        if self.rank == 0:     # (a chunk a time_attr report already passed trains nothing: the last metrics)
+            out["metrics"] = self.session.last_metrics()
         return out
 
     def _stop_function(self) -> None:

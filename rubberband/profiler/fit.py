@@ -200,3 +200,31 @@ def split_train_durations(short: Sequence[float], long: Sequence[float], k_short
     iter_hat = max(MIN_ITER_S, (float(np.mean(d_long)) - base) / span)
     startup = [max(0.0, d - k_short * iter_hat) for d in d_short.tolist()]
     return per_trial, startup
+
+
+def checkpoint_interval(trials: Sequence[tuple[Sequence[float], float]]) -> int | None:
+    """``c``, a function trainable's iterations per checkpoint (``checkpoint_every``; one report
+    is one iteration unless the experiment names a ``time_attr``), from profiled trials.
+
+    Each trial gives the iterations it reported checkpoints at and how far it got, ``L``. With
+    two checkpoints or more, its pace is the largest gap between consecutive ones (a steady
+    pace is that gap; an uneven one is read at its slowest, so that the model errs toward more
+    redone work); with one, at ``j``, the smallest pace that fits it, ``max(j, L - j + 1)`` (the
+    first came at ``j``; none in the ``L - j`` after it). Gaps of a ``time_attr`` are rounded up
+    to whole iterations. Over trials, the largest pace.
+
+    Returns:
+        ``c >= 1``, or ``None`` when no trial reported a checkpoint: it never checkpoints (or
+        less often than once in ``L`` iterations, which the profile cannot tell apart).
+    """
+    paces = []
+    for checkpoints, reached in trials:
+        points = sorted(float(c) for c in checkpoints)
+        if len(points) >= 2:
+            paces.append(max(b - a for a, b in zip(points, points[1:])))
+        elif points:
+            j = points[0]
+            paces.append(max(j, float(reached) - j + 1))
+    if not paces:
+        return None
+    return max(1, math.ceil(round(max(paces), 9)))

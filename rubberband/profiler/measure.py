@@ -29,7 +29,11 @@ executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, th
   ``F = 1, 2, 4, ...`` trials of one model shape on one GPU of the first instance, and its
   memory, until throughput stops rising or memory runs out (``rubberband.profiler.fusion``);
   written as ``fused_iter_latency_s`` and ``fused_memory_gb``, scaled like the packed ones;
-  trials that cannot be fused leave the reason under ``profiling.fusion``.
+  trials that cannot be fused leave the reason under ``profiling.fusion``;
+* **checkpoint interval** (function trainables): the iterations each trial of the long runs
+  reported checkpoints at, read from its state (``function_api.TrialState.checkpoints``), give
+  ``checkpoint_every`` (``fit.checkpoint_interval``; ``never`` when none reported one), with
+  which the model counts the iterations a resumed trial trains again (DESIGN §4).
 
 Each latency is fitted with ``fit.fit_latency``; the raw samples are kept under
 ``profiling.samples``. The profiling's own wall time and cost (the provider's instance-seconds
@@ -54,7 +58,12 @@ import yaml
 
 from rubberband.config import Experiment, load_experiment
 from rubberband.errors import ProviderError, RubberbandError, SpecError
-from rubberband.profiler.fit import split_timed_trains, split_train_durations, to_profile_entry
+from rubberband.profiler.fit import (
+    checkpoint_interval,
+    split_timed_trains,
+    split_train_durations,
+    to_profile_entry,
+)
 from rubberband.profiler.fusion import FusedResult, fused_entries
 from rubberband.profiler.packing import DEFAULT_MAX_K, PackingResult
 from rubberband.profiles.cloud import CloudProfile
@@ -326,6 +335,8 @@ class _Measurement:
         self.first_trials: dict[str, list[float]] = {}   # instance -> TRAIN durations of its first trials
         self.plan: Plan | None = None
         self.runs = 0
+        # A function trainable's long trials: the iterations each checkpointed at, and how far it got.
+        self.checkpoints: list[tuple[tuple[int | float, ...], int | float]] = []
 
     def _on_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "stage":
@@ -471,6 +482,8 @@ class _Measurement:
         sync: list[float] = []
         for k in (K_SHORT, K_SHORT + self.req.iters):
             outcome = self.run(trials, k, allocation)
+            if k > K_SHORT:
+                self.checkpoints.extend(_function_checkpoints(outcome.trials.values()))
             runs = outcome.train_runs
             out.append([(r["end_s"] - r["start_s"], list(r.get("iter_s") or [])) for r in runs])
             stage = outcome.stages[0]
@@ -549,7 +562,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     packing_skipped = False
     fusion: FusedResult | str | None = None
     with cluster_session(req.provider, cloud, req.launches, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
-                         config=req.cluster, latency_scale=req.latency_scale) as session:
+                         config=req.cluster, latency_scale=req.latency_scale, time_attr=exp.time_attr) as session:
         measurement = _Measurement(req, session)
         try:
             # The first launch; the model is measured on that one instance, the other launches
@@ -697,6 +710,19 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         profile_doc["fused_iter_latency_s"] = fused["fused_iter_latency_s"]
         if fused["fused_memory_gb"]:
             profile_doc["fused_memory_gb"] = fused["fused_memory_gb"]
+    if measurement.checkpoints:     # a function trainable: how often it checkpoints
+        every = checkpoint_interval(measurement.checkpoints)
+        profile_doc["checkpoint_every"] = "never" if every is None else every
+        reached = max(r for _, r in measurement.checkpoints)
+        profile_doc["profiling"]["checkpoints"] = {
+            "trials": len(measurement.checkpoints), "iterations": _plain(reached),
+            "checkpointed_at": [_plain(list(c)) for c, _ in measurement.checkpoints[:3]]}
+        if every is None:
+            notes.append(f"no trial reported a checkpoint in {reached} iterations: checkpoint_every is `never` "
+                         "(every stage restarts it); a function that checkpoints less often: set checkpoint_every "
+                         "in the profile, or profile with a larger --iters")
+            profile_doc["profiling"]["notes"] = list(notes)
+        progress(f"checkpoints: every {every} iteration(s)" if every is not None else "checkpoints: never")
     ModelProfile.from_dict(profile_doc, where="measured profile")   # what we write must load
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
@@ -750,6 +776,19 @@ def packed_entries(packing: PackingResult, solo_s: float | None) -> tuple[float,
     profile writes); ``scale`` is 1 without ``solo_s``."""
     scale = solo_s / packing.counts[0].mean_s if solo_s else 1.0
     return scale, {c.k: to_profile_entry([x * scale for x in c.iter_samples]) for c in packing.counts}
+
+
+def _function_checkpoints(trials: Any) -> list[tuple[tuple[int | float, ...], int | float]]:
+    """Of a function trainable's trials (the driver's), the iterations each reported checkpoints
+    at and how far it got, from its state; nothing for a ``Trainer`` class's trials."""
+    from rubberband.function_api import STATE_MAGIC, unpack_state
+
+    out = []
+    for trial in trials:
+        if trial.checkpoint is not None and trial.checkpoint.startswith(STATE_MAGIC):
+            state = unpack_state(trial.checkpoint)
+            out.append((state.checkpoints, state.progress))
+    return out
 
 
 def _estimate(trains: tuple[list[Train], list[Train]], iters: int) -> tuple[list[float], list[float]]:

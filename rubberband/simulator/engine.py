@@ -14,7 +14,13 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import Billing, BillingModel, CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import did_you_mean
-from rubberband.simulator.model import StageDraws, StageShape, billed_seconds, redone_iters, stage_shape
+from rubberband.simulator.model import (
+    StageDraws,
+    StageShape,
+    billed_seconds,
+    redone_iters,
+    stage_shape,
+)
 from rubberband.simulator.result import SimResult, StageStats
 from rubberband.simulator.spot import (
     PositionSchedule,

@@ -285,3 +285,14 @@ def test_model_profile_may_give_one_profile_per_gpu_model():
 def test_bad_per_gpu_model_profiles_are_one_line_errors(profiles, instance_type, match):
     with pytest.raises(SpecError, match=match):
         experiment_from_dict(base(model_profile=profiles, cloud={"profile": str(AWS), "instance_type": instance_type}))
+
+
+def test_time_attr_names_the_metric_that_counts_iterations():
+    assert experiment_from_dict(base()).time_attr is None
+    assert experiment_from_dict(base(time_attr="epoch")).time_attr == "epoch"
+
+
+@pytest.mark.parametrize("bad", ["", "  ", 3, ["epoch"]])
+def test_a_bad_time_attr_is_one_line_naming_the_field(bad):
+    with pytest.raises(SpecError, match=r"^time_attr: expected the name of the metric that counts a trial's iterations"):
+        experiment_from_dict(base(time_attr=bad))

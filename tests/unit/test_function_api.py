@@ -214,3 +214,99 @@ def test_a_function_error_keeps_its_traceback_when_pickled():
 
     err = pickle.loads(pickle.dumps(fa.TrialFunctionError("trial t1: the trial function raised X", "Traceback: ...")))
     assert str(err) == "trial t1: the trial function raised X" and err.traceback_text == "Traceback: ..."
+
+
+# --- time_attr: a metric counts the trial's iterations ---------------------------------------------
+
+def by_epochs(step: float, checkpoint_every: int | None = None, log: list | None = None):
+    """Reports every ``step`` epochs under ``epoch`` (a checkpoint every ``checkpoint_every`` reports)."""
+
+    def fn(config):
+        n = 0
+        ckpt = rb.get_checkpoint()
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                n = int(open(os.path.join(d, "n")).read())
+        while True:
+            n += 1
+            if log is not None:
+                log.append(n * step)
+            if checkpoint_every and n % checkpoint_every == 0:
+                with tempfile.TemporaryDirectory() as d:
+                    with open(os.path.join(d, "n"), "w") as fh:
+                        fh.write(str(n))
+                    rb.report({"epoch": n * step}, checkpoint=rb.Checkpoint.from_directory(d))
+            else:
+                rb.report({"epoch": n * step})
+
+    return fn
+
+
+def test_half_epoch_reports_count_by_epoch_and_stop_at_the_stages_end():
+    log: list[float] = []
+    s = fa.FunctionSession(by_epochs(0.5, log=log), {}, time_attr="epoch")
+    _, counted = s.advance(3)
+    assert [r.iteration for r in counted] == [0.5, 1, 1.5, 2, 2.5, 3]
+    assert log[-1] == 3.0, "paused inside the report that reached epoch 3"
+    assert len(s.iter_times(counted, 3)) == 3 and sum(s.iter_times(counted, 3)) == pytest.approx(
+        sum(r.seconds for r in counted))
+    _, counted = s.advance(1)
+    assert [r.iteration for r in counted] == [3.5, 4]
+    s.stop()
+
+
+def test_a_report_past_the_target_ends_the_stage_and_does_not_move_the_next():
+    s = fa.FunctionSession(by_epochs(2), {}, time_attr="epoch")
+    _, counted = s.advance(3)             # the first report at or past epoch 3 is epoch 4
+    assert [r.iteration for r in counted] == [2, 4]
+    _, counted = s.advance(3)             # target 6 (3 + 3, not 4 + 3): epoch 6
+    assert [r.iteration for r in counted] == [6]
+    _, counted = s.advance(1)             # target 7: epoch 8
+    assert [r.iteration for r in counted] == [8]
+    assert s.advance(1) == ([], [])       # target 8: epoch 8 already reached it, nothing runs
+    assert s.last_metrics()["epoch"] == 8
+    assert (s.state().counted, s.state().reached) == (8, 8)
+    s.stop()
+
+
+def test_time_attr_redone_reports_are_those_up_to_where_the_trial_had_got():
+    fn = by_epochs(2, checkpoint_every=2)             # checkpoints at epochs 4, 8, ...
+    s = fa.FunctionSession(fn, {}, time_attr="epoch")
+    s.advance(5)                                      # epochs 2 4 6: stops at 6, checkpoint at 4
+    assert (s.state().checkpoint_iteration, s.state().counted, s.state().reached) == (4, 5, 6)
+    assert s.state().checkpoints == (4,) and s.state().behind == 2
+    blob = fa.pack_state(s.state())
+    s.stop()
+    s = fa.FunctionSession(fn, {}, state=fa.unpack_state(blob), time_attr="epoch")
+    redone, counted = s.advance(5)                    # target 10: epoch 6 again, then 8 and 10
+    assert [r.iteration for r in redone] == [6] and [r.iteration for r in counted] == [8, 10]
+    assert s.state().checkpoints == (4, 8)
+    s.stop()
+
+
+def test_training_iteration_as_time_attr_is_the_report_count_ray_fills_in():
+    s = fa.FunctionSession(counter(), {"lr": 0.1}, time_attr="training_iteration")
+    _, counted = s.advance(3)
+    assert [r.iteration for r in counted] == [1, 2, 3] and counted[-1].metrics["training_iteration"] == 3
+    s.stop()
+
+
+@pytest.mark.parametrize(("reports", "match"), [
+    ([{"loss": 1.0}], r"no number under 'epoch', the experiment's time_attr"),
+    ([{"epoch": "one"}], r"no number under 'epoch'"),
+    ([{"epoch": 2}, {"epoch": 1}], r"'epoch' went from 2 back to 1; .* must never decrease"),
+])
+def test_a_missing_or_decreasing_time_attr_is_one_error(reports, match):
+    def fn(config):
+        for metrics in reports:
+            rb.report(metrics)
+
+    s = fa.FunctionSession(fn, {}, time_attr="epoch")
+    with pytest.raises(fa.TrialFunctionError, match=match):
+        s.advance(5)
+    s.stop()
+
+
+def test_states_written_before_keep_loading():
+    old = fa.STATE_MAGIC + b'{"checkpoint_iteration": 3, "counted": 5, "has_files": false}\n'
+    assert fa.unpack_state(old) == fa.TrialState(None, 3, 5, 5, ())

@@ -11,6 +11,7 @@ from rubberband.errors import SpecError
 from rubberband.profiler.fit import (
     MIN_ITER_S,
     MIN_SAMPLES_FOR_SHAPE,
+    checkpoint_interval,
     fit,
     fit_latency,
     split_train_durations,
@@ -185,3 +186,42 @@ def test_packed_latencies_keep_the_measured_ratio_against_the_solo_latency():
     assert 2 / mean2 == pytest.approx((2 / 0.47) / (1 / 0.2) / 0.26, rel=1e-3)    # ratio 0.851 kept
     assert 2 / mean2 < 1 / 0.26                                                     # no gain: no packing
     assert packed_entries(packing, None)[0] == 1.0
+
+
+# --- checkpoint_every from the checkpoints a function trainable reported -------------------------
+
+@pytest.mark.parametrize(("trials", "every"), [
+    ([((1, 2, 3, 4, 5), 5)], 1),
+    ([((2, 4), 5)], 2),
+    ([((3,), 5)], 3),               # one at 3 of 5: the first came at 3, none in the 2 after
+    ([((1,), 5)], 5),               # one at 1 of 5: none in the 4 after it, so at least 5
+    ([((1, 4), 5)], 3),             # epoch % 3 == 0 from epoch 0: the pace, whatever the offset
+    ([((2, 4), 5), ((3,), 5)], 3),  # trials disagree: the slowest pace
+    ([((1.5, 3.0), 4.5)], 2),       # a time_attr's 1.5 epochs: whole iterations, rounded up
+    ([((), 5), ((), 5)], None),     # no checkpoint anywhere: never
+    ([], None),
+])
+def test_checkpoint_interval(trials, every):
+    assert checkpoint_interval(trials) == every
+
+
+@pytest.mark.parametrize("every", [1, 2, 3, None])
+def test_a_function_sessions_states_give_its_checkpoint_interval(every):
+    """What the profiler reads from the long trials' states (``measure._function_checkpoints``)."""
+    from types import SimpleNamespace
+
+    from rubberband import function_api as fa
+    from rubberband.profiler.measure import _function_checkpoints
+    from tests.unit.test_function_api import counter
+
+    trials = []
+    for _ in range(2):
+        s = fa.FunctionSession(counter(checkpoint_every=every), {"lr": 0.1})
+        for _ in range(5):                      # the Ray runner's chunks: one iteration each
+            s.advance(1)
+        trials.append(SimpleNamespace(checkpoint=fa.pack_state(s.state())))
+        s.stop()
+    trials.append(SimpleNamespace(checkpoint=b"a Trainer class's torch checkpoint"))
+    seen = _function_checkpoints(trials)
+    assert len(seen) == 2 and all(reached == 5 for _, reached in seen)
+    assert checkpoint_interval(seen) == every
