@@ -25,7 +25,8 @@ def stage_entry(plan: Any, index: int, ledger: Any, *, trials: int, promoted: li
         "promoted": promoted,
         **({"fused_per_gpu": plan.fusion[index]} if plan.fusion[index] > 1 else {}),
         "predicted": {"duration_s": pred.mean_duration_s, "instances": pred.instances, "cost_usd": pred.mean_cost_usd,
-                      "spot_instances": plan.spot_counts[index], "instance_type": planned},
+                      "spot_instances": plan.spot_counts[index], "instance_type": planned,
+                      **({"redone": pred.redone} if getattr(pred, "redone", 0) else {})},   # per trial (DESIGN §4)
         "actual": {"duration_s": duration_s, "instances": instances, "cost_usd": cost_usd, "spot_instances": spot_instances,
                    "reclaimed": sum(1 for r in ledger.instances.values() if r.stage_released == index
                                     and r.release_reason == Release.INTERRUPTED)},
@@ -125,6 +126,11 @@ class RunResult:
             lines.append(replan["line"])
         for switch in self.loop.get("safety_net", []):
             lines.append(switch["line"])
+        redone = sum(t.get("redone", 0) for t in self.trials.values())
+        expected = sum(s["trials"] * s["predicted"].get("redone", 0) for s in self.stages)
+        if redone or expected:
+            lines.append(f"redone iterations  predicted {expected}  actual {redone} (trained again on resuming from a "
+                         "checkpoint older than the stage's end)")
         if self.loop.get("budget_usd") is not None:
             lines.append(f"budget {format_usd(self.loop['budget_usd'])}: {format_usd(self.loop['budget_left_usd'])} left")
         if self.loop.get("stopped"):

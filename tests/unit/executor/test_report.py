@@ -57,3 +57,19 @@ def test_the_summary_names_the_instances_of_each_stage_planned_and_actual():
     result = RunResult("r", "/tmp/r", {}, {"jct_s": 30.0, "cost_usd": 0.03}, {"jct_s": 30.0, "cost_usd": 0.03},
                        [stage(0, 2, 2), stage(1, 2, 1), stage(2, 1, 1)], {}, {})
     assert "instances per stage  planned 2,2,1  actual 2,1,1" in result.table().splitlines()
+
+
+def test_the_summary_counts_the_iterations_redone_predicted_and_actual():
+    def stage(i, trials, redone):
+        return {"index": i, "trials": trials, "gpus_per_trial": 1,
+                "predicted": {"duration_s": 10.0, "instances": 1, "cost_usd": 0.01, **({"redone": redone} if redone else {})},
+                "actual": {"duration_s": 10.0, "instances": 1, "cost_usd": 0.01}}
+
+    trials = {"t0": {"redone": 2}, "t1": {"redone": 3}, "t2": {}}
+    result = RunResult("r", "/tmp/r", {}, {"jct_s": 20.0, "cost_usd": 0.02}, {"jct_s": 20.0, "cost_usd": 0.02},
+                       [stage(0, 3, 0), stage(1, 2, 2)], trials, {})
+    assert ("redone iterations  predicted 4  actual 5 (trained again on resuming from a checkpoint older than the "
+            "stage's end)") in result.table().splitlines()
+    plain = RunResult("r", "/tmp/r", {}, {"jct_s": 20.0, "cost_usd": 0.02}, {"jct_s": 20.0, "cost_usd": 0.02},
+                      [stage(0, 3, 0)], {"t0": {}}, {})
+    assert not any(line.startswith("redone") for line in plain.table().splitlines())
