@@ -139,14 +139,15 @@ class TrialState:
     """What a trial resumes from: its checkpoint's files (``None``: it never reported one),
     the iteration that checkpoint was reported at, the iterations counted as done, how far the
     trial got (``reached``, ``None``: ``counted``; past it only with a ``time_attr`` whose
-    reports overshoot) and the iterations it reported checkpoints at (the first
-    ``MAX_CHECKPOINTS_KEPT``)."""
+    reports overshoot), the iterations it reported checkpoints at (the first
+    ``MAX_CHECKPOINTS_KEPT``) and its last report's metrics."""
 
     files: bytes | None
     checkpoint_iteration: int | float
     counted: int
     reached: int | float | None = None
     checkpoints: tuple[int | float, ...] = ()
+    metrics: dict[str, Any] | None = None
 
     @property
     def progress(self) -> int | float:
@@ -162,7 +163,7 @@ class TrialState:
 def pack_state(state: TrialState) -> bytes:
     header = {"checkpoint_iteration": state.checkpoint_iteration, "counted": state.counted,
               "has_files": state.files is not None, "reached": state.progress,
-              "checkpoints": list(state.checkpoints)}
+              "checkpoints": list(state.checkpoints), "metrics": state.metrics or {}}
     return STATE_MAGIC + json.dumps(header).encode() + b"\n" + (state.files or b"")
 
 
@@ -173,7 +174,8 @@ def unpack_state(blob: bytes) -> TrialState:
     header = json.loads(line)
     counted = int(header["counted"])
     return TrialState(files if header["has_files"] else None, _number(header["checkpoint_iteration"]), counted,
-                      _number(header.get("reached", counted)), tuple(_number(c) for c in header.get("checkpoints", ())))
+                      _number(header.get("reached", counted)), tuple(_number(c) for c in header.get("checkpoints", ())),
+                      header.get("metrics") or None)
 
 
 # --- the context a function sees ----------------------------------------------------------------
@@ -292,6 +294,7 @@ class FunctionSession:
             if state.files is not None:
                 self._restore_dir = tempfile.mkdtemp(prefix="rb-restore-")
                 _untar(state.files, self._restore_dir)
+        self._last_metrics = dict(state.metrics or {}) if state is not None else {}
         self.model: Any = None           # what prepare_model returned (for parameter digests)
         self._cond = threading.Condition()
         self._goal = 0
@@ -407,7 +410,7 @@ class FunctionSession:
 
     def last_metrics(self) -> dict[str, Any]:
         """The latest report's metrics (a chunk that trained nothing reports these again)."""
-        return dict(self._reports[-1].metrics) if self._reports else {}
+        return dict(self._reports[-1].metrics) if self._reports else dict(self._last_metrics)
 
     def iter_times(self, counted: list[Report], iters: int) -> list[float]:
         """Seconds of each of a chunk's ``iters`` iterations: its reports' own without a
@@ -421,7 +424,7 @@ class FunctionSession:
         """What to resume this trial from: its latest reported checkpoint, the count, where it
         got, and the iterations it checkpointed at."""
         return TrialState(self.files, self.files_iteration if self.files is not None else 0, self.counted,
-                          self.reached, tuple(self.checkpoints))
+                          self.reached, tuple(self.checkpoints), self.last_metrics() or None)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the function (it unwinds from its paused ``report``) and clean up."""

@@ -64,7 +64,8 @@ def test_a_trial_resumes_from_its_latest_checkpoint_with_its_counter_going_on():
     s = resume(s, fn)
     redone, counted = s.advance(2)
     assert redone == [] and [r.metrics["i"] for r in counted] == [5, 6]
-    assert s.state() == fa.TrialState(s.state().files, 6, 6, 6, (1, 2, 3, 4, 5, 6))
+    assert s.state() == fa.TrialState(s.state().files, 6, 6, 6, (1, 2, 3, 4, 5, 6),
+                                      {"i": 6, "lr": 0.1, "training_iteration": 6})
     s.stop()
 
 
@@ -281,6 +282,20 @@ def test_time_attr_redone_reports_are_those_up_to_where_the_trial_had_got():
     redone, counted = s.advance(5)                    # target 10: epoch 6 again, then 8 and 10
     assert [r.iteration for r in redone] == [6] and [r.iteration for r in counted] == [8, 10]
     assert s.state().checkpoints == (4, 8)
+    s.stop()
+
+
+def test_a_resumed_trial_whose_checkpoint_already_passed_the_target_trains_nothing():
+    fn = by_epochs(4, checkpoint_every=1)             # a checkpoint at every report: epochs 4, 8, ...
+    s = fa.FunctionSession(fn, {}, time_attr="epoch")
+    s.advance(3)                                      # stops at epoch 4 (checkpointed): counted 3
+    blob = fa.pack_state(s.state())
+    s.stop()
+    s = fa.FunctionSession(fn, {}, state=fa.unpack_state(blob), time_attr="epoch")
+    assert s.advance(1) == ([], [])                   # target 4: its checkpoint is at epoch 4
+    assert s.last_metrics() == {"epoch": 4} and not s.alive
+    _, counted = s.advance(1)                         # target 5: epoch 8
+    assert [r.iteration for r in counted] == [8]
     s.stop()
 
 

@@ -73,7 +73,7 @@ class FakeActorClass:
     def options(self, num_gpus: float, scheduling_strategy) -> FakeActorClass:
         return FakeActorClass(self.cluster, {**self.opts, "num_gpus": num_gpus, "strategy": scheduling_strategy})
 
-    def remote(self, trainer, seed) -> FakeActor:
+    def remote(self, trainer, seed, time_attr=None) -> FakeActor:
         strategy = self.opts["strategy"]
         assert strategy.bundle_index == 0
         actor = FakeActor(self.cluster, self.opts["num_gpus"], strategy.pg)
