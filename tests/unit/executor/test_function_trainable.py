@@ -192,3 +192,51 @@ def test_prepare_model_alone_moves_to_the_device_without_wrapping():
 
     model = torch.nn.Linear(2, 2)
     assert fa.prepare_model(model) is model.to(fa.get_device())
+
+
+# Reports every 2 epochs under `epoch`, checkpointing every other report (epochs 4, 8, ...).
+EPOCH_FUNCTION = '''
+import os, tempfile
+import rubberband as rb
+
+def by_epoch(config):
+    epoch = 0
+    ckpt = rb.get_checkpoint()
+    if ckpt:
+        with ckpt.as_directory() as d:
+            epoch = int(open(os.path.join(d, "epoch")).read())
+    while True:
+        epoch += 2
+        if epoch % 4 == 0:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "epoch"), "w") as fh:
+                    fh.write(str(epoch))
+                rb.report({"epoch": epoch, "loss": 1.0 / epoch}, checkpoint=rb.Checkpoint.from_directory(d))
+        else:
+            rb.report({"epoch": epoch, "loss": 1.0 / epoch})
+'''
+
+
+def test_a_worker_counts_a_functions_iterations_by_its_time_attr(tmp_path):
+    """The Ray runner's chunks are one iteration each: with ``time_attr: epoch`` a report of 2
+    epochs ends one chunk and the next chunk, already passed, trains nothing."""
+    from rubberband.executor.worker import DDPWorker
+
+    path = _module(tmp_path, "epoch_fn", EPOCH_FUNCTION) + ":by_epoch"
+    w = DDPWorker(path, seed=0, time_attr="epoch")
+    w.warmup()
+    w.assign({}, None, trial="t003")
+    outs = [w.train(1) for _ in range(3)]            # a stage of 3 epochs: reports at epochs 2 and 4
+    assert [o["metrics"]["epoch"] for o in outs] == [2, 2, 4] and [o["step"] for o in outs] == [2, 2, 4]
+    assert [len(o["iter_times"]) for o in outs] == [1, 1, 1] and outs[1]["iter_times"] == [0.0]
+    outs.append(w.train(2))                          # target 5: epoch 6 (checkpoint at 4)
+    blob = w.checkpoint()
+    w.leave()
+    fresh = DDPWorker(path, seed=0, time_attr="epoch")
+    fresh.warmup()
+    fresh.assign({}, blob, trial="t003")
+    out = fresh.train(1)                             # target 6: epoch 6 again, a redone report reaches it
+    assert out["redone"] == 1 and out["metrics"]["epoch"] == 6 and out["step"] == 6
+    out = fresh.train(1)                             # target 7: epoch 8
+    assert out["redone"] == 0 and out["metrics"]["epoch"] == 8 and out["step"] == 8
+    fresh.leave()
