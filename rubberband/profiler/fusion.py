@@ -37,6 +37,17 @@ from rubberband.profiler.packing import MIN_GAIN
 DEFAULT_MAX_F = 16
 
 
+def not_measured(groups: list[list[int]], reason: str | None) -> str | None:
+    """Why fused groups are not measured for the search space's sampled configs: the trainer's
+    reason (``DDPWorker.fusable``), or — when its configs give the model several shapes — that
+    the executor groups trials by GPU, not by shape, so such a job runs unfused (its profile gets
+    no fused latencies and nothing is planned fused); ``None`` when they are measured."""
+    if reason is None and len(groups) > 1:
+        return (f"the search space gives the model {len(groups)} shapes (a width in it); a fused group needs one "
+                "shape, and the executor does not group trials by shape yet: run unfused")
+    return reason
+
+
 @dataclass(frozen=True)
 class FusedSize:
     """One F: the group's seconds per iteration (one sample per iteration) and its peak memory."""

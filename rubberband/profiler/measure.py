@@ -64,7 +64,7 @@ from rubberband.profiler.fit import (
     split_train_durations,
     to_profile_entry,
 )
-from rubberband.profiler.fusion import FusedResult, fused_entries
+from rubberband.profiler.fusion import FusedResult, fused_entries, not_measured
 from rubberband.profiler.packing import DEFAULT_MAX_K, PackingResult
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.profiles.distributions import Constant, Distribution, parse_distribution
@@ -455,6 +455,7 @@ class _Measurement:
 
             call("warmup")
             groups, reason = call("fusable", pool)
+            reason = not_measured(groups, reason)
             if reason is not None:
                 progress(f"fusion not measured: {reason}")
                 return reason

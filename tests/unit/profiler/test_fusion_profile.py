@@ -79,3 +79,13 @@ def test_a_real_measurement_on_a_local_worker():
     assert result.forward == "batched" and result.optimizer == "FusedSGD" and result.solo_iter_s > 0
     assert result.stopped
     assert worker.group is None
+
+
+def test_a_search_space_of_several_shapes_is_not_measured_fused_and_says_why():
+    from rubberband.profiler.fusion import not_measured
+
+    assert not_measured([[0, 1, 2]], None) is None
+    assert not_measured([[0, 1, 2]], "trainer: a function trainable cannot be fused") == \
+        "trainer: a function trainable cannot be fused"
+    reason = not_measured([[0, 2], [1]], None)
+    assert reason is not None and "2 shapes" in reason and "run unfused" in reason

@@ -486,3 +486,18 @@ def test_a_fused_groups_members_share_one_draw_and_a_rehearsal_keeps_within_3_pe
         cost.append(result.actual["cost_usd"])
     assert np.mean(jct) == pytest.approx(plan.predicted.mean_jct_s, rel=0.03)
     assert np.mean(cost) == pytest.approx(plan.predicted.mean_cost_usd, rel=0.03)
+
+
+def test_a_reclaimed_fused_group_resumes_every_member_and_the_job_finishes():
+    """Spot at 20 reclaims per instance-hour: fused groups lose their instance mid-TRAIN; every
+    member resumes from its checkpoint with its group, and every trial ends at its target."""
+    spec = ExperimentSpec.from_stages([(16, 20), (8, 30), (2, 40)])
+    cloud = const_cloud(market=Market.SPOT, spot=spot_market(20.0, notice_s=0.0))
+    plan = plan_allocation(spec, (4, 2, 2), FUSED_MODEL, cloud, 36000.0, samples=2, fused_per_gpu=(4, 4, 1))
+    reclaimed = 0
+    for seed in range(4):
+        run = rehearse_once(plan, FUSED_MODEL, seed=seed)
+        reclaimed += run.reclaims
+        steps = sorted(t.step for t in run.report.trials.values())
+        assert steps == [20] * 8 + [50] * 6 + [90] * 2
+    assert reclaimed > 0
