@@ -137,9 +137,15 @@ def draw_timeline(ax, timeline: Timeline, head: str, init_s=None, labels: dict[i
     ax.set_ylabel("instance (launch order)")
     if SPOT in markets.values():
         head += f", {timeline.reclaims} spot reclaim{'' if timeline.reclaims == 1 else 's'}"
-    packed = sorted({(t.stage, t.trials_per_gpu) for t in timeline.trials if t.trials_per_gpu > 1})
+    fused: dict[int, int] = {}           # stage -> its largest fused group
+    for t in timeline.trials:
+        if t.fused > 1:
+            fused[t.stage] = max(fused.get(t.stage, 1), t.fused, t.trials_per_gpu)
+    packed = sorted({(t.stage, t.trials_per_gpu) for t in timeline.trials if t.trials_per_gpu > 1 and t.stage not in fused})
     if packed:
         head += ", packed: " + ", ".join(f"stage {i} {k}/GPU" for i, k in packed)
+    if fused:
+        head += ", fused: " + ", ".join(f"stage {i} {f}/GPU" for i, f in sorted(fused.items()))
     ax.set_title(head + "\nlight grey: SCALE, dark grey: INIT, bars: trials coloured by stage", fontsize="medium")
     ax.invert_yaxis()
 
@@ -292,7 +298,8 @@ def run_chart(result: Mapping[str, Any], events: Sequence[Mapping[str, Any]] = (
             if a < up - 1e-6 < b:        # moved by a reclaim, and the driver's record of it is missing
                 a, moved = up, moved + 1
             lane = _lane(taken, where, a, b, own_gpu, per_gpu)
-            trials.append(TrialSpan(run["stage"], number, tuple(where), lane, gpus, a, b, trials_per_gpu=per_gpu))
+            trials.append(TrialSpan(run["stage"], number, tuple(where), lane, gpus, a, b, trials_per_gpu=per_gpu,
+                                    fused=per_gpu if placed.get((run["trial"], run["stage"]), {}).get("fused") else 1))
     windows = [tuple(w) for w in ledger.get("stage_windows") or []]
     stages = tuple((a, min([t.start_s for t in trials if t.stage == i] or [a]), b) for i, (a, b) in enumerate(windows))
     timeline = Timeline(instances, tuple(trials), stages, jct, cost_usd=float(result.get("actual", {}).get("cost_usd", math.nan)))

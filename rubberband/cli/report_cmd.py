@@ -154,7 +154,8 @@ def predicted_timeline(plan, model):
     sim = plan.simulation_args()
     timeline = sample_timeline(plan.spec, plan.allocation, model, sim["cloud"], seed=plan.seed, samples=samples, sample=k,
                                instances=sim["instances"], spot_instances=sim["spot_instances"],
-                               trials_per_gpu=sim["trials_per_gpu"], instance_types=sim["instance_types"])
+                               trials_per_gpu=sim["trials_per_gpu"], instance_types=sim["instance_types"],
+                               fused_per_gpu=sim["fused_per_gpu"])
     return timeline, gantt_title("predicted", "median", k, samples, plan.seed, result, timeline.jct_s)
 
 

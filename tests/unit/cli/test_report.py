@@ -379,3 +379,22 @@ def test_init_runs_until_the_instances_workers_are_warm_as_the_models_does():
     assert (span.launched_s, span.ready_s) == (2.0, 5.5)
     without = {**result, "timeline": []}
     assert run_chart(without).timeline.instances[0].ready_s == 3.0      # no timeline: the raylet's ready
+
+
+def test_the_predicted_run_of_a_fused_plan_is_drawn_fused():
+    """The report's predicted panel simulates the plan as it is, fused stages included (it drew
+    each member as a TRAIN of its own, a median run 40% longer than the plan's), and the titles
+    say which stages fused."""
+    from rubberband import ExperimentSpec
+    from rubberband.cli.report_cmd import predicted_timeline
+    from rubberband.plan import plan_allocation, simulate_plan
+    from rubberband.simulator.trace import median_sample
+    from rubberband.testing.builders import fake_cloud, model_profile
+
+    model = model_profile({1: 4.0}, startup_s=1.0, name="fake", fused_iter_latency_s={4: 6.0})
+    plan = plan_allocation(ExperimentSpec.from_stages([(8, 3), (2, 4)]), (2, 2), model, fake_cloud(2), 1e6, samples=20,
+                           fused_per_gpu=(4, 1))
+    timeline, title = predicted_timeline(plan, model)
+    result = simulate_plan(plan, model, samples=20)
+    assert timeline.jct_s == pytest.approx(float(result.jct_s[median_sample(result.jct_s.tolist())]))
+    assert sorted(t.fused for t in timeline.trials if t.stage == 0) == [4, 4]
