@@ -102,6 +102,7 @@ class RoundRefs:
     results: Any
     checkpoints: Any
     members: tuple[str, ...]
+    fetched: tuple[list[Any], list[Any]] | None = None      # (results, checkpoints), read once for all members
 
 
 @dataclass(eq=False)
@@ -297,14 +298,10 @@ class RayTrialRunner:
         return Gang(trial, workers, tuple(instances), trials_per_gpu)
 
     def reassign(self, gang: Gang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> Gang:
-        """Hand a gang's running workers to another trial (no process or group restart); a fused
-        member's place in its group."""
+        """Hand a gang's running workers to another trial (no process or group restart). A fused
+        member's gang is never handed over: the driver has the trial join its GPU's group."""
         if gang.group is not None:
-            gang.group.members.pop(gang.trial, None)
-            gang.group.asked.pop(gang.trial, None)
-            gang.group.members[trial] = (dict(config), checkpoint)
-            gang.trial = trial
-            return gang
+            raise ProviderError(f"trial {trial}: a fused member's gang is not handed over; start the trial fused")
         ckpt = ray.put(checkpoint) if checkpoint is not None else None
         ray.get([a.assign.remote(config, ckpt, trial) for a in gang.actors], timeout=self.timeout_s)
         gang.trial = trial
@@ -370,10 +367,8 @@ class RayTrialRunner:
         mine = self.gpus.get(instance, [])
         gpu = next((g for g in mine if g.group is not None and g.slot == slot), None)
         if gpu is None:
-            gpu = next((g for g in mine if g.group is None and not self._in_use(g)), None)
-            if gpu is None:
-                self._drop_too_coarse(instance, 2, limit=1)      # a packed GPU's idle workers make room
-                gpu = self._new_gpu(instance, 1)
+            # Any idle GPU takes the group (its surplus workers go); else a new one, whole.
+            gpu = next((g for g in mine if g.group is None and not self._in_use(g)), None) or self._new_gpu(instance, 1)
             idle = self._idle(gpu)
             for extra in idle[1:]:                           # one worker holds the group
                 self._kill(extra)
@@ -417,8 +412,9 @@ class RayTrialRunner:
         """A fused member's share of its group's round; its checkpoint is kept for a rebuild."""
         rnd, gang = future.round, future.gang
         assert rnd is not None and gang.group is not None
-        outs = ray.get(rnd.results, timeout=self.timeout_s)
-        ckpts = ray.get(rnd.checkpoints, timeout=self.timeout_s)
+        if rnd.fetched is None:
+            rnd.fetched = (ray.get(rnd.results, timeout=self.timeout_s), ray.get(rnd.checkpoints, timeout=self.timeout_s))
+        outs, ckpts = rnd.fetched
         i = rnd.members.index(gang.trial)
         out = outs[i]
         if gang.trial in gang.group.members:
