@@ -165,12 +165,10 @@ def test_scale_down_releases_the_emptied_instance_at_the_sync(tmp_path, model, c
     assert [s["actual"]["instances"] for s in result.stages] == [2, 1]
     for tid in result.stages[0]["promoted"]:
         assert result.trials[tid]["history"][1]["instances"] == ["rb-instance-1"]
-    # The two instances of stage 0 were launched together and started their raylets at once
-    # (as a cloud boots instances side by side): the later one was ready about one raylet start
-    # after the first ran, not two (raylets started one at a time made stage 0 late by one).
+    # Both instances of stage 0 ran and joined (that their raylets start side by side, not one
+    # at a time, is tested in tests/unit/providers/test_local_node_provider.py with a slow fake
+    # start: on a 2-core machine two real starts at once contend, and their timings prove nothing).
     events = [json.loads(line) for line in (Path(result.run_dir) / "provider" / "events.jsonl").read_text().splitlines()]
     at = {(e["event"], e["instance"]): e["t"] for e in events}
-    running = [at["running", i] for i in ("rb-instance-1", "rb-instance-2")]
-    ready = [at["ready", i] for i in ("rb-instance-1", "rb-instance-2")]
-    one_start = min(r - g for r, g in zip(ready, running))
-    assert max(ready) - min(running) < 1.5 * one_start
+    for i in ("rb-instance-1", "rb-instance-2"):
+        assert at["request", i] <= at["running", i] <= at["ready", i]
