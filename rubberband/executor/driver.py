@@ -439,7 +439,7 @@ class Driver:
                               "start_s": start, "end_s": end, **trial.metrics})
         self.train_runs.append({"trial": tid, "stage": stage, "gpus": gpus, "start_s": start, "end_s": end,
                                 "iters": self.plan.spec.stages[stage].iters, "iter_s": self.iter_s.pop(tid, []),
-                                **where})
+                                **where, **({"redone": redone} if redone else {})})
         self._emit("trial", trial=tid, stage=stage, metric=trial.metric, step=trial.step)
         self._feed(TrainFinished(tid, trial.iters_done, trial.metric))
 
@@ -784,9 +784,10 @@ class Driver:
 
     def _start(self, d: StartTrial) -> None:
         trial = self._trial(d.trial)
-        self._gang(trial, d.slots, d.trials_per_gpu, d.fused)
+        new_train = self.began.get(d.trial, (None,))[0] != d.stage
+        self._gang(trial, d.slots, d.trials_per_gpu, d.fused, new_train=new_train)
         self.left[d.trial] = d.iters
-        if self.began.get(d.trial, (None,))[0] != d.stage:
+        if new_train:
             self.began[d.trial] = (d.stage, self._now())
             self._emit("start", trial=d.trial, stage=d.stage)
         self.running.add(d.trial)
@@ -799,13 +800,19 @@ class Driver:
         future = self.runner.train(trial.gang, n)
         self.pending[future], self.chunk[future] = trial.id, n
 
-    def _gang(self, trial: TrialState, slots: tuple, share: int = 1, fused: bool = False) -> None:
+    def _gang(self, trial: TrialState, slots: tuple, share: int = 1, fused: bool = False,
+              new_train: bool = False) -> None:
         """Give ``trial`` a gang on ``slots`` at ``share`` trials per GPU: its own if it runs there,
         the gang of an idle trial on exactly those instances (handed over), else a new one from
         its checkpoint. A packed gang sits on its slot's GPU: it is kept or handed over only
         on that very slot, and a gang of another share is never reused (its worker holds
         another fraction of a GPU). A member of a fused group (``fused``) is kept on its slot
-        but never handed over: the trial joins the group on its slot's GPU instead."""
+        but never handed over: the trial joins the group on its slot's GPU instead.
+
+        A function trainable's own gang kept for a new stage's TRAIN (``new_train``) is handed
+        back to it from its checkpoint (``reassign``): the function stops at every stage boundary
+        and resumes from its latest reported checkpoint, redoing the iterations since, on any
+        gang — exactly the ``r_i`` the model counts (DESIGN §4, ``restarts_each_stage``)."""
         wanted = tuple(self.real[n] for n, _ in slots)
 
         def fits(other: TrialState) -> bool:
@@ -813,6 +820,8 @@ class Driver:
                     and (share == 1 or other.slots == tuple(slots)))
 
         if trial.gang is not None and fits(trial):
+            if new_train and not fused and self.runner.restarts_each_stage:
+                trial.gang = self.runner.reassign(trial.gang, trial.id, trial.config, trial.checkpoint)
             return
         if trial.gang is not None:
             self._stop_gang(trial)

@@ -57,6 +57,7 @@ class TrialRun:
     instance_type: str | None = None    # what it ran on (None: the ledger's own type)
     instances: list[str] = field(default_factory=list)   # the instance of each rank, where it finished
     gpu_ids: list[list[str]] | None = None   # each rank's GPU ids on its instance (None: not reported)
+    redone: int = 0                     # iterations trained again first, beyond ``iters`` (DESIGN §4)
 
 
 @dataclass

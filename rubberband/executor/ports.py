@@ -192,6 +192,13 @@ class TrialRunnerPort(Protocol):
     a GPU as members of one program on that GPU's one worker: the runner trains the members
     that asked for a chunk together, as one group.
 
+    ``restarts_each_stage``: the runner hosts function trainables (DESIGN §4, redone
+    iterations), so a trial's TRAIN of a new stage restarts its function from the latest
+    checkpoint it reported, as Ray Tune resumes a paused trial — also on a gang the driver
+    keeps across the SYNC (the driver hands the gang back to its own trial with ``reassign``).
+    The function then trains again what it trained since that checkpoint, which is what the
+    model counts; a class trainer (``False``) resumes exactly and its kept gang trains on.
+
     Three hooks let a virtual runner (the ``sim`` backend) keep the model's time where a real
     cluster's time is real: ``begin_train`` says a trial's TRAIN of stage ``stage`` starts (or
     resumes) on a gang (a virtual runner draws its iteration latency and owes its start-up);
@@ -200,6 +207,8 @@ class TrialRunnerPort(Protocol):
     instance is reclaimed, as ``ChunkInterrupted``); ``sync_s`` how long a stage's SYNC takes
     beyond what the driver does (a real runner: 0).
     """
+
+    restarts_each_stage: bool
 
     def start(self, trial: str, config: dict[str, Any], instances: Sequence[str], checkpoint: bytes | None,
               trials_per_gpu: int = 1, gpus: Sequence[int] | None = None, fused: bool = False) -> Any: ...

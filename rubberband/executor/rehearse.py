@@ -116,8 +116,18 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
                                   duration_s=b - a, instances=followed.instances, cost_usd=costs[i],
                                   spot_instances=followed.spot_instances, gpus_per_trial=followed.gpus_per_trial))
     attempts: dict[str, int] = {}      # TRAIN attempts: each finished stage, and each one a reclaim cut short
+    redone: dict[tuple[str, int], int] = {}     # iterations each trial's TRAIN of a stage trained again
     for r in run.train_runs:
         attempts[r["trial"]] = attempts.get(r["trial"], 0) + 1
+        if r.get("redone"):
+            redone[r["trial"], r["stage"]] = redone.get((r["trial"], r["stage"]), 0) + r["redone"]
+
+    def history(t: Any) -> list[dict[str, Any]]:
+        return [{**h, **({"redone": redone[t.id, h["stage"]]} if (t.id, h["stage"]) in redone else {})} for h in t.history]
+
+    def trial_redone(t: Any) -> dict[str, int]:
+        n = sum(v for (tid, _), v in redone.items() if tid == t.id)
+        return {"redone": n} if n else {}
     best, best_info = report.best, report.best_trial
     return RunResult(
         run_id=f"sim-seed{seed}", run_dir="",
@@ -127,8 +137,8 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
         actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
         stages=stages,
         trials={t.id: {"config": run.configs.get(t.id, {}), "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": [dict(h) for h in t.history], "restarts": attempts.get(t.id, 0) - len(t.history),
-                       "ranks_in_sync": True} for t in report.trials.values()},
+                       "history": history(t), "restarts": attempts.get(t.id, 0) - len(t.history),
+                       "ranks_in_sync": True, **trial_redone(t)} for t in report.trials.values()},
         ledger=ledger.to_dict(now=run.jct_s),
         plan=plan.summary(),
         timeline=run.timeline,

@@ -265,7 +265,8 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
     # A packed TRAIN held 1/k of its GPU (per-function billing charges that share, DESIGN/docs/model.md).
     ledger.trials = [TrialRun(r["trial"], r["stage"], r["gpus"] / r.get("trials_per_gpu", 1), r["start_s"], r["end_s"],
                               r["iters"], r.get("iter_s", []), instance_type=ran_on(r),
-                              instances=list(r.get("instances", [])), gpu_ids=r.get("gpu_ids"))
+                              instances=list(r.get("instances", [])), gpu_ids=r.get("gpu_ids"),
+                              redone=int(r.get("redone", 0)))
                      for r in outcome.train_runs]
     last_release = max((r.released_s or 0.0) for r in ledger.instances.values()) if ledger.instances else 0.0
     jct = outcome.ended_at - started

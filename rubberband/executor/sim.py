@@ -73,6 +73,7 @@ from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.scheduler import SchedulerReport
+from rubberband.simulator.model import redone_iters
 
 # Stream ids of the rehearsal's random components (one generator each, from the seed).
 _SCALE, _INIT, _LIFE, _TRAIN, _STARTUP, _SYNC, _OFFSET, _CURVE = range(8)
@@ -436,6 +437,8 @@ class SimGang:
     step: int = 0              # where its trial stands (a runner that keeps it: the fakes)
     alive: bool = True
     fused: bool = False        # a member of a fused group of ``share`` on its GPU (DESIGN §4.5)
+    resumed: bool = True       # (re)started from its trial's checkpoint since its last TRAIN began
+    owed: int = 0              # redone iterations its next chunk trains first (DESIGN §4)
 
 
 @dataclass(eq=False)
@@ -450,6 +453,7 @@ class SimChunk:
     cut: bool                  # ended by a reclaim
     seq: int
     iter_s: float = 0.0        # seconds per iteration it trains at
+    redone: int = 0            # iterations it trained again first (beyond ``done``)
 
 
 class VirtualRunner:
@@ -459,11 +463,26 @@ class VirtualRunner:
     (``L``: ``_iter_s``), or at its gang's first instance's end (``_down_s``) with the
     iterations completed by then; ``wait`` moves the clock to the earliest end (ties: the first
     submitted) unless the clock has something due before, or the timeout comes first. How a
-    chunk's result reads (``result``) and where ``L`` comes from are the subclass's."""
+    chunk's result reads (``result``) and where ``L`` comes from are the subclass's.
+
+    Redone iterations (DESIGN §4) as a function trainable's runner has them: a gang started or
+    handed a trial (``start``, ``reassign``: its function restarted from the trial's latest
+    checkpoint) owes, at the first ``begin_train`` of the trial's TRAIN of a stage, ``_redo``
+    iterations (the subclass's; none by default), which its chunks train first, at ``L`` each,
+    before the TRAIN's own; a gang kept across the SYNC without a ``reassign`` owes none. A
+    chunk cut short by a reclaim keeps what it trained, redone ones first; the rest stays owed
+    to the TRAIN's next gang."""
+
+    restarts_each_stage = False
 
     def __init__(self, clock: VirtualClock):
         self.clock = clock
         self._seq = itertools.count()
+        self._owed: dict[tuple[str, int], int] = {}     # (trial, stage) -> redone iterations still owed
+
+    def _redo(self, gang: SimGang, stage: int) -> int:
+        """Iterations ``gang``'s trial trains again on resuming for its TRAIN of ``stage``."""
+        return 0
 
     def _iter_s(self, gang: SimGang) -> float:
         """Seconds per iteration of ``gang``'s next chunk."""
@@ -478,11 +497,15 @@ class VirtualRunner:
         return SimGang(trial, tuple(instances), trials_per_gpu, None if gpus is None else tuple(gpus), fused=fused)
 
     def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
-        gang.trial = trial
+        gang.trial, gang.resumed = trial, True
         return gang
 
     def begin_train(self, gang: SimGang, stage: int) -> None:
-        return None
+        """The gang trains (or resumes) its trial's TRAIN of ``stage``: what it owes first."""
+        key = (gang.trial, stage)
+        if key not in self._owed:
+            self._owed[key] = self._redo(gang, stage) if gang.resumed else 0
+        gang.stage, gang.resumed, gang.owed = stage, False, self._owed[key]
 
     def chunk_iters(self, left: int) -> int:
         return left
@@ -493,12 +516,18 @@ class VirtualRunner:
     def train(self, gang: SimGang, iters: int) -> SimChunk:
         now, L = self.clock.now(), self._iter_s(gang)
         startup, gang.startup = gang.startup, 0.0
-        natural = now + startup + iters * L
+        owed, total = gang.owed, gang.owed + iters
+        natural = now + startup + total * L
         down = self._down_s(gang)
-        if down < natural:
-            done = min(math.floor(max(down - now - startup, 0.0) / L), iters) if L > 0 else iters
-            return SimChunk(gang, gang.trial, gang.stage, now, iters, done, down, True, next(self._seq), L)
-        return SimChunk(gang, gang.trial, gang.stage, now, iters, iters, natural, False, next(self._seq), L)
+        cut = down < natural
+        trained = (min(math.floor(max(down - now - startup, 0.0) / L), total) if L > 0 else total) if cut else total
+        redone = min(trained, owed)
+        gang.owed -= redone
+        key = (gang.trial, gang.stage)
+        if key in self._owed:
+            self._owed[key] -= redone
+        return SimChunk(gang, gang.trial, gang.stage, now, iters, trained - redone, down if cut else natural, cut,
+                        next(self._seq), L, redone)
 
     def wait(self, pending: Sequence[SimChunk], timeout_s: float) -> tuple[list[SimChunk], list[SimChunk]]:
         """The earliest chunk to end, when it ends before anything else happens on the cluster
@@ -537,7 +566,12 @@ class SimRunnerPort(VirtualRunner):
     chunk of ``startup + k * L`` that ends early, keeping its completed iterations, where one of
     its instances is reclaimed (the truth knows when). A fused group's members (DESIGN §4.5)
     share one draw of ``L_F`` and start-up: those that begin a stage's TRAIN on one GPU at one
-    time. A SYNC takes one ``sync_s`` draw."""
+    time. A SYNC takes one ``sync_s`` draw. A TRAIN that resumes its trial trains the model's
+    redone iterations first (``simulator.model.redone_iters``: ``D_i mod c`` with the truth's
+    ``checkpoint_every``), once per TRAIN: the driver restarts the function at every stage, kept
+    gang or not (``restarts_each_stage``), as it does a real function trainable's."""
+
+    restarts_each_stage = True
 
     def __init__(self, world: SimWorld, cluster: SimClusterPort):
         super().__init__(world.clock)
@@ -567,8 +601,12 @@ class SimRunnerPort(VirtualRunner):
             model, k = self._model(itype, stage), gang.share
             dist = model.packed_latency(k) if k > 1 else model.latency(len(gang.instances))
             self._draws[key] = (self.world.draw(_TRAIN, dist), self.world.draw(_STARTUP, model.trial_startup_s))
-        gang.stage = stage
         gang.latency, gang.startup = self._draws[key]
+        super().begin_train(gang, stage)
+
+    def _redo(self, gang: SimGang, stage: int) -> int:
+        itype = self.cluster.instances[gang.instances[0]].instance_type
+        return redone_iters(self.world.plan.spec, self._model(itype, stage))[stage]
 
     def sync_s(self, stage: int) -> float:
         """A SYNC's drawn time."""
@@ -579,12 +617,13 @@ class SimRunnerPort(VirtualRunner):
         w.train_runs.append({"trial": chunk.trial, "stage": chunk.stage, "gpus": len(chunk.gang.instances) / chunk.gang.share,
                              "start_s": chunk.start_s, "end_s": chunk.finish_s, "iters": chunk.done,
                              "iter_s": [L] * chunk.done, "instances": list(chunk.gang.instances),
-                             "gpu_ids": None if chunk.gang.gpus is None else [[str(g)] for g in chunk.gang.gpus]})
+                             "gpu_ids": None if chunk.gang.gpus is None else [[str(g)] for g in chunk.gang.gpus],
+                             **({"redone": chunk.redone} if chunk.redone else {})})
         step = self._steps[chunk.trial] = self._steps.get(chunk.trial, 0) + chunk.done
         if chunk.cut:
-            done = TrainResult(step, [L] * chunk.done, {}) if chunk.done else None
+            done = TrainResult(step, [L] * chunk.done, {}, redone=chunk.redone) if chunk.done or chunk.redone else None
             raise ChunkInterrupted(f"sim: an instance of trial {chunk.trial} was reclaimed", done)
-        return TrainResult(step, [L] * chunk.done, {w.metric: w.curves.metric(chunk.trial, step)})
+        return TrainResult(step, [L] * chunk.done, {w.metric: w.curves.metric(chunk.trial, step)}, redone=chunk.redone)
 
 
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,

@@ -228,14 +228,20 @@ class FakeRunner(VirtualRunner):
             slows down as it trains); default 1.
         packed_iter_s: seconds per iteration of a 1-GPU trial packed ``k`` to a GPU, by ``k``.
         fused_iter_s: seconds per iteration of a fused group of ``F`` on one GPU, by ``F``.
+        checkpoint_every: play a function trainable that checkpoints every ``c`` iterations
+            (``"never"``: none): a gang started or handed its trial from a checkpoint of ``D``
+            iterations trains ``D mod c`` (``D``) again first, as the worker's function does;
+            a kept gang trains on. ``None`` (default): a class trainer, nothing redone.
     """
 
     def __init__(self, clock: FakeClock, iter_s: Mapping[int, float], gpus_per_instance: int,
                  steps_per_iter: int = 1, metrics: Callable[[Mapping[str, Any], int], dict[str, float]] = default_metrics,
                  cluster: FakeCluster | None = None, calls: list[tuple[Any, ...]] | None = None,
                  pace: Callable[[int], float] | None = None, packed_iter_s: Mapping[int, float] | None = None,
-                 fused_iter_s: Mapping[int, float] | None = None):
+                 fused_iter_s: Mapping[int, float] | None = None, checkpoint_every: int | str | None = None):
         super().__init__(clock)
+        self.checkpoint_every = checkpoint_every
+        self.restarts_each_stage = checkpoint_every is not None
         self.iter_s, self.G = dict(iter_s), gpus_per_instance
         self.packed_iter_s = dict(packed_iter_s or {})
         self.fused_iter_s = dict(fused_iter_s or {})
@@ -281,6 +287,12 @@ class FakeRunner(VirtualRunner):
                 for inst, g in zip(gang.instances, gang.gpus or ()):
                     out.setdefault((inst, g), []).append(gang.trial)
         return out
+
+    def _redo(self, gang: SimGang, stage: int) -> int:
+        if self.checkpoint_every is None:
+            return 0
+        done = gang.step // self.steps_per_iter
+        return done if self.checkpoint_every == "never" else done % int(self.checkpoint_every)
 
     def _iter_s(self, gang: SimGang) -> float:
         base = (self.fused_iter_s[gang.share] if gang.fused else
@@ -330,7 +342,7 @@ class FakeRunner(VirtualRunner):
 
     def reassign(self, gang: SimGang, trial: str, config: dict[str, Any], checkpoint: bytes | None) -> SimGang:
         self._record("reassign", gang.trial, trial)
-        gang.trial, gang.config = trial, dict(config)
+        gang.trial, gang.config, gang.resumed = trial, dict(config), True
         gang.step = decode_checkpoint(checkpoint)["step"] if checkpoint is not None else 0
         return gang
 
@@ -356,7 +368,7 @@ class FakeRunner(VirtualRunner):
         gang.step = new_step
         return TrainResult(step=new_step, iter_times=[chunk.iter_s] * chunk.done,
                            metrics=self.metrics(gang.config, new_step),
-                           checkpoint=encode_checkpoint(chunk.trial, new_step))
+                           checkpoint=encode_checkpoint(chunk.trial, new_step), redone=chunk.redone)
 
     def chunk_iters(self, left: int) -> int:
         return 1          # each iteration a chunk, ending in a checkpoint, as on a real cluster
@@ -383,12 +395,13 @@ class Fakes:
 
 def make_fakes(gpus_per_instance: int, iter_s: Mapping[int, float], provision_s: float = 0.0, init_s: float = 0.0,
                steps_per_iter: int = 1, start: float = 1000.0, pace: Callable[[int], float] | None = None,
-               packed_iter_s: Mapping[int, float] | None = None, fused_iter_s: Mapping[int, float] | None = None) -> Fakes:
+               packed_iter_s: Mapping[int, float] | None = None, fused_iter_s: Mapping[int, float] | None = None,
+               checkpoint_every: int | str | None = None) -> Fakes:
     """A clock, a cluster and a runner that share the clock and the call log (the runner
     sees instances the cluster loses)."""
     clock = FakeClock(start)
     calls: list[tuple[Any, ...]] = []
     cluster = FakeCluster(clock, gpus_per_instance, provision_s, init_s, calls=calls)
     runner = FakeRunner(clock, iter_s, gpus_per_instance, steps_per_iter, cluster=cluster, calls=calls, pace=pace,
-                        packed_iter_s=packed_iter_s, fused_iter_s=fused_iter_s)
+                        packed_iter_s=packed_iter_s, fused_iter_s=fused_iter_s, checkpoint_every=checkpoint_every)
     return Fakes(clock, cluster, runner)

@@ -574,3 +574,37 @@ def test_a_re_plan_runs_off_the_loop_which_keeps_watching_the_cluster_meanwhile(
     (record,) = outcome.replans
     assert (record.sync, record.old_allocation, record.new_allocation) == (0, (2,), (4,))
     assert [s.instances for s in outcome.stages] == [1, 2]
+
+
+# --- function trainables: redone iterations (DESIGN §4) -------------------------------------
+
+@pytest.mark.parametrize("every", [3, "never"])
+def test_a_function_redoes_what_the_model_counts_also_on_a_kept_gang(every):
+    """A function trainable stops at every stage boundary and resumes from its latest reported
+    checkpoint, also where the driver keeps its gang (handed back to it from its checkpoint):
+    each TRAIN redoes ``D_i mod c`` (``D_i`` when it never checkpoints), the model's ``r_i``,
+    and takes their time. (A kept gang used to train on, redoing nothing: predicted 4, actual 0.)"""
+    exp = spec((4, 2), (2, 2), (1, 2))
+    m = dataclasses.replace(model(), checkpoint_every=None if every == "never" else every)
+    plan = plan_allocation(exp, (4, 2, 1), m, cloud(4), deadline_s=1e6, samples=2)
+    fakes = make_fakes(4, ITER_S, provision_s=10, init_s=5, checkpoint_every=every)
+    outcome = Driver(plan, fakes.cluster, fakes.runner, lr_space(0.5, 0.1, 0.8, 0.3), "loss", "min",
+                     clock=fakes.clock).run()
+    r = [s.redone for s in plan.predicted.stages]
+    assert r == ([0, 2, 1] if every == 3 else [0, 2, 4])
+    kept = [(a, b) for a, b in fakes.runner.called("reassign") if a == b]
+    assert len(kept) == 3 and not fakes.runner.called("start")[4:]    # every promoted trial kept its gang
+    for t in outcome.trials.values():
+        assert [h.get("redone", 0) for h in t.history] == r[:len(t.history)]
+        assert t.redone == sum(r[:len(t.history)])
+        assert t.step == 2 * len(t.history)                   # its counter goes on: nothing counted twice
+    for run_ in outcome.train_runs:                           # a redone iteration takes an iteration's time
+        assert run_["end_s"] - run_["start_s"] == pytest.approx((2 + r[run_["stage"]]) * ITER_S[1])
+    ledger_redone = sum(t.redone for t in outcome.trials.values())
+    assert ledger_redone == sum(s.num_trials * s.redone for s in plan.predicted.stages)
+
+
+def test_a_class_trainers_kept_gang_trains_on_without_a_restart():
+    outcome, fakes = run(spec((4, 2), (2, 2), (1, 2)), (4, 2, 1), G=4, space=lr_space(0.5, 0.1, 0.8, 0.3))
+    assert not [(a, b) for a, b in fakes.runner.called("reassign") if a == b]
+    assert all(t.redone == 0 for t in outcome.trials.values())

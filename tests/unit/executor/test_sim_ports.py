@@ -107,3 +107,32 @@ def test_an_instance_whose_trace_zone_is_gone_by_the_end_of_its_scale_never_ran(
         billed_s = sum(max(60.0, math.ceil(i.released_s - i.launched_s)) for i in ran)
         assert result.actual["cost_usd"] == pytest.approx(billed_s * 0.01)
     assert never_ran >= 2                    # the case happens in these seeds (3, 5, 9, 11)
+
+
+@pytest.mark.parametrize("every", [3, None])          # every third report; never (restarts from scratch)
+@pytest.mark.parametrize("allocation", [(4, 2, 1), (4, 2, 2), (2, 2, 2)])
+def test_a_rehearsal_redoes_the_iterations_the_model_counts(every, allocation):
+    """DESIGN §4: a TRAIN that resumes its trials trains ``iters_i + r_i``, ``r_i = D_i mod c``
+    (``D_i`` when it never checkpoints). A constant profile makes one rehearsal's JCT and cost
+    the simulator's exactly, and its ledger counts the redone iterations the plan predicts,
+    kept gangs (allocation 4, 2, 2 keeps both promoted trials' GPUs) included."""
+    from rubberband.executor.rehearse import result_of
+    from rubberband.executor.sim import rehearse_once
+    from rubberband.testing.builders import fake_cloud
+
+    spec = ExperimentSpec.from_stages([[4, 2], [2, 2], [1, 2]])
+    model = ModelProfile({1: Constant(1.0), 2: Constant(0.6)}, trial_startup_s=Constant(0.5), sync_s=Constant(0.25),
+                         checkpoint_every=every)
+    cloud = fake_cloud(2)
+    plan = plan_allocation(spec, list(allocation), model, cloud, deadline_s=1000, samples=20, seed=3)
+    predicted = [s.redone for s in plan.predicted.stages]
+    assert predicted == ([0, 2, 1] if every == 3 else [0, 2, 4])
+    run = rehearse_once(plan, model, cloud, seed=1)
+    result = result_of(plan, run, 1, "metric")
+    assert run.jct_s == pytest.approx(plan.predicted.mean_jct_s)
+    assert result.actual["cost_usd"] == pytest.approx(plan.predicted.mean_cost_usd)
+    by_stage = [sum(t["redone"] for t in result.ledger["trials"] if t["stage"] == i) for i in range(3)]
+    assert by_stage == [s["trials"] * s["predicted"].get("redone", 0) for s in result.stages]
+    assert by_stage == [n * r for n, r in zip((4, 2, 1), predicted)]
+    for trial in result.trials.values():
+        assert [h.get("redone", 0) for h in trial["history"]] == predicted[:len(trial["history"])]
