@@ -2,8 +2,9 @@
 
 **Estimator.** The scaling curve is corrected by one multiplicative factor ``c`` on every
 GPU count's iteration latency (mean and std). Each TRAIN that ran uninterrupted gives one
-observation: its per-iteration time ``L = (duration - E[startup]) / iters`` against the
-profile's mean ``mu(m)``, as ``x = log(L / mu(m))``. The estimate shrinks the observations'
+observation: its per-iteration time ``L = (duration - E[startup]) / (iters + r)`` against the
+profile's mean ``mu(m)``, as ``x = log(L / mu(m))``, where ``r`` is the stage's redone
+iterations (DESIGN §4: a function trainable's TRAIN trains them too, ``redone_iters``). The estimate shrinks the observations'
 mean towards the profile (``x = 0``) with a prior worth ``PRIOR_WEIGHT`` TRAINs::
 
     c = exp( sum(x) / (n + PRIOR_WEIGHT) )
@@ -86,6 +87,7 @@ from rubberband.plan.table import StageTable
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator import HeldInstances, simulate
+from rubberband.simulator.model import redone_iters
 from rubberband.simulator.result import SimResult
 from rubberband.spec.experiment import ExperimentSpec
 
@@ -140,6 +142,7 @@ class Replanner:
         # The plan's own samples by default: its table's, which the re-plans are searched on.
         self.samples, self.seed = plan.samples if samples is None else samples, seed
         self.prior_weight, self.threshold = prior_weight, threshold
+        self.redone = redone_iters(plan.spec, model)      # r_i: what each TRAIN of stage i trains again
         self._sum = 0.0
         self._n = 0
         self._table, self._table_first = self._job_table(), 0     # the table of stages _table_first..
@@ -183,13 +186,16 @@ class Replanner:
         self._table_first = first
         return self._table
 
-    def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1, fused: bool = False) -> None:
+    def observe(self, gpus: int, iters: int, duration_s: float, trials_per_gpu: int = 1, fused: bool = False,
+                stage: int | None = None) -> None:
         """One TRAIN of ``iters`` iterations on ``gpus`` GPUs per trial (packed: ``trials_per_gpu``
         to a GPU, measured against the packed latency; ``fused``: in a fused group of that many,
-        against the fused latency) that ran uninterrupted."""
+        against the fused latency) that ran uninterrupted, in the job's stage ``stage``: its
+        time also trained that stage's redone iterations (``None``: none)."""
         if iters <= 0:
             return
-        per_iter = (duration_s - self.model.trial_startup_s.mean) / iters
+        redone = self.redone[stage] if stage is not None and 0 <= stage < len(self.redone) else 0
+        per_iter = (duration_s - self.model.trial_startup_s.mean) / (iters + redone)
         latency = (self.model.fused_latency(trials_per_gpu) if fused else self.model.packed_latency(trials_per_gpu)
                    if trials_per_gpu > 1 else self.model.latency(gpus))
         mean = latency.mean

@@ -240,7 +240,7 @@ class Scheduler:
         self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
         self._tokens = itertools.count(1)
         self._asked: tuple[int, int, bool] | None = None    # the re-plan in flight: (token, stage, at a reclaim)
-        self._unseen: list[tuple[int, int, float, int, bool]] = []    # TRAIN paces seen while a re-plan is in flight
+        self._unseen: list[tuple[int, int, float, int, bool, int]] = []    # TRAIN paces seen while a re-plan is in flight
         self._sync_state: tuple[int, list[str], float] | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
@@ -737,7 +737,7 @@ class Scheduler:
         began = self._began.pop(ev.trial, None)
         if began is not None and self._replanner is not None:
             start, iters, gpus = began
-            pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage))
+            pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage), self._stage)
             if self._asked is None:
                 self._replanner.observe(*pace)
             else:                          # the replanner is busy off the loop: observed when it is done

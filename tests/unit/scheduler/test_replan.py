@@ -197,3 +197,26 @@ def test_a_slow_job_is_replanned_within_the_room_its_cluster_has():
     assert replans and replans[0].reason == "to meet the deadline"
     assert max(s.instances for s in sched.report().stages) == 2
     assert sum(len(d.names) for d in log if isinstance(d, RequestInstances)) <= 2
+
+
+def test_a_train_that_redoes_iterations_is_measured_over_all_it_trained():
+    """A function trainable's TRAIN of stage ``i`` also trains the ``r_i`` redone iterations
+    (DESIGN §4): a job on the profiled pace must read as on pace (factor 1), not as slow by
+    ``(iters + r_i) / iters`` (the observation divided by ``iters`` alone)."""
+    model = MODEL.replace(checkpoint_every=4)                 # D = 0, 2, 6: r = 0, 2, 2
+    plan = plan_for(600)
+    replanner = Replanner(plan, model)
+    assert replanner.redone == (0, 2, 2)
+    replanner.observe(1, 4, 2.0 + (4 + 2) * 40.0, stage=1)
+    assert replanner.factor == pytest.approx(1.0)
+    replanner.observe(1, 4, 2.0 + (4 + 2) * 40.0 * 1.25, stage=1)
+    assert replanner.factor == pytest.approx(math.exp(math.log(1.25) / 6))
+    # Through the scheduler: every TRAIN on the profiled pace, redone iterations included.
+    replanner = Replanner(plan, model)
+    r = replanner.redone
+
+    def train_s(d: StartTrial) -> float:
+        return 2.0 + (d.iters + r[d.stage]) * model.latency(len(d.slots)).mean
+
+    drive(Scheduler(plan, "min", replanner), gpus=4, train_s=train_s, tick_s=0.0)
+    assert replanner.factor == pytest.approx(1.0)
