@@ -165,5 +165,7 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
          + f"JCT  mean {format_duration(s['jct_s_mean'])}  p90 {format_duration(s['jct_s_p90'])}\n"
          f"cost mean {format_usd(s['cost_usd_mean'])}  p90 {format_usd(s['cost_usd_p90'])}\n"
          f"re-planned {s['replans_mean']:.2f} times per rehearsal on average; safety net used in "
-         f"{s['safety_net_share']:.0%}" + (f"; {s['stopped_on_budget']} stopped on the budget" if budget_usd else ""))
+         f"{s['safety_net_share']:.0%}" + (f"; {s['stopped_on_budget']} stopped on the budget" if budget_usd else "")
+         + (f"\nredone iterations per rehearsal  predicted {s['redone_predicted']}  mean {s['redone_mean']:.1f}"
+            if s["redone_predicted"] or s["redone_mean"] else ""))
     return code

@@ -169,4 +169,7 @@ def summary(runs: Sequence[Mapping[str, Any]], deadline_s: float) -> dict[str, f
             "cost_usd_mean": float(cost.mean()), "cost_usd_p90": float(np.percentile(cost, 90)),
             "replans_mean": float(np.mean([len(r["replans"]) for r in runs])),
             "safety_net_share": float(np.mean([bool(r["safety_net"]) for r in runs])),
-            "stopped_on_budget": int(sum(r["stopped"] is not None for r in runs))}
+            "stopped_on_budget": int(sum(r["stopped"] is not None for r in runs)),
+            # redone iterations per rehearsal (DESIGN §4): counted, and as the plan predicts them
+            "redone_mean": float(np.mean([sum(t.get("redone", 0) for t in r["trials"].values()) for r in runs])),
+            "redone_predicted": int(sum(s["trials"] * s["predicted"].get("redone", 0) for s in runs[0]["stages"]))}

@@ -116,7 +116,7 @@ def test_a_rehearsal_redoes_the_iterations_the_model_counts(every, allocation):
     (``D_i`` when it never checkpoints). A constant profile makes one rehearsal's JCT and cost
     the simulator's exactly, and its ledger counts the redone iterations the plan predicts,
     kept gangs (allocation 4, 2, 2 keeps both promoted trials' GPUs) included."""
-    from rubberband.executor.rehearse import result_of
+    from rubberband.executor.rehearse import result_of, run_dict, summary
     from rubberband.executor.sim import rehearse_once
     from rubberband.testing.builders import fake_cloud
 
@@ -136,3 +136,5 @@ def test_a_rehearsal_redoes_the_iterations_the_model_counts(every, allocation):
     assert by_stage == [n * r for n, r in zip((4, 2, 1), predicted)]
     for trial in result.trials.values():
         assert [h.get("redone", 0) for h in trial["history"]] == predicted[:len(trial["history"])]
+    s = summary([run_dict(result, plan, run)], plan.deadline_s)        # `run --provider sim --repeat N`
+    assert s["redone_mean"] == s["redone_predicted"] == sum(by_stage)
