@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -12,7 +13,7 @@ from typing import Any
 from rubberband.errors import ProviderError
 from rubberband.executor.ports import Node, Notice, Request, TrainResult
 from rubberband.executor.spot_notice import NoticeBoard, NoticeWatcher
-from rubberband.executor.worker import DDPWorker
+from rubberband.executor.worker import DDPWorker, load_trainer
 from rubberband.function_api import is_function_trainable
 from rubberband.nodes import INSTANCE_PREFIX, NodeType, counts, describe
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent
@@ -134,11 +135,17 @@ class RayTrialRunner:
 
     def __init__(self, trainer: Any, seed: int = 0, timeout_s: float = 180.0, time_attr: str | None = None):
         self.trainer, self.seed, self.timeout_s, self.time_attr = trainer, seed, timeout_s, time_attr
-        # A function trainable restarts from its checkpoint at every stage, kept gang or not (ports).
-        self.restarts_each_stage = is_function_trainable(trainer)
         self._worker_cls = ray.remote(num_cpus=0, num_gpus=1, max_restarts=0, max_task_retries=0)(DDPWorker)
         self.gpus: dict[str, list[Gpu]] = {}       # instance -> its GPUs with workers
         self.busy: set[Worker] = set()
+
+    @functools.cached_property
+    def restarts_each_stage(self) -> bool:
+        """A function trainable restarts from its checkpoint at every stage, kept gang or not
+        (ports); ``trainer`` may name it (``module:function``), loaded here as the workers load it
+        (on first use: a kept gang at a new stage)."""
+        trainer = self.trainer
+        return is_function_trainable(load_trainer(trainer) if isinstance(trainer, str) else trainer)
 
     # --- warm workers --------------------------------------------------------------------
     def _new_gpu(self, instance: str, share: int) -> Gpu:

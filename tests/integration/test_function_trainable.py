@@ -16,14 +16,15 @@ from .conftest import ROOT
 pytestmark = pytest.mark.integration
 
 
-def _run(tmp_path, state, function: str) -> dict:
+def _run(tmp_path, state, function: str, stages: str = "[[4, 2], [2, 3]]", allocation: str = "4,4",
+         profile: str = "") -> dict:
     exp = tmp_path / "exp.yaml"
     # SHA of 4 trials: 2 iterations on 1 GPU each, then the best 2 for 3 more on 2 GPUs each
-    # (DDP over gloo), all on one 4-GPU instance.
+    # (DDP over gloo), all on one 4-GPU instance (by default).
     exp.write_text(f"""
 name: tune-function-test
-stages: [[4, 2], [2, 3]]
-model_profile: {ROOT / 'profiles' / 'demo_digits_local.yaml'}
+stages: {stages}
+model_profile: {profile or ROOT / 'profiles' / 'demo_digits_local.yaml'}
 cloud: {{profile: {ROOT / 'cloud_profiles' / 'local' / 'local.yaml'}, instance_type: local.4gpu}}
 deadline: 10m
 trainer: rubberband.examples.tune_function:{function}
@@ -32,7 +33,7 @@ search_space: {{lr: {{loguniform: [0.002, 0.3]}}}}
 """)
     env = {**os.environ, "RUBBERBAND_STATE_DIR": str(state), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
            "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "local", "--allocation", "4,4",
+    out = subprocess.run([sys.executable, "-m", "rubberband", "run", str(exp), "--provider", "local", "--allocation", allocation,
                           "--latency-scale", "0.2", "--no-replan", "--json", "--runs-dir", str(tmp_path / "runs")],
                          env=env, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -74,6 +75,28 @@ def test_a_tune_function_checkpointing_every_third_report_redoes_the_rest(tmp_pa
     for t in promoted.values():
         assert t["redone"] == 2 and t["history"][1]["redone"] == 2
     assert "trained 2 iteration(s) again" in result["stderr"]
+
+
+def test_a_kept_gang_restarts_its_function_from_the_checkpoint_as_the_model_counts(tmp_path, _isolated_state):
+    """Stage 1 keeps the promoted trials on 1 GPU each, so the driver keeps their gangs: their
+    functions still stop at the SYNC and resume from their latest checkpoint, redoing what the
+    model counts (DESIGN §4: r_1 = 2 mod 3 = 2; a kept function trained on: predicted 4, actual 0)."""
+    profile = tmp_path / "every3.yaml"
+    profile.write_text((ROOT / "profiles" / "demo_digits_local.yaml").read_text() + "\ncheckpoint_every: 3\n")
+    result = _run(tmp_path, _isolated_state, "train_digits_every3", allocation="4,2", profile=str(profile))
+    trials = result["trials"]
+    promoted = {tid: t for tid, t in trials.items() if len(t["history"]) == 2}
+    assert len(promoted) == 2
+    gangs = [e for e in result["timeline"] if e.get("event") == "gang"]
+    for tid, t in promoted.items():
+        assert [e["trial"] for e in gangs].count(tid) == 1            # its gang was kept at the SYNC
+        first, second = t["history"]
+        assert second["gpus"] == 1 and second["iteration"] == 5 and t["step"] == 5     # its counter went on
+        assert second.get("gpu_ids") == first.get("gpu_ids")
+        assert t["redone"] == 2 and second["redone"] == 2
+    assert result["stages"][1]["predicted"]["redone"] == 2
+    assert sum(t.get("redone", 0) for t in trials.values()) == sum(
+        s["trials"] * s["predicted"].get("redone", 0) for s in result["stages"])
 
 
 FAILING = '''

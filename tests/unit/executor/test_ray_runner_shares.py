@@ -363,3 +363,12 @@ def test_a_group_that_cannot_be_removed_still_loses_its_workers(cluster, runner,
     monkeypatch.setattr(ray_runner, "remove_placement_group", unreachable)
     runner.shutdown()
     assert cluster.live_actors() == [] and runner.gpus == {}     # the workers do not wait on the group
+
+
+@pytest.mark.parametrize(("trainer", "restarts"), [
+    ("rubberband.examples.tune_function:train_digits", True),        # named, as `rubberband run` passes it
+    ("rubberband.examples.digits:DigitsMLP", False),
+])
+def test_a_function_trainables_runner_restarts_it_at_every_stage(cluster, trainer, restarts):
+    pytest.importorskip("torch")
+    assert RayTrialRunner(trainer=trainer, timeout_s=1.0).restarts_each_stage is restarts
