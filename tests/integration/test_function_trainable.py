@@ -99,6 +99,27 @@ def test_a_kept_gang_restarts_its_function_from_the_checkpoint_as_the_model_coun
         s["trials"] * s["predicted"].get("redone", 0) for s in result["stages"])
 
 
+@pytest.mark.parametrize(("allocation", "gpus"), [("4,4", (2, 4)), ("4,2", (2, 2))])
+def test_a_ddp_gang_raised_in_rank_or_kept_resumes_its_function(tmp_path, _isolated_state, allocation, gpus):
+    """The multi-GPU cases of a stage boundary: 2 trials on 2 GPUs each (DDP), then the best on
+    4 (its two workers join a group of four: their rank and world raised) or kept on its 2 (its
+    DDP gang handed back to it, the function restarted on both ranks). Neither hangs; the
+    function resumes from its checkpoint on every rank, its counter going on, ranks in sync."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "profiles" / "demo_digits_local.yaml").read_text())
+    data["iter_latency_s"][4] = data["iter_latency_s"][2]         # (the profile stops at 2 GPUs)
+    profile = tmp_path / "every3.yaml"
+    profile.write_text(yaml.safe_dump({**data, "checkpoint_every": 3}))
+    result = _run(tmp_path, _isolated_state, "train_digits_every3", stages="[[2, 2], [1, 2]]", allocation=allocation,
+                  profile=str(profile))
+    (winner,) = [t for t in result["trials"].values() if len(t["history"]) == 2]
+    first, second = winner["history"]
+    assert (first["gpus"], second["gpus"]) == gpus
+    assert second["iteration"] == 4 and winner["step"] == 4 and winner["ranks_in_sync"]
+    assert winner["redone"] == second["redone"] == 2 == result["stages"][1]["predicted"]["redone"]
+
+
 FAILING = '''
 import os, tempfile
 from ray import tune
