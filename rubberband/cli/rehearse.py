@@ -18,7 +18,7 @@ from rubberband.cli.common import StatusLine
 from rubberband.errors import SpecError
 from rubberband.executor.rehearse import rehearse, rehearse_runs, result_of, run_dict, summary
 
-__all__ = ["EXIT_BUDGET", "SIM_ONLY", "plan_model", "rehearse", "rehearse_args", "rehearse_cmd", "rehearse_runs",
+__all__ = ["EXIT_BUDGET", "SIM_ONLY", "plan_model", "target_plan_model", "rehearse", "rehearse_args", "rehearse_cmd", "rehearse_runs",
            "result_of", "run_dict", "summary", "truth_of", "wants_rehearsal"]
 
 
@@ -63,10 +63,19 @@ def wants_rehearsal(args: argparse.Namespace) -> bool:
 
 def plan_model(exp, plan):
     """The one profile a plan's re-planning and safety net reason with: its (first) type's GPU
-    model's, when the experiment gives one per GPU model."""
+    model's, when the experiment gives one per GPU model; a surrogate job's tuning stages' (the
+    surrogate's, DESIGN §4.6)."""
     from rubberband.profiles.by_gpu import model_of
 
-    return model_of(exp.model_for_planning, plan.cloud, "plan.cloud.instance_type")
+    return model_of(exp.job_models()[0], plan.cloud, "plan.cloud.instance_type")
+
+
+def target_plan_model(exp, plan):
+    """A surrogate job's target stage's profile on the plan's (first) type (``None``: no target stage)."""
+    from rubberband.profiles.by_gpu import model_of
+
+    target = exp.job_models()[1]
+    return None if target is None else model_of(target, plan.cloud, "plan.cloud.instance_type")
 
 
 def truth_of(args: argparse.Namespace, exp, plan):
@@ -80,7 +89,7 @@ def truth_of(args: argparse.Namespace, exp, plan):
     from rubberband.profiles.model import ModelProfile
     from rubberband.schema import check_mapping, load_yaml
 
-    model = exp.model_for_planning      # by default each type runs by its GPU model's own profile
+    model = exp.job_models()[0]     # by default each type runs by its GPU model's own profile (a surrogate's)
     if args.truth_model is not None:
         model = check_truth(plan, ModelProfile.from_dict(load_yaml(args.truth_model, "--truth-model"),
                                                          where=f"--truth-model {args.truth_model}"),
@@ -127,13 +136,16 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
     seed = args.seed if args.seed is not None else exp.seed
     replan_with = None if args.no_replan else plan_model(exp, plan)
     net = None if args.no_safety_net else plan_model(exp, plan)
+    surrogate = exp.surrogate if plan.spec.target_stage is not None else None
+    job = dict(target_model=exp.job_models()[1], replan_target=target_plan_model(exp, plan),
+               width_ratio=surrogate.width_ratio if surrogate is not None else None)
     from rubberband.executor.search_space import Search
 
     with RepeatProgress(args) as progress:     # configs drawn as a run draws them (search: optuna included)
         results, runs = rehearse_runs(plan, model, cloud, seeds=range(seed, seed + repeat), mode=exp.mode,
                                       metric=exp.metric, replan_with=replan_with, safety_net=net,
                                       budget_usd=budget_usd, progress=progress,
-                                      search_space=Search.of(exp.search_space, exp.search))
+                                      search_space=Search.of(exp.search_space, exp.search), **job)
     code = EXIT_BUDGET if any(r["stopped"] for r in runs) else 0
     if budget_usd is not None and plan.predicted.mean_cost_usd > budget_usd and not args.json:
         print(f"note: the plan is predicted to cost {format_usd(plan.predicted.mean_cost_usd)}, more than the budget "
@@ -143,7 +155,7 @@ def rehearse_cmd(args: argparse.Namespace, exp, plan, budget_usd: float | None =
 
         one, result = runs[0], results[0]
         # A run directory as a real run's, for `rubberband report` (and --gantt) to read.
-        run_dir = write_rehearsal(args.runs_dir, one, plan, exp.model_for_planning)
+        run_dir = write_rehearsal(args.runs_dir, one, plan, *exp.job_models())
         drawn = f"\n{draw_run(run_dir, one, args.gantt)}" if args.gantt else ""
         if args.gantt:
             one["gantt"] = args.gantt

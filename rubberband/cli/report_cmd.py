@@ -82,15 +82,19 @@ def load_result(path: str) -> tuple[Path, dict[str, Any]]:
     return where, data
 
 
-def keep_model(run_dir: str | Path, model) -> None:
+def keep_model(run_dir: str | Path, model, target=None) -> None:
     """Write the model profile(s) a plan was made from into its run directory (``MODEL_FILE``),
-    so that ``report --gantt`` can draw the predicted run beside the actual one."""
+    so that ``report --gantt`` can draw the predicted run beside the actual one; ``target``: a
+    surrogate job's target stage's profile (DESIGN §4.6), kept beside the surrogate's ``model``."""
     body = {"models": {k: m.to_dict() for k, m in model.items()}} if isinstance(model, dict) \
         else {"model_profile": model.to_dict()}
+    if target is not None:
+        body["target_model_profile"] = {k: m.to_dict() for k, m in target.items()} if isinstance(target, dict) \
+            else target.to_dict()
     (Path(run_dir) / MODEL_FILE).write_text(json.dumps(body, indent=2))
 
 
-def write_rehearsal(runs_dir: str | Path, data: dict[str, Any], plan, model) -> Path:
+def write_rehearsal(runs_dir: str | Path, data: dict[str, Any], plan, model, target=None) -> Path:
     """Write a rehearsal's run directory as a run writes its own (``runs_dir/<run id>-sim``:
     ``plan.json``, ``result.json`` with ``data``, ``MODEL_FILE``), so that ``report`` reads it;
     ``data``'s ``run_id`` and ``run_dir`` are set to it."""
@@ -105,12 +109,13 @@ def write_rehearsal(runs_dir: str | Path, data: dict[str, Any], plan, model) -> 
     data["run_id"], data["run_dir"] = run_dir.name, str(run_dir)
     (run_dir / "plan.json").write_text(plan.to_json())
     (run_dir / RESULT_FILE).write_text(json.dumps(data, indent=2, default=str))
-    keep_model(run_dir, model)
+    keep_model(run_dir, model, target)
     return run_dir
 
 
 def _read_model(run_dir: Path):
-    """The model profile(s) ``keep_model`` wrote, or ``None`` (a run from before it did)."""
+    """The model profile(s) ``keep_model`` wrote, or ``None`` (a run from before it did); a
+    surrogate job's: ``(model, target)``."""
     from rubberband.profiles.model import ModelProfile
 
     path = run_dir / MODEL_FILE
@@ -118,9 +123,14 @@ def _read_model(run_dir: Path):
         return None
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
-        if "models" in body:
-            return {k: ModelProfile.from_dict(m, where=f"{path}.models.{k}") for k, m in body["models"].items()}
-        return ModelProfile.from_dict(body["model_profile"], where=str(path))
+        target = body.get("target_model_profile")
+        if target is not None:
+            target = ModelProfile.from_dict(target, where=f"{path}.target_model_profile") if "name" in target else \
+                {k: ModelProfile.from_dict(m, where=f"{path}.target_model_profile.{k}") for k, m in target.items()}
+        model: ModelProfile | dict[str, ModelProfile] = \
+            {k: ModelProfile.from_dict(m, where=f"{path}.models.{k}") for k, m in body["models"].items()} \
+            if "models" in body else ModelProfile.from_dict(body["model_profile"], where=str(path))
+        return model if target is None else (model, target)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"RUN_DIR: cannot read {str(path)!r} ({exc}); delete it to draw the actual run alone") from None
 
@@ -141,7 +151,7 @@ def _read_events(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def predicted_timeline(plan, model):
+def predicted_timeline(plan, model, target=None):
     """The predicted run ``simulate --gantt`` draws for ``plan``: its median sample by JCT,
     simulated as the plan says (``simulate_plan``), and the title ``simulate`` gives it."""
     from rubberband.cli.simulate_cmd import gantt_title
@@ -149,13 +159,13 @@ def predicted_timeline(plan, model):
     from rubberband.simulator.trace import median_sample, sample_timeline
 
     samples = plan.samples or 1000
-    result = simulate_plan(plan, model, samples=samples)
+    result = simulate_plan(plan, model, samples=samples, target_model=target)
     k = median_sample(result.jct_s.tolist())
     sim = plan.simulation_args()
     timeline = sample_timeline(plan.spec, plan.allocation, model, sim["cloud"], seed=plan.seed, samples=samples, sample=k,
                                instances=sim["instances"], spot_instances=sim["spot_instances"],
                                trials_per_gpu=sim["trials_per_gpu"], instance_types=sim["instance_types"],
-                               fused_per_gpu=sim["fused_per_gpu"])
+                               fused_per_gpu=sim["fused_per_gpu"], target_model=target)
     return timeline, gantt_title("predicted", "median", k, samples, plan.seed, result, timeline.jct_s)
 
 
@@ -190,7 +200,7 @@ def draw_run(run_dir: str | Path, data: dict[str, Any], png: str) -> str:
         draw_run_gantt(chart, png, title=title)
         note = f"; the predicted run is left out: {run_dir} has no {missing} (`rubberband run` writes it)"
     else:
-        timeline, predicted_title = predicted_timeline(plan, model)
+        timeline, predicted_title = predicted_timeline(plan, *(model if isinstance(model, tuple) else (model,)))
         draw_run_gantt(chart, png, timeline, title=title, predicted_title=predicted_title, init_s=plan.cloud.init_latency_s)
     where = "" if note else " above the predicted median run"
     n, k = len(chart.timeline.instances), len(chart.timeline.trials)

@@ -29,6 +29,7 @@ from rubberband.cli.rehearse import (
     EXIT_BUDGET,
     plan_model,
     rehearse_args,
+    target_plan_model,
     rehearse_cmd,
     wants_rehearsal,
 )
@@ -101,10 +102,6 @@ def run_cmd(args: argparse.Namespace) -> int:
     req = resolve_args(args, budget=None if args.plan or args.allocation else args.budget,
                        fused_per_gpu=tuple(fusion) if fusion else None)
     exp = req.experiment
-    if req.spec.target_stage is not None:
-        # The executor runs no target stage yet (issue #24): plan and whatif price the whole job.
-        raise SpecError(f"surrogate: {exp.name} ends in a target stage (the full-width training) that `run` cannot "
-                        "execute yet; `rubberband plan` and `whatif` price the whole job, or drop `surrogate:` to run")
     if not wants_rehearsal(args) and not exp.trainer:
         raise SpecError("trainer: the experiment names no trainer; add `trainer: package.module:Name`")
     cluster = providers.cluster_yaml_for(provider, args.cluster, exp.cluster)
@@ -140,9 +137,11 @@ def run_cmd(args: argparse.Namespace) -> int:
     elif args.allocation:
         from rubberband.plan import plan_allocation
 
-        plan = plan_allocation(req.spec, int_list(args.allocation, "--allocation"), exp.model, req.cloud,
+        tuning = exp.surrogate_model if exp.surrogate_model is not None and req.target_models is not None \
+            else exp.model     # a surrogate job's tuning stages run by the surrogate's profile (§4.6)
+        plan = plan_allocation(req.spec, int_list(args.allocation, "--allocation"), tuning, req.cloud,
                                req.deadline_s or float("inf"), samples=req.samples, seed=req.seed,
-                               fused_per_gpu=fusion)
+                               fused_per_gpu=fusion, target_model=req.target_models)
     else:
         # With --budget, plan for it as `plan --budget` does (below the cheapest plan: its error).
         plan = plan_from_args(args, req)
@@ -174,8 +173,12 @@ def run_cmd(args: argparse.Namespace) -> int:
                      # The closed loop needs a deadline to keep: with none, the plan is followed as it is.
                      replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else loop_model,
                      safety_net=None if args.no_safety_net else loop_model, budget_usd=budget,
-                     max_failures=exp.max_failures, time_attr=exp.time_attr)
-    keep_model(result.run_dir, req.models)
+                     max_failures=exp.max_failures, time_attr=exp.time_attr,
+                     # A surrogate job (DESIGN §4.6): tuned at width / S, its winner trained at full width.
+                     surrogate_ratio=exp.surrogate.width_ratio if exp.surrogate and req.spec.target_stage is not None
+                     else None,
+                     target_model=target_plan_model(exp, plan))
+    keep_model(result.run_dir, req.models, req.target_models)
     payload, text = result.to_dict(), run_summary(result)
     if args.gantt:
         text += "\n" + draw_run(result.run_dir, payload, args.gantt)

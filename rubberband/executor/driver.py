@@ -95,9 +95,15 @@ from rubberband.scheduler import (
     TrialCheckpoint,
     TrialFailed,
     Wake,
+    is_target_trial,
+    surrogate_winner,
 )
 
 log = logging.getLogger("rubberband.executor")
+
+# The key a target trial's config carries to its workers only (never in its recorded config): the
+# trainer of a surrogate job (``rubberband.surrogate.SurrogateJob``) builds it at full width.
+TARGET_KEY = "__rubberband_target__"   # = rubberband.surrogate.TARGET_KEY (its SurrogateJob reads it)
 
 
 @dataclass
@@ -124,6 +130,7 @@ class TrialState:
     redone: int = 0                # iterations trained again on resuming (a function's older checkpoint)
     failures: int = 0              # times its own code failed (raised, or reported a NaN metric)
     failed: str | None = None      # why it was given up on (after max_failures retries), else None
+    target: bool = False           # a surrogate job's full-width trial of the winner's config (DESIGN §4.6)
 
 
 @dataclass
@@ -172,9 +179,12 @@ class Driver:
                  wait_timeout_s: float = 600.0, on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  keep_warm: bool = False, poll_s: float = 1.0, replan_with: Any = None, safety_net: Any = None,
                  budget_usd: float | None = None, settle_s: float = 0.0, max_instances: Any = None,
-                 wait_for_resumes: bool = True, max_failures: int = 0):
-        replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances) \
-            if replan_with is not None else None
+                 wait_for_resumes: bool = True, max_failures: int = 0, target_model: Any = None):
+        if plan.spec.target_stage is not None and replan_with is not None and target_model is None:
+            raise SpecError("target_model: the plan ends in a target stage; re-planning it needs the target's profile "
+                            "beside replan_with (the surrogate's)")
+        replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances,
+                              target_model=target_model) if replan_with is not None else None
         net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
         self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)
@@ -276,6 +286,11 @@ class Driver:
     def _trial(self, tid: str) -> TrialState:
         """The driver's record of a trial; its bracket and index are in its name (the scheduler
         names them ``b{k}-t{j:03d}``, or ``t{j:03d}`` for a single bracket)."""
+        if tid not in self.trials and is_target_trial(tid):
+            # The surrogate winner's config at full width, from scratch: no checkpoint (DESIGN §4.6).
+            winner = self.trials[surrogate_winner(tid)]
+            self.order[tid] = len(self.order)
+            self.trials[tid] = TrialState(tid, dict(winner.config), winner.bracket, target=True)
         if tid not in self.trials:
             bracket = int(tid[1:tid.index("-")]) if tid.startswith("b") else 0
             if bracket not in self._configs:
@@ -838,9 +853,9 @@ class Driver:
         if donor is not None:
             gang, donor.gang, donor.instances, donor.slots = donor.gang, None, (), ()
             self.ganged.discard(donor.id)
-            trial.gang = self.runner.reassign(gang, trial.id, trial.config, trial.checkpoint)
+            trial.gang = self.runner.reassign(gang, trial.id, self._run_config(trial), trial.checkpoint)
         else:
-            trial.gang = self.runner.start(trial.id, trial.config, wanted, trial.checkpoint, trials_per_gpu=share,
+            trial.gang = self.runner.start(trial.id, self._run_config(trial), wanted, trial.checkpoint, trials_per_gpu=share,
                                            gpus=tuple(g for _, g in slots), fused=fused)
         trial.instances, trial.slots, trial.share, trial.fused = wanted, tuple(slots), share, fused
         self.ganged.add(trial.id)
@@ -848,6 +863,11 @@ class Driver:
         if left is not None:
             self._emit("resume", trial=trial.id, step=trial.step, left=list(left), instances=list(wanted))
         self._emit("gang", trial=trial.id, instances=list(wanted))
+
+    @staticmethod
+    def _run_config(trial: TrialState) -> dict[str, Any]:
+        """The config its workers build ``trial`` from: a target trial's says so (``TARGET_KEY``)."""
+        return {**trial.config, TARGET_KEY: True} if trial.target else trial.config
 
     def _release(self, d: ReleaseInstances) -> None:
         names = [self.real[n] for n in d.names if n in self.real and self.real[n] not in self.gone]

@@ -45,11 +45,13 @@ def check_truth(plan: Plan, model: ModelProfile, planned: ModelProfile, where: s
 
 
 def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", metric: str = "metric",
-             replan_with=None, safety_net=None, budget_usd: float | None = None, search_space=None) -> RunResult:
+             replan_with=None, safety_net=None, budget_usd: float | None = None, search_space=None,
+             target_model=None, replan_target=None, width_ratio: int | None = None) -> RunResult:
     """Rehearse ``plan`` once against the truth ``model`` (and ``cloud``) and report it as a run;
     re-plan at each SYNC on ``replan_with`` (the profile the plan was made from) when given,
     with the spot safety net estimating on ``safety_net`` (that profile) and a hard budget;
-    trials draw their configs from ``search_space`` (``rehearse_once``).
+    trials draw their configs from ``search_space`` (``rehearse_once``). A surrogate job's target
+    stage is drawn from ``target_model`` and re-planned with ``replan_target`` (DESIGN §4.6).
 
     Returns:
         A ``RunResult`` as ``rb.execute`` returns (``run_dir`` empty: a rehearsal writes nothing).
@@ -58,14 +60,16 @@ def rehearse(plan: Plan, model, cloud=None, seed: int = 0, mode: str = "min", me
 
     check_rehearsal(plan.spec.trials, plan.spec.iters)
     run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                        budget_usd=budget_usd, search_space=search_space, metric=metric)
-    return result_of(plan, run, seed, metric)
+                        budget_usd=budget_usd, search_space=search_space, metric=metric, target_model=target_model,
+                        replan_target=replan_target)
+    return result_of(plan, run, seed, metric, width_ratio)
 
 
 def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mode: str = "min",
                   metric: str = "metric", replan_with=None, safety_net=None, budget_usd: float | None = None,
                   progress: Callable[[int, int], None] | None = None,
-                  search_space=None) -> tuple[list[RunResult], list[dict[str, Any]]]:
+                  search_space=None, target_model=None, replan_target=None,
+                  width_ratio: int | None = None) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """One rehearsal per seed (``rehearse``'s arguments), after ``check_rehearsal``; ``progress(done,
     total)`` is called after each. Returns each one's ``RunResult`` and its ``run_dict``."""
     from rubberband.executor.sim import rehearse_once
@@ -74,8 +78,9 @@ def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mo
     results, runs = [], []
     for k, seed in enumerate(seeds):
         run = rehearse_once(plan, model, cloud, seed=seed, mode=mode, replan_with=replan_with, safety_net=safety_net,
-                            budget_usd=budget_usd, search_space=search_space)
-        result = result_of(plan, run, seed, metric)
+                            budget_usd=budget_usd, search_space=search_space, target_model=target_model,
+                            replan_target=replan_target)
+        result = result_of(plan, run, seed, metric, width_ratio)
         results.append(result)
         runs.append(run_dict(result, plan, run))
         if progress is not None:
@@ -83,10 +88,11 @@ def rehearse_runs(plan: Plan, model, cloud=None, seeds: Sequence[int] = (0,), mo
     return results, runs
 
 
-def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
+def result_of(plan: Plan, run, seed: int, metric: str, width_ratio: int | None = None) -> RunResult:
     """The ``RunResult`` of one rehearsal: ledger, stages predicted vs actual, trials, best."""
     from rubberband.executor.ledger import InstanceRecord, Ledger, TrialRun
-    from rubberband.executor.report import stage_entry
+    from rubberband.executor.report import stage_entry, surrogate_summary
+    from rubberband.scheduler import is_target_trial, surrogate_winner
 
     windows = run.stage_windows
 
@@ -111,6 +117,8 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
     stages = []
     for i, (a, b) in enumerate(windows):
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
+        # The target stage trains the winner's config as a new trial: the winner is what went on.
+        nxt = {surrogate_winner(t) if is_target_trial(t) else t for t in nxt}
         followed = report.stages[i]
         stages.append(stage_entry(plan, i, ledger, trials=len(ran[i]), promoted=[t for t in ran[i] if t in nxt],
                                   duration_s=b - a, instances=followed.instances, cost_usd=costs[i],
@@ -129,6 +137,10 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
         n = sum(v for (tid, _), v in redone.items() if tid == t.id)
         return {"redone": n} if n else {}
     best, best_info = report.best, report.best_trial
+    trials = {t.id: {"config": run.configs.get(t.id, {}), "metric": t.metric, "step": t.step,
+                     "eliminated_after": t.eliminated_after, "history": history(t),
+                     "restarts": attempts.get(t.id, 0) - len(t.history), "ranks_in_sync": True, **trial_redone(t)}
+              for t in report.trials.values()}
     return RunResult(
         run_id=f"sim-seed{seed}", run_dir="",
         best={"trial": best, "config": run.configs.get(best, {}), "metric": best_info.metric, "metric_name": metric, "step": best_info.step}
@@ -136,12 +148,11 @@ def result_of(plan: Plan, run, seed: int, metric: str) -> RunResult:
         predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
         actual={"jct_s": run.jct_s, "cost_usd": ledger.cost_usd(now=run.jct_s)},
         stages=stages,
-        trials={t.id: {"config": run.configs.get(t.id, {}), "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": history(t), "restarts": attempts.get(t.id, 0) - len(t.history),
-                       "ranks_in_sync": True, **trial_redone(t)} for t in report.trials.values()},
+        trials=trials,
         ledger=ledger.to_dict(now=run.jct_s),
         plan=plan.summary(),
         timeline=run.timeline,
+        surrogate=surrogate_summary(plan, trials, stages, metric, width_ratio),
     )
 
 

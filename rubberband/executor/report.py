@@ -33,6 +33,65 @@ def stage_entry(plan: Any, index: int, ledger: Any, *, trials: int, promoted: li
     }
 
 
+def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, Any]], metric: str,
+                      width_ratio: int | None = None, narrow: Any = None) -> dict[str, Any]:
+    """A surrogate job's parts (DESIGN §4.6), for ``RunResult.surrogate``: the surrogate winner
+    (its trial, config and surrogate metric), the target trial that trained its config at full
+    width (config and final metric; ``None`` when the run stopped before it), and what each part
+    took and cost, predicted and actual (the tuning stages' sum, the target stage's).
+    ``narrow(config)``: the config the winner's model was built from (widths divided), when known.
+    Empty for a job without a target stage."""
+    from rubberband.scheduler import is_target_trial, surrogate_winner
+
+    target_stage = plan.spec.target_stage
+    if target_stage is None:
+        return {}
+    target = next((t for t in trials if is_target_trial(t)), None)
+    winner = surrogate_winner(target) if target is not None else None
+
+    def trial(tid: str | None, **extra: Any) -> dict[str, Any] | None:
+        if tid is None or tid not in trials:
+            return None
+        t = trials[tid]
+        return {"trial": tid, "config": t["config"], "metric": t["metric"], "metric_name": metric, "step": t["step"],
+                **extra}
+
+    def part(chosen: list[dict[str, Any]]) -> dict[str, float]:
+        return {f"{when}_{what}": sum(s[when][key] for s in chosen) for when in ("predicted", "actual")
+                for what, key in (("cost_usd", "cost_usd"), ("duration_s", "duration_s"))}
+
+    model = {"model_config": narrow(trials[winner]["config"])} if narrow and winner in trials else {}
+    return {"width_ratio": width_ratio, "target_stage": target_stage,
+            "winner": trial(winner, **model), "target": trial(target),
+            "cost": {"tuning": part([s for s in stages if s["index"] < target_stage]),
+                     "target": part([s for s in stages if s["index"] == target_stage])}}
+
+
+def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:
+    """``RunResult.table``'s lines for a surrogate job's parts."""
+    if not surrogate:
+        return []
+    ratio = surrogate.get("width_ratio")
+    narrow = f"width / {ratio}" if ratio else "narrow"
+    lines = []
+    win, tgt = surrogate.get("winner"), surrogate.get("target")
+    if win:
+        built = f" (built from {win['model_config']})" if win.get("model_config") else ""
+        lines.append(f"surrogate winner {win['trial']} ({narrow}): {win['metric_name']} = {win['metric']:.4g}  "
+                     f"config {win['config']}{built}")
+    if tgt:
+        metric = "-" if tgt["metric"] is None else f"{tgt['metric']:.4g}"
+        lines.append(f"target trial {tgt['trial']} (full width, from scratch, {tgt['step']} iters): "
+                     f"{tgt['metric_name']} = {metric}  config {tgt['config']}")
+    else:
+        lines.append("target trial: not run (the job stopped before its target stage)")
+    for name, c in surrogate.get("cost", {}).items():
+        lines.append(f"{name:8s} predicted {format_usd(c['predicted_cost_usd'])} in "
+                     f"{format_duration(c['predicted_duration_s'])}, actual {format_usd(c['actual_cost_usd'])} in "
+                     f"{format_duration(c['actual_duration_s'])}")
+    return lines
+
+
 @dataclass
 class RunResult:
     """A finished run: the best trial, every trial's history, the ledger, and predicted vs actual.
@@ -59,6 +118,8 @@ class RunResult:
     # The driver's events in order ({t: seconds since the start, event, ...}): stages, nodes
     # warm, TRAIN starts, SYNCs, re-plans, notices, replacements.
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    # A surrogate job's parts (``surrogate_summary``): winner, target trial, cost of each; else empty.
+    surrogate: dict[str, Any] = field(default_factory=dict)
 
     def error(self, key: str) -> float:
         """Relative error of the prediction: (actual - predicted) / predicted."""
@@ -69,14 +130,15 @@ class RunResult:
             "run_id": self.run_id, "run_dir": self.run_dir, "best": self.best, "predicted": self.predicted,
             "actual": self.actual, "error": {k: self.error(k) for k in ("jct_s", "cost_usd")},
             "stages": self.stages, "trials": self.trials, "ledger": self.ledger, "plan": self.plan, **self.loop,
-            "timeline": self.timeline,
+            "timeline": self.timeline, **({"surrogate": self.surrogate} if self.surrogate else {}),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunResult:
         """The result ``to_dict`` wrote (``result.json``): the keys beside the fields are the loop's
         (``error`` is computed again)."""
-        own = ("run_id", "run_dir", "best", "predicted", "actual", "stages", "trials", "ledger", "plan", "timeline")
+        own = ("run_id", "run_dir", "best", "predicted", "actual", "stages", "trials", "ledger", "plan", "timeline",
+               "surrogate")
         return cls(**{k: data[k] for k in own if k in data},
                    loop={k: v for k, v in data.items() if k not in own and k != "error"})
 
@@ -135,6 +197,7 @@ class RunResult:
             lines.append(f"budget {format_usd(self.loop['budget_usd'])}: {format_usd(self.loop['budget_left_usd'])} left")
         if self.loop.get("stopped"):
             lines.append(f"stopped: {self.loop['stopped']}")
+        lines += surrogate_lines(self.surrogate)
         if self.best:
             lines.append(f"best trial {self.best['trial']}: {self.best['metric_name']} = {self.best['metric']:.4g}  config {self.best['config']}")
         return "\n".join(lines)

@@ -14,7 +14,7 @@ from rubberband import function_api
 from rubberband.errors import SpecError
 from rubberband.executor.driver import Driver, DriverOutcome
 from rubberband.executor.ledger import Ledger
-from rubberband.executor.report import RunResult, stage_entry
+from rubberband.executor.report import RunResult, stage_entry, surrogate_summary
 from rubberband.executor.search_space import Search
 from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.plan import Plan
@@ -36,7 +36,8 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
             on_event: Callable[[str, dict[str, Any]], None] | None = None, run_id: str | None = None,
             cluster_config: Any = None, launch_attempts: int = 6, launch_backoff_s: float = 2.0,
             spot_emulation: Any = None, replan_with: Any = None, safety_net: Any = None,
-            budget_usd: float | None = None, max_failures: int = 0, time_attr: str | None = None) -> RunResult:
+            budget_usd: float | None = None, max_failures: int = 0, time_attr: str | None = None,
+            surrogate_ratio: int | None = None, target_model: Any = None) -> RunResult:
     """Run ``plan`` for real and return what happened next to what was predicted.
 
     Args:
@@ -71,8 +72,15 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
         time_attr: the metric a function trainable counts its iterations by (an experiment's
             ``time_attr``; ``function_api``); ``None``: one report is one iteration.
 
+        surrogate_ratio: a surrogate job's ``width_ratio`` S (DESIGN §4.6; the plan ends in a
+            target stage): the tuning stages train ``trainer`` at width / S in μP, and the target
+            trial trains the winner's config at full width, from scratch
+            (``rubberband.surrogate.SurrogateJob``).
+        target_model: with ``replan_with``, the target stage's profile the re-plans price it by.
+
     Raises:
-        SpecError: ``time_attr`` with a trainer that is not a function trainable.
+        SpecError: ``time_attr`` with a trainer that is not a function trainable; a plan with a
+            target stage and no ``surrogate_ratio`` (or one without and a ratio).
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
@@ -87,7 +95,17 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
         config = emulation       # a provider that emulates reclaims is configured by how it reclaims
     from rubberband.executor.worker import load_trainer
 
+    if (plan.spec.target_stage is None) != (surrogate_ratio is None):
+        raise SpecError("surrogate.width_ratio: a plan that ends in a target stage (surrogate tuning) runs with the "
+                        "surrogate's width ratio, and only such a plan; give surrogate_ratio=S with it" if
+                        plan.spec.target_stage is not None else
+                        "surrogate.width_ratio: the plan has no target stage to train the winner at full width; "
+                        "plan the experiment with `surrogate:` (ExperimentSpec.with_target), or drop the ratio")
     trainer_obj = load_trainer(trainer)
+    if surrogate_ratio is not None:
+        from rubberband.surrogate import SurrogateJob
+
+        trainer = trainer_obj = SurrogateJob(trainer_obj, surrogate_ratio)
     if time_attr is not None and not function_api.is_function_trainable(trainer_obj):
         raise SpecError(f"time_attr: {time_attr!r} counts a function trainable's reports (trainer: module:function); "
                         "a Trainer class trains one iteration per call: remove time_attr")
@@ -104,8 +122,10 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
         # A re-plan keeps within the cluster's room: more would wait for instances that never come.
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
                          dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd, max_instances=room,
-                              max_failures=max_failures))
-    return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode)
+                              max_failures=max_failures, target_model=target_model))
+    narrow = trainer_obj.model_config if surrogate_ratio is not None else None
+    return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode,
+                   surrogate_ratio, narrow)
 
 
 def plan_clouds(plan: Plan) -> list[CloudProfile]:
@@ -250,7 +270,7 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
     return ledger
 
 
-def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> RunResult:
+def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode, width_ratio=None, narrow=None) -> RunResult:
     started = outcome.started_at
     windows = [(s.start_s, s.end_s) for s in outcome.stages]
     ledger = ledger_from_events(plan, events, started, stop_time, windows)
@@ -277,17 +297,18 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
                                   duration_s=rec.end_s - rec.start_s, instances=rec.instances,
                                   cost_usd=costs[rec.index], spot_instances=rec.spot_instances))
     best = outcome.trials.get(outcome.best) if outcome.best else None
+    trials = {t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
+                     "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync,
+                     **({"redone": t.redone} if t.redone else {}),
+                     **({"failed": t.failed, "failures": t.failures} if t.failures else {})}
+              for t in outcome.trials.values()}
     result = RunResult(
         run_id=run_id, run_dir=str(run_dir),
         best={"trial": best.id, "config": best.config, "metric": best.metric, "metric_name": metric, "step": best.step} if best else {},
         predicted={"jct_s": plan.predicted.mean_jct_s, "cost_usd": plan.predicted.mean_cost_usd},
         actual={"jct_s": jct, "cost_usd": ledger.cost_usd(now=last_release)},
         stages=stages,
-        trials={t.id: {"config": t.config, "metric": t.metric, "step": t.step, "eliminated_after": t.eliminated_after,
-                       "history": t.history, "restarts": t.restarts, "ranks_in_sync": t.ranks_in_sync,
-                       **({"redone": t.redone} if t.redone else {}),
-                       **({"failed": t.failed, "failures": t.failures} if t.failures else {})}
-                for t in outcome.trials.values()},
+        trials=trials,
         ledger=ledger.to_dict(now=last_release),
         plan=plan.summary(),
         loop={"deadline_s": plan.deadline_s,
@@ -295,6 +316,7 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode) -> 
               "replans": [r.to_dict() for r in outcome.replans], "safety_net": [s.to_dict() for s in outcome.switches],
               "stopped": outcome.stopped, "budget_usd": outcome.budget_usd, "budget_left_usd": outcome.budget_left_usd},
         timeline=outcome.timeline,
+        surrogate=surrogate_summary(plan, trials, stages, metric, width_ratio, narrow),
     )
     result.save()
     return result

@@ -147,8 +147,12 @@ class SimWorld:
 
     def __init__(self, plan: Plan, model: ModelProfile | Mapping[str, ModelProfile],
                  cloud: CloudProfile | Mapping[str, CloudProfile] | None = None, seed: int = 0, mode: str = "min",
-                 metric: str = "metric"):
+                 metric: str = "metric", target_model: ModelProfile | Mapping[str, ModelProfile] | None = None):
         self.plan, self.model, self.seed, self.metric = plan, model, int(seed), metric
+        if (plan.spec.target_stage is None) != (target_model is None):
+            raise SpecError("target_model: the truth of a surrogate job's target stage (the full-width model's "
+                            "profile) goes with a plan that ends in one, and only with it (DESIGN §4.6)")
+        self.target_model = target_model
         self.clock = VirtualClock(0.0)
         self.priced = {c.instance_type: c for c in (plan.cloud, *plan.type_clouds.values(), *plan.stage_clouds)}
         truth = dict(cloud) if isinstance(cloud, Mapping) else {(cloud or plan.cloud).instance_type: cloud or plan.cloud}
@@ -582,7 +586,10 @@ class SimRunnerPort(VirtualRunner):
         self._types: dict[int, str] = {}
 
     def _model(self, itype: str, stage: int) -> ModelProfile:
-        return model_of(self.world.model, self.world.cloud(itype), f"instance_types[{stage}]")
+        # A target stage's TRAINs and SYNC are the full-width model's (DESIGN §4.6).
+        truth = self.world.target_model if stage == self.world.plan.spec.target_stage else self.world.model
+        assert truth is not None      # SimWorld checks a target stage has its model
+        return model_of(truth, self.world.cloud(itype), f"instance_types[{stage}]")
 
     def _down_s(self, gang: SimGang) -> float:
         return min(self.cluster.instances[n].down_s for n in gang.instances)
@@ -629,20 +636,25 @@ class SimRunnerPort(VirtualRunner):
 def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping[str, CloudProfile] | None = None,
                     seed: int = 0, mode: str = "min", replan_with: ModelProfile | None = None,
                     safety_net: ModelProfile | None = None, budget_usd: float | None = None,
-                    search_space: Any = None, metric: str = "metric") -> SimRun:
+                    search_space: Any = None, metric: str = "metric",
+                    target_model: ModelProfile | Mapping[str, ModelProfile] | None = None,
+                    replan_target: ModelProfile | None = None) -> SimRun:
     """One rehearsal of ``plan`` against the truth ``model`` and ``cloud`` (default the plan's):
     the executor's ``Driver`` applies the scheduler's decisions through the virtual ports
     (``SimClusterPort``, ``SimRunnerPort``) as a real run applies them, re-planning on
     ``replan_with`` (the planning profile) when given, with the spot safety net estimating on
     ``safety_net`` (the planning profile) and a hard budget when asked. Trials draw their configs
     from ``search_space`` (a mapping or a ``Search``) as in a run; the metrics (named ``metric``)
-    stay the synthetic curves', whatever the config."""
-    world = SimWorld(plan, model, cloud, seed, mode, metric)
+    stay the synthetic curves', whatever the config. A surrogate job (DESIGN §4.6) draws its target
+    stage from ``target_model`` (the truth) and re-plans with ``replan_target`` (planning's)."""
+    world = SimWorld(plan, model, cloud, seed, mode, metric, target_model=target_model)
     cluster = SimClusterPort(world)
     runner = SimRunnerPort(world, cluster)
     driver = Driver(plan, cluster, runner, search_space or {}, world.metric, mode=mode, seed=seed, clock=world.clock,
                     node_timeout_s=math.inf, wait_timeout_s=math.inf, poll_s=math.inf, replan_with=replan_with,
-                    safety_net=safety_net, budget_usd=budget_usd, wait_for_resumes=False)
+                    safety_net=safety_net, budget_usd=budget_usd, wait_for_resumes=False,
+                    target_model=replan_target if replan_target is not None else
+                    (model_of(target_model, plan.cloud, "target_model") if target_model is not None else None))
     quiet = logging.getLogger("rubberband.executor")
     level = quiet.level
     quiet.setLevel(logging.ERROR)        # a rehearsal's reclaims are its report, not log lines

@@ -787,17 +787,18 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
 def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int], model: ModelProfile,
                     cloud: CloudProfile, deadline_s: float, instances: tuple[int, ...] | list[int] | None = None,
                     samples: int = 200, seed: int = 0, held_at_start: HeldInstances | int | None = None,
-                    fused_per_gpu: tuple[int, ...] | list[int] | None = None) -> Plan:
+                    fused_per_gpu: tuple[int, ...] | list[int] | None = None,
+                    target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Plan:
     """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction
     (from the instances ``held_at_start``, as ``compile_plan``), its stages fused ``fused_per_gpu``
-    to a GPU if given (DESIGN §4.5).
+    to a GPU if given (DESIGN §4.5); ``target_model``: a surrogate job's target stage's profile (§4.6).
 
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
     held = _held_type(held_at_start, cloud, None)
     result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
-                      held_at_start=held, fused_per_gpu=fused_per_gpu)
+                      held_at_start=held, fused_per_gpu=fused_per_gpu, target_model=target_model)
     fused = tuple(s.fused_per_gpu for s in result.stages)
     return Plan(allocation=result.allocation, instances=result.instances,
                 gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,

@@ -31,10 +31,16 @@ from rubberband.scheduler.events import (
 )
 from rubberband.scheduler.replan import Replan, Replanner
 from rubberband.scheduler.safety import Budget, SafetyNet
-from rubberband.scheduler.scheduler import MAX_TRIAL_RESTARTS, Scheduler
+from rubberband.scheduler.scheduler import (
+    MAX_TRIAL_RESTARTS,
+    Scheduler,
+    is_target_trial,
+    surrogate_winner,
+    target_trial,
+)
 
 __all__ = ["MAX_TRIAL_RESTARTS", "Budget", "ComputeReplan", "Decision", "Event", "InstanceLost", "InstanceReady", "JobDone",
            "ReclaimNotice", "ReleaseInstances", "Replan", "ReplanReady", "Replanner", "RequestInstances", "ResizeTrial",
            "RetireInstances", "RunSync", "SafetyNet", "SafetySwitch", "Scheduler", "SchedulerReport", "StageEnded",
            "StageFollowed", "StageStarted", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished",
-           "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake"]
+           "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake", "is_target_trial", "surrogate_winner", "target_trial"]

@@ -136,8 +136,11 @@ class Replanner:
 
     def __init__(self, plan: Plan, model: ModelProfile, samples: int | None = None, seed: int = 0,
                  prior_weight: float = PRIOR_WEIGHT, threshold: float = SAVING_THRESHOLD,
-                 max_instances: int | dict[str, int] | None = None):
+                 max_instances: int | dict[str, int] | None = None, target_model: ModelProfile | None = None):
         self.plan, self.model = plan, model
+        # A surrogate job's target stage runs by its own profile (DESIGN §4.6), never corrected by
+        # the surrogate's TRAINs (the scheduler observes none of its own: it is the last stage).
+        self.target_model = target_model if plan.spec.target_stage is not None else None
         self.max_instances = max_instances      # the cluster's room per type (``None``: no limit)
         # The plan's own samples by default: its table's, which the re-plans are searched on.
         self.samples, self.seed = plan.samples if samples is None else samples, seed
@@ -169,7 +172,8 @@ class Replanner:
         try:
             caps = check_max_instances(self.max_instances, plan.cloud)
             return StageTable(plan.spec, self.model, plan.cloud, samples=self.samples, seed=self.seed,
-                              held_at_start=plan.held_at_start, max_instances=type_cap(caps, plan.cloud))
+                              held_at_start=plan.held_at_start, max_instances=type_cap(caps, plan.cloud),
+                              target_model=self.target_model)
         except SpecError:     # e.g. a stage the cluster's room cannot hold: compile_plan says so at the SYNC
             return None
 
@@ -242,6 +246,7 @@ class Replanner:
         spec = self.plan.spec
         sub = ExperimentSpec(spec.stages[first:], tuple(b - first for b in spec.bracket_starts if b > first), spec.eta)
         model, cloud = self.corrected(), self.plan.cloud
+        target = self.target_model      # the plan's spec ends in a target stage, so does ``sub``
         types = list(types or [c.instance_type for c in self.plan.stage_clouds])
         packing = list(packing or self.plan.packing)
         fusion = list(fusion or self.plan.fusion)
@@ -260,7 +265,7 @@ class Replanner:
                        if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
                        draws=table.draws if table is not None else None, spot_instances=spot[first:],
                        trials_per_gpu=packing[first:], instance_types=types[first:] if several else None,
-                       held_at_start=held, fused_per_gpu=fusion[first:])
+                       held_at_start=held, fused_per_gpu=fusion[first:], target_model=target)
         slack = MISS_TOLERANCE * self.plan.deadline_s
         old_ok = self._meets(old, remaining + slack)
         try:
@@ -276,10 +281,10 @@ class Replanner:
                 new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
                                    seed=self.seed, confidence=self.plan.confidence,
                                    instance_type="auto" if catalog else None, market=market, held_at_start=held,
-                                   max_instances=self.max_instances)
+                                   max_instances=self.max_instances, target_model=target)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
-                                  held_at_start=held)
+                                  held_at_start=held, target_model=target)
         same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
                 list(new.packing), list(new.fusion)) == (tuple(allocation[first:]), tuple(instances[first:]),
                                                          types[first:], packing[first:], fusion[first:])

@@ -172,6 +172,28 @@ class _Position:
 # A trial whose gang fails more often than this (its instances living on) fails the job.
 MAX_TRIAL_RESTARTS = 3
 
+TARGET_PREFIX = "target-"     # a target trial's name: this, then the surrogate winner's (DESIGN §4.6)
+
+
+def target_trial(winner: str) -> str:
+    """The name of the target trial that trains surrogate ``winner``'s config at full width."""
+    return TARGET_PREFIX + winner
+
+
+def is_target_trial(trial: str) -> bool:
+    return trial.startswith(TARGET_PREFIX)
+
+
+def surrogate_winner(trial: str) -> str:
+    """The surrogate trial whose config target trial ``trial`` trains.
+
+    Raises:
+        SpecError: ``trial`` is not a target trial's name.
+    """
+    if not is_target_trial(trial):
+        raise SpecError(f"trial {trial!r} is not a target trial (named {TARGET_PREFIX}<winner>)")
+    return trial[len(TARGET_PREFIX):]
+
 
 # ``rubberband.placement`` takes trials and nodes by any hashable id; this scheduler's are the
 # names it gives them (strings), so what placement hands back is named by those strings.
@@ -282,8 +304,14 @@ class Scheduler:
                                self._budget_left(), self._phase == "done")
 
     def _best(self) -> str | None:
-        """The trial with the best final metric among those that trained longest."""
-        finished = [(t, m) for t in self._trials.values() if (m := t.metric) is not None and math.isfinite(m)]
+        """The trial with the best final metric among those that trained longest; in a surrogate
+        job, its target trial once it has a metric (the full-width training is the job's answer;
+        the surrogates' metrics are of another model), else the best surrogate."""
+        targets = [t for t in self._trials.values() if is_target_trial(t.id)]
+        if any(t.metric is not None and math.isfinite(t.metric) for t in targets):
+            return targets[0].id
+        finished = [(t, m) for t in self._trials.values()
+                    if (m := t.metric) is not None and math.isfinite(m) and not is_target_trial(t.id)]
         if not finished:
             return None
         most = max(t.step for t, _ in finished)
@@ -529,6 +557,12 @@ class Scheduler:
             self._active = [f"b{bracket}-t{j:03d}" if multi else f"t{j:03d}" for j in range(spec.stages[i].num_trials)]
             for tid in self._active:
                 self._trials[tid] = TrialInfo(tid, bracket)
+        elif spec.stages[i].target:
+            # The target stage (DESIGN §4.6): the surrogate winner's config is a new trial at full
+            # width, from scratch; the winner itself stays what it was (stopped, not eliminated).
+            self._active = [target_trial(tid) for tid in self._active]
+            for tid in self._active:
+                self._trials[tid] = TrialInfo(tid, self._trials[surrogate_winner(tid)].bracket)
         for tid in self._active:
             trial = self._trials[tid]
             trial.target = trial.step + spec.stages[i].iters
@@ -735,7 +769,8 @@ class Scheduler:
         trial = self._trials[ev.trial]
         trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
         began = self._began.pop(ev.trial, None)
-        if began is not None and self._replanner is not None:
+        # A target TRAIN runs another model (DESIGN §4.6): its pace says nothing of the surrogate's.
+        if began is not None and self._replanner is not None and not self._spec.stages[self._stage].target:
             start, iters, gpus = began
             pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage), self._stage)
             if self._asked is None:

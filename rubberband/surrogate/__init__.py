@@ -9,7 +9,14 @@ from rubberband.surrogate.parametrization import (
            optimizer_family,
            param_rules,
 )
-from rubberband.surrogate.trainer import MupTrainer, surrogate_trainer, target_trainer, width_config
+from rubberband.surrogate.trainer import (
+           TARGET_KEY,
+           MupTrainer,
+           SurrogateJob,
+           surrogate_trainer,
+           target_trainer,
+           width_config,
+)
 
-__all__ = ["Family", "Kind", "MupTrainer", "ParamRule", "optimizer_family", "param_rules", "surrogate_trainer",
+__all__ = ["TARGET_KEY", "Family", "Kind", "MupTrainer", "ParamRule", "SurrogateJob", "optimizer_family", "param_rules", "surrogate_trainer",
            "target_trainer", "width_config"]

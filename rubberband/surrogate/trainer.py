@@ -232,3 +232,66 @@ def target_trainer(trainer: Any, ratio: int) -> MupTrainer:
         SpecError: ``ratio`` below 2, or a trainer without ``width_keys``.
     """
     return MupTrainer(trainer, ratio, 1)
+
+
+TARGET_KEY = "__rubberband_target__"      # = rubberband.executor.driver.TARGET_KEY (the driver sets it)
+
+
+class SurrogateJob(Trainer):
+    """The trainer a surrogate job's workers run (DESIGN §4.6): each trial's config says which
+    model it is. A config with ``TARGET_KEY`` set (the driver adds it for the target trial only)
+    builds ``target_trainer(trainer, ratio)``: the full-width model in μP; any other builds
+    ``surrogate_trainer(trainer, ratio)``, the model at ``width / ratio``. The key is taken out
+    before the user's code sees the config. One object, so a warm worker serves both kinds of
+    trial; a trial's model is built whole at each ``assign`` (the target from scratch).
+
+    Raises:
+        SpecError: ``ratio`` below 2, or a trainer without ``width_keys`` (at construction).
+    """
+
+    def __init__(self, trainer: Any, ratio: int):
+        from rubberband.executor.worker import load_trainer
+
+        self.trainer = load_trainer(trainer)
+        if not isinstance(self.trainer, Trainer) and callable(self.trainer) and not hasattr(self.trainer, "build_model"):
+            raise SpecError("surrogate: a function trainable builds its own model, so rubberband cannot narrow it; "
+                            "write a Trainer class with width_keys, or drop `surrogate:`")
+        self.surrogate = surrogate_trainer(self.trainer, ratio)
+        self.target = target_trainer(self.trainer, ratio)
+        self.ratio = self.surrogate.ratio
+        for attr in _COPIED:
+            if hasattr(self.trainer, attr):
+                setattr(self, attr, getattr(self.trainer, attr))
+
+    def __repr__(self) -> str:
+        return f"SurrogateJob({type(self.trainer).__name__}, width_ratio={self.ratio})"
+
+    def _which(self, config: dict[str, Any]) -> tuple[MupTrainer, dict[str, Any]]:
+        target = bool(config.get(TARGET_KEY))
+        return (self.target if target else self.surrogate), {k: v for k, v in config.items() if k != TARGET_KEY}
+
+    def prepare(self) -> None:
+        self.trainer.prepare()
+
+    def build_data(self, config: dict[str, Any]):
+        return self.trainer.build_data(self._which(config)[1])
+
+    def build_model(self, config: dict[str, Any]):
+        which, own = self._which(config)
+        return which.build_model(own)
+
+    def build_optimizer(self, model, config: dict[str, Any]):
+        which, own = self._which(config)
+        return which.build_optimizer(model, own)
+
+    def loss(self, output, target):
+        return self.trainer.loss(output, target)
+
+    def evaluate(self, model, dataset) -> dict[str, float]:
+        return self.trainer.evaluate(model, dataset)
+
+    def model_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config the user's trainer builds this trial's model from (width keys divided for
+        a surrogate, as they are for the target)."""
+        which, own = self._which(config)
+        return which.model_config(own)
