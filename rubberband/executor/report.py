@@ -62,7 +62,7 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
 
     model = {"model_config": narrow(trials[winner]["config"])} if narrow and winner in trials else {}
     return {"width_ratio": width_ratio, "target_stage": target_stage,
-            "winner": trial(winner, **model), "target": trial(target),
+            "winner": trial(winner, **model), "target": trial(target, iters=plan.spec.stages[target_stage].iters),
             "cost": {"tuning": part([s for s in stages if s["index"] < target_stage]),
                      "target": part([s for s in stages if s["index"] == target_stage])}}
 
@@ -81,7 +81,7 @@ def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:
                      f"config {win['config']}{built}")
     if tgt:
         metric = "-" if tgt["metric"] is None else f"{tgt['metric']:.4g}"
-        lines.append(f"target trial {tgt['trial']} (full width, from scratch, {tgt['step']} iters): "
+        lines.append(f"target trial {tgt['trial']} (full width, from scratch, {tgt['iters']} iterations): "
                      f"{tgt['metric_name']} = {metric}  config {tgt['config']}")
     else:
         lines.append("target trial: not run (the job stopped before its target stage)")

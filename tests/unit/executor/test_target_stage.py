@@ -110,7 +110,7 @@ def test_the_run_result_names_the_winner_the_target_and_the_cost_of_each_part():
     winner, target = s["winner"]["trial"], s["target"]["trial"]
     assert target == f"target-{winner}" and result.best["trial"] == target
     assert s["target"]["config"] == s["winner"]["config"] == result.trials[winner]["config"]
-    assert s["target"]["step"] == 5 and s["width_ratio"] == 8 and s["target_stage"] == 2
+    assert s["target"]["step"] == 5 and s["target"]["iters"] == 5 and s["width_ratio"] == 8 and s["target_stage"] == 2
     assert math.isfinite(s["winner"]["metric"]) and math.isfinite(s["target"]["metric"])
     stages = result.stages
     assert s["cost"]["target"]["actual_cost_usd"] == pytest.approx(stages[2]["actual"]["cost_usd"])
