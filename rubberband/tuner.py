@@ -59,6 +59,9 @@ class TuneConfig:
             plan is the fastest within it).
         search: ``"random"`` (default), ``"grid"`` or ``"optuna"`` (TPE fed by the completed rungs).
         seed, samples, policy, confidence, max_failures: as an experiment file's.
+        surrogate: an experiment file's ``surrogate:`` (DESIGN §4.6), e.g. ``dict(width_ratio=8,
+            transfer=["lr"], model_profile="profiles/w16.yaml")``: tune a μP copy that many times
+            narrower (a ``Trainer`` class with ``width_keys``), then train the winner at full width.
     """
 
     metric: str | None = None
@@ -75,6 +78,7 @@ class TuneConfig:
     policy: str | None = None
     confidence: float | None = None
     max_failures: int = 0
+    surrogate: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +281,14 @@ class Tuner:
                            ("confidence", tc.confidence), ("cluster", cloud.cluster)):
             if value is not None:
                 data[key] = os.fspath(value) if isinstance(value, os.PathLike) else value
+        if tc.surrogate is not None:
+            surrogate = dict(tc.surrogate) if isinstance(tc.surrogate, Mapping) else tc.surrogate
+            if isinstance(surrogate, dict) and isinstance(surrogate.get("model_profile"), os.PathLike):
+                surrogate["model_profile"] = os.fspath(surrogate["model_profile"])
+            data["surrogate"] = surrogate
+            # ``surrogate.transfer`` names keys of the search space, which is the Tuner's own
+            # (``self.search``): the experiment is told their names only, each one value.
+            data["search_space"] = {name: [None] for name in self.search.space.names()}
         return data
 
     def _schedule(self) -> dict[str, Any]:
@@ -355,6 +367,10 @@ class Tuner:
         self._say(plan_table(plan) + "\n" + summary_line(plan.predicted, plan.deadline_s) + "\n")
         model = model_of(req.models, plan.cloud, "plan.cloud.instance_type")
         replan = model if math.isfinite(plan.deadline_s) else None    # the closed loop needs a deadline to keep
+        # A surrogate job (DESIGN §4.6): ``req.models`` are the surrogate's, these the target stage's.
+        target = model_of(req.target_models, plan.cloud, "plan.cloud.instance_type") \
+            if req.target_models is not None else None
+        ratio = exp.surrogate.width_ratio if exp.surrogate is not None and req.spec.target_stage is not None else None
         budget = None
         if self.tune_config.budget is not None:
             from rubberband.scheduler.safety import check_budget
@@ -368,12 +384,13 @@ class Tuner:
                           on_event=progress_printer() if self.verbose else None,
                           cluster_config=providers.cluster_yaml_for(provider, None, exp.cluster, "Cloud.cluster"),
                           replan_with=replan, safety_net=model, budget_usd=budget, max_failures=exp.max_failures,
-                          time_attr=exp.time_attr)
+                          time_attr=exp.time_attr, surrogate_ratio=ratio, target_model=target)
         else:
             from rubberband.executor.rehearse import rehearse
 
             run = rehearse(plan, req.models, plan.cloud, seed=req.seed, mode=exp.mode, metric=exp.metric,
-                           replan_with=replan, safety_net=model, budget_usd=budget, search_space=self.search)
+                           replan_with=replan, safety_net=model, budget_usd=budget, search_space=self.search,
+                           target_model=req.target_models, replan_target=target, width_ratio=ratio)
         self._say(run.table())
         return _grid(run, exp.metric, exp.mode)
 
@@ -454,7 +471,7 @@ _FIELDS = [("model_profile", "Cloud.profile"), ("cloud.profile", "Cloud.cloud_pr
            ("search_space", "param_space"), ("cloud.market", "Cloud.market"),
            ("cloud.overrides", "Cloud.overrides"), ("cluster", "Cloud.cluster")] + \
           [(k, f"TuneConfig.{k}") for k in ("sha", "hyperband", "stages", "deadline", "samples", "policy",
-                                             "confidence", "max_failures", "search", "mode", "seed")]
+                                             "confidence", "max_failures", "search", "mode", "seed", "surrogate")]
 
 
 def _python_names(message: str) -> str:

@@ -192,3 +192,26 @@ def test_the_python_api_names_load_no_sdk():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch', 'boto3', 'optuna')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_surrogate_job_fits_on_sim_and_its_best_result_is_the_target_trial(capsys):
+    """DESIGN §4.6 through the Python API: SHA on the μP surrogate (its profile), then the
+    winner's config at full width by the file's own (the target's) profile."""
+    from rubberband.examples.digits import DigitsMLP
+
+    cloud = rb.Cloud(provider="sim", profile=str(ROOT / "profiles" / "demo_digits_w128_local.yaml"),
+                     cloud_profile=str(LOCAL), instance_type="local.2gpu")
+    config = tune_config(metric="val_loss", num_samples=None, sha=dict(num_trials=8, min_iters=2, max_iters=16, eta=2),
+                         surrogate=dict(width_ratio=8, transfer=["lr"], target_iters=16,
+                                        model_profile=str(ROOT / "profiles" / "demo_digits_w16_local.yaml")))
+    tuner = rb.Tuner(DigitsMLP, param_space={"hidden": 128, "lr": rb.loguniform(0.005, 0.5)}, tune_config=config,
+                     cloud=cloud)
+    assert tuner.request().spec.target_stage == 4         # 8x2, 4x4, 2x8, 1x2, then the target
+    grid = tuner.fit()
+    surrogate = grid.run.surrogate
+    winner, target = surrogate["winner"]["trial"], surrogate["target"]["trial"]
+    assert target == f"target-{winner}" and grid.get_best_result().trial_id == target
+    assert len(grid) == 8 + 1 and grid.get_best_result().config == surrogate["winner"]["config"]
+    assert "target trial" in capsys.readouterr().out
+    with pytest.raises(SpecError, match=r"^TuneConfig.surrogate.transfer: .lr. is not a key"):
+        rb.Tuner(DigitsMLP, param_space={"hidden": 128}, tune_config=config, cloud=cloud).request()
