@@ -379,6 +379,11 @@ class Tuner:
         if provider.starts_cluster:
             from rubberband.executor.run import execute, progress_printer
 
+            if ratio is not None:       # surrogates at width / S, the target at full width
+                from rubberband.surrogate import SurrogateJob
+
+                trainer = SurrogateJob(trainer, ratio)
+
             run = execute(plan, trainer, self.search, provider=provider.name, metric=exp.metric, mode=exp.mode,
                           seed=req.seed, runs_dir=Path(self.cloud.runs_dir),
                           on_event=progress_printer() if self.verbose else None,

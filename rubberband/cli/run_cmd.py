@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 from rubberband.cli.common import (
     IMAGE_TYPES,
@@ -164,7 +165,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     loop_model = plan_model(exp, plan)
     from rubberband.executor.search_space import Search
 
-    result = execute(plan, exp.trainer, Search.of(exp.search_space, exp.search), provider=args.provider, metric=exp.metric, mode=exp.mode,
+    trainer: Any = exp.trainer
+    ratio = exp.surrogate.width_ratio if exp.surrogate and req.spec.target_stage is not None else None
+    if ratio is not None:       # a surrogate job (DESIGN §4.6): tuned at width / S, its winner trained at full width
+        from rubberband.surrogate import SurrogateJob
+
+        trainer = SurrogateJob(exp.trainer, ratio)
+    result = execute(plan, trainer, Search.of(exp.search_space, exp.search), provider=args.provider, metric=exp.metric, mode=exp.mode,
                      seed=req.seed, runs_dir=args.runs_dir,
                      latency_scale=1.0 if args.latency_scale is None else args.latency_scale,
                      on_event=None if args.json else progress_printer(),
@@ -174,10 +181,7 @@ def run_cmd(args: argparse.Namespace) -> int:
                      replan_with=None if args.no_replan or not math.isfinite(plan.deadline_s) else loop_model,
                      safety_net=None if args.no_safety_net else loop_model, budget_usd=budget,
                      max_failures=exp.max_failures, time_attr=exp.time_attr,
-                     # A surrogate job (DESIGN §4.6): tuned at width / S, its winner trained at full width.
-                     surrogate_ratio=exp.surrogate.width_ratio if exp.surrogate and req.spec.target_stage is not None
-                     else None,
-                     target_model=target_plan_model(exp, plan))
+                     surrogate_ratio=ratio, target_model=target_plan_model(exp, plan))
     keep_model(result.run_dir, req.models, req.target_models)
     payload, text = result.to_dict(), run_summary(result)
     if args.gantt:

@@ -73,14 +73,15 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
             ``time_attr``; ``function_api``); ``None``: one report is one iteration.
 
         surrogate_ratio: a surrogate job's ``width_ratio`` S (DESIGN §4.6; the plan ends in a
-            target stage): the tuning stages train ``trainer`` at width / S in μP, and the target
-            trial trains the winner's config at full width, from scratch
-            (``rubberband.surrogate.SurrogateJob``).
+            target stage), whose ``trainer`` is ``rubberband.surrogate.SurrogateJob(trainer, S)``:
+            the tuning stages train at width / S in μP, and the target trial trains the winner's
+            config at full width, from scratch.
         target_model: with ``replan_with``, the target stage's profile the re-plans price it by.
 
     Raises:
         SpecError: ``time_attr`` with a trainer that is not a function trainable; a plan with a
-            target stage and no ``surrogate_ratio`` (or one without and a ratio).
+            target stage and no ``surrogate_ratio`` (or one without and a ratio), or a
+            ``surrogate_ratio`` with a trainer that is not a ``SurrogateJob`` of that ratio.
 
     Every instance launched is released when the run ends, fails or is interrupted.
     """
@@ -102,10 +103,11 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
                         "surrogate.width_ratio: the plan has no target stage to train the winner at full width; "
                         "plan the experiment with `surrogate:` (ExperimentSpec.with_target), or drop the ratio")
     trainer_obj = load_trainer(trainer)
-    if surrogate_ratio is not None:
-        from rubberband.surrogate import SurrogateJob
-
-        trainer = trainer_obj = SurrogateJob(trainer_obj, surrogate_ratio)
+    if surrogate_ratio is not None and not (getattr(trainer_obj, "ratio", None) == surrogate_ratio
+                                            and callable(getattr(trainer_obj, "model_config", None))):
+        raise SpecError(f"trainer: a plan that ends in a target stage trains rubberband.surrogate.SurrogateJob(trainer, "
+                        f"{surrogate_ratio}) (surrogates at width / {surrogate_ratio}, the target at full width), "
+                        f"got {trainer_obj!r}; wrap the trainer in it")
     if time_attr is not None and not function_api.is_function_trainable(trainer_obj):
         raise SpecError(f"time_attr: {time_attr!r} counts a function trainable's reports (trainer: module:function); "
                         "a Trainer class trains one iteration per call: remove time_attr")

@@ -157,3 +157,20 @@ def test_a_target_train_is_not_observed_as_the_surrogate_s_pace(monkeypatch):
     assert driver.sched._replanner is not None and driver.sched._replanner.target_model is TARGET
     assert sum(len(t.history) for t in out.trials.values()) == 4 + 1 + 1
     assert sorted(seen) == [2, 2, 2, 2, 3]        # the tuning's TRAINs; the target's is another model's
+
+
+def test_execute_refuses_a_target_stage_without_the_surrogate_s_trainer_before_anything_starts(tmp_path, monkeypatch):
+    import rubberband.providers.local as local
+    from rubberband.executor.run import execute
+
+    monkeypatch.setattr(local, "STATE_ROOT", tmp_path / "state")
+    monkeypatch.setattr("rubberband.providers.local.LocalCluster.start", lambda *a, **k: pytest.fail("started"))
+    trainer = "rubberband.examples.digits:DigitsMLP"
+    with pytest.raises(SpecError, match="surrogate.width_ratio: a plan that ends in a target stage"):
+        execute(plan(), trainer, SPACE, provider="local", runs_dir=tmp_path / "runs")
+    with pytest.raises(SpecError, match=r"^trainer: .*SurrogateJob\(trainer, 8\)"):
+        execute(plan(), trainer, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
+    with pytest.raises(SpecError, match="has no target stage"):
+        execute(plan_allocation(ExperimentSpec.from_stages([(4, 2)]), [4], SURROGATE, fake_cloud(1), 1e6, samples=2),
+                trainer, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
+    assert not (tmp_path / "runs").exists()
