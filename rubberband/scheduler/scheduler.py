@@ -805,6 +805,10 @@ class Scheduler:
         next_same = not last and (i + 1) not in spec.bracket_starts
         ranked = sorted(self._active, key=self._rank_key)
         keep = ranked[: spec.stages[i + 1].num_trials] if next_same else []
+        if next_same and spec.stages[i + 1].target and len(spec.bracket_starts) > 1:
+            # HyperBand's target trains the job's best config (DESIGN §4.6), not its last bracket's.
+            best = self._best()
+            keep = [best] if best is not None else keep
         self._sync_state = (i, keep, self._now)
         asked = self._replan(i)
         if asked:                          # the SYNC goes on when the plan comes (``_replan_ready``)

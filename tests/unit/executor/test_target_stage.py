@@ -174,3 +174,19 @@ def test_execute_refuses_a_target_stage_without_the_surrogate_s_trainer_before_a
         execute(plan_allocation(ExperimentSpec.from_stages([(4, 2)]), [4], SURROGATE, fake_cloud(1), 1e6, samples=2),
                 trainer, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
     assert not (tmp_path / "runs").exists()
+
+
+def test_hyperband_s_target_trains_the_best_config_of_every_bracket_not_the_last_bracket_s():
+    spec = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 4, 2)).with_target(3)
+    p = plan_allocation(spec, [s.num_trials for s in spec.stages], SURROGATE, fake_cloud(1), 1e6, samples=2,
+                        target_model=TARGET)
+    fakes = make_fakes(1, {1: 1.0})
+    out = Driver(p, fakes.cluster, fakes.runner, {"lr": {"uniform": [0.0, 1.0]}}, "loss", "min",
+                 clock=fakes.clock).run()
+    longest = max(t.step for t in out.trials.values() if not t.target)
+    finalists = {t.id: t.metric for t in out.trials.values() if not t.target and t.step == longest}
+    best = min(finalists, key=finalists.__getitem__)
+    assert len({f.split("-")[0] for f in finalists}) > 1      # the brackets' winners compete
+    assert not best.startswith(f"b{len(spec.bracket_starts) - 1}-")      # seed 0: an earlier bracket's wins
+    assert out.best == f"target-{best}" and out.stages[-2].promoted == [best]
+    assert out.trials[f"target-{best}"].config == out.trials[best].config
