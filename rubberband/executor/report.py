@@ -81,7 +81,8 @@ def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:
                      f"config {win['config']}{built}")
     if tgt:
         metric = "-" if tgt["metric"] is None else f"{tgt['metric']:.4g}"
-        lines.append(f"target trial {tgt['trial']} (full width, from scratch, {tgt['iters']} iterations): "
+        iters = f", {tgt['iters']} iterations" if "iters" in tgt else ""
+        lines.append(f"target trial {tgt['trial']} (full width, from scratch{iters}): "
                      f"{tgt['metric_name']} = {metric}  config {tgt['config']}")
     else:
         lines.append("target trial: not run (the job stopped before its target stage)")
