@@ -185,7 +185,7 @@ class Driver:
                             "beside replan_with (the surrogate's)")
         replanner = Replanner(plan, replan_with, seed=plan.seed, max_instances=max_instances,
                               target_model=target_model) if replan_with is not None else None
-        net = SafetyNet(safety_net, plan.cloud, plan.deadline_s) \
+        net = SafetyNet(safety_net, plan.cloud, plan.deadline_s, target_model=target_model) \
             if safety_net is not None and math.isfinite(plan.deadline_s) else None
         self.sched = Scheduler(plan, mode, replanner, keep_warm=keep_warm, safety_net=net, budget_usd=budget_usd)
         self.plan, self.cluster, self.runner = plan, cluster, runner

@@ -78,47 +78,61 @@ class SafetyNet:
     """``T_od`` and the switching rule of the module docstring for one job."""
 
     def __init__(self, model: ModelProfile, cloud: CloudProfile, deadline_s: float,
-                 replacements: float = REPLACEMENTS):
+                 replacements: float = REPLACEMENTS, target_model: ModelProfile | None = None):
         if not math.isfinite(deadline_s):
             raise SpecError("safety net: the plan has no deadline to keep; plan with --deadline")
         self.model, self.cloud, self.deadline_s = model, cloud, float(deadline_s)
+        # A surrogate job's target stage runs by the full-width profile (DESIGN §4.6), never
+        # corrected by the surrogate's pace (``target=True`` below; the factor is not applied).
+        self.target_model = target_model
         self.scale_s = cloud.provision_latency_s.mean + cloud.init_latency_s.mean
         self.needed_s = replacements * self.scale_s
         self.sync_s = model.sync_s.mean
 
-    def latency(self, gpus: int, trials_per_gpu: int = 1, fused: bool = False) -> Distribution:
+    def _model(self, target: bool) -> ModelProfile:
+        return self.target_model if target and self.target_model is not None else self.model
+
+    def stage_sync_s(self, target: bool = False) -> float:
+        """The SYNC after a stage (the target stage's by the target's profile)."""
+        return self._model(target).sync_s.mean
+
+    def latency(self, gpus: int, trials_per_gpu: int = 1, fused: bool = False, target: bool = False) -> Distribution:
         """Seconds per iteration of a trial on ``gpus`` GPUs, or packed ``trials_per_gpu`` to a GPU
-        (``fused``: of its fused group of ``trials_per_gpu``, DESIGN §4.5)."""
+        (``fused``: of its fused group of ``trials_per_gpu``, DESIGN §4.5; ``target``: of the
+        target stage, by the target's profile, DESIGN §4.6)."""
+        model = self._model(target)
         if fused:
-            return self.model.fused_latency(trials_per_gpu)
-        return self.model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else self.model.latency(gpus)
+            return model.fused_latency(trials_per_gpu)
+        return model.packed_latency(trials_per_gpu) if trials_per_gpu > 1 else model.latency(gpus)
 
     def train_s(self, gpus: int, iters: int, trials: int, factor: float = 1.0, trials_per_gpu: int = 1,
-                fused: bool = False) -> float:
+                fused: bool = False, target: bool = False) -> float:
         """One TRAIN of ``iters`` iterations on ``gpus`` GPUs (packed: ``trials_per_gpu`` to a
         GPU; ``fused``: in a fused group of that many) in a stage of ``trials`` trials, as long as
         the stage's slowest is expected to be (module docstring)."""
-        d = self.latency(gpus, trials_per_gpu, fused)
+        d = self.latency(gpus, trials_per_gpu, fused, target)
+        factor = 1.0 if target and self.target_model is not None else factor
         z = NormalDist().inv_cdf((trials - 0.375) / (trials + 0.25)) if trials > 1 else 0.0
-        return self.model.trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
+        return self._model(target).trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
 
     def train_var(self, gpus: int, iters: float, factor: float = 1.0, trials_per_gpu: int = 1,
-                  fused: bool = False) -> float:
+                  fused: bool = False, target: bool = False) -> float:
         """The variance of one TRAIN's ``iters`` iterations (``L`` is drawn once per TRAIN)."""
-        return (iters * self.latency(gpus, trials_per_gpu, fused).std * factor) ** 2
+        factor = 1.0 if target and self.target_model is not None else factor
+        return (iters * self.latency(gpus, trials_per_gpu, fused, target).std * factor) ** 2
 
     def late(self, expected_s: float, variance: float) -> float:
         """``T_od`` from its expectation and variance (module docstring)."""
         return expected_s + LATE_STDS * math.sqrt(variance)
 
-    def stage_s(self, busy: list[float], queued: list[float], slots: int) -> float:
+    def stage_s(self, busy: list[float], queued: list[float], slots: int, target: bool = False) -> float:
         """A stage's TRAINs list-scheduled on ``slots``: ``busy`` are the running ones' times
         left, ``queued`` the durations of those still to start (in order); plus its SYNC."""
         # The simulator's list scheduling, one sample: the running TRAINs (and idle slots, at 0)
         # are the first on the slots, the queued ones follow.
         slots = max(slots, len(busy), 1)
         durations = np.array([*busy, *[0.0] * (slots - len(busy)), *queued])[:, None]
-        return float(list_schedule(durations, slots)[0]) + self.sync_s
+        return float(list_schedule(durations, slots)[0]) + self.stage_sync_s(target)
 
 
 class Budget:

@@ -233,7 +233,8 @@ class Scheduler:
         self._clouds = {c.instance_type: c for c in (plan.cloud, *plan.stage_clouds)}
         self._budget = Budget(plan.cloud, budget_usd, self._clouds) if budget_usd is not None else None
         # How long the current stage has left, for a re-plan at a reclaim: the net's estimate.
-        self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s)
+        self._estimate = safety_net or (SafetyNet(replanner.model, plan.cloud, plan.deadline_s,
+                                                  target_model=replanner.target_model)
                                         if replanner is not None and math.isfinite(plan.deadline_s) else None)
         self._switches: list[SafetySwitch] = []
         self._spot_cost = False          # a spot instance was reclaimed (safety.py: arms the net)
@@ -392,25 +393,31 @@ class Scheduler:
     def _stage_left(self, net: SafetyNet) -> tuple[float, float]:
         """The current stage's expected remaining time on the instances it has, and its variance
         (``safety.py``)."""
+        tgt = self._spec.stages[self._stage].target
         if self._phase in ("sync", "replanning"):
-            return net.sync_s, 0.0
+            return net.stage_sync_s(tgt), 0.0
         f, m, n = self._factor(), self._gpus_per_trial[self._stage], self._spec.stages[self._stage].num_trials
         packed, fused = self._share(self._stage), self._fused(self._stage)
         busy, most = [], 0.0
         for tid, (start, iters, gpus) in self._began.items():
             if self._trials[tid].running:
-                busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused) - self._now, 0.0))
-                model = self._replanner.model if self._replanner else net.model
-                pace = (model.fused_latency(packed) if fused else
-                        model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
-                most = max(most, iters - max(self._now - start, 0.0) / (pace * f))
+                busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused, tgt) - self._now, 0.0))
+                if tgt and net.target_model is not None:     # the target's own profile, uncorrected
+                    pace, g = net.latency(gpus, packed, fused, tgt).mean, 1.0
+                else:
+                    model = self._replanner.model if self._replanner else net.model
+                    pace = (model.fused_latency(packed) if fused else
+                            model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
+                    g = f
+                most = max(most, iters - max(self._now - start, 0.0) / (pace * g))
         queued = [self._trials[t].target - self._trials[t].step for t in self._queue]
-        left = net.stage_s(busy, [net.train_s(m, k, n, f, packed, fused) for k in queued], self._concurrency())
+        left = net.stage_s(busy, [net.train_s(m, k, n, f, packed, fused, tgt) for k in queued], self._concurrency(),
+                           tgt)
         if self._phase == "scaling":        # what is left of the scale-up, on on-demand
             left += max(self._scale_s(self._types[self._stage]) - (self._now - self._scale_began), 0.0)
         waves = math.ceil(len(queued) / max(self._concurrency(), 1))
-        var = (net.train_var(m, max(most, 0.0), f, packed, fused)
-               + waves * net.train_var(m, max(queued, default=0), f, packed, fused))
+        var = (net.train_var(m, max(most, 0.0), f, packed, fused, tgt)
+               + waves * net.train_var(m, max(queued, default=0), f, packed, fused, tgt))
         return left, var
 
     def _stage_left_s(self, net: SafetyNet) -> float:
@@ -423,9 +430,9 @@ class Scheduler:
         total, var = self._stage_left(net)
         for j in range(self._stage + 1, spec.num_stages()):
             n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._share(j)
-            slots = min(self._allocation[j] * packed, n)
-            total += net.stage_s([], [net.train_s(m, k, n, f, packed, self._fused(j))] * n, slots)
-            var += math.ceil(n / slots) * net.train_var(m, k, f, packed, self._fused(j))
+            slots, tgt = min(self._allocation[j] * packed, n), spec.stages[j].target
+            total += net.stage_s([], [net.train_s(m, k, n, f, packed, self._fused(j), tgt)] * n, slots, tgt)
+            var += math.ceil(n / slots) * net.train_var(m, k, f, packed, self._fused(j), tgt)
             if self._held[j] > self._held[j - 1] or self._types[j] != self._types[j - 1]:
                 total += self._scale_s(self._types[j])
         return net.late(total, var)

@@ -25,6 +25,7 @@ from rubberband.scheduler import (
     Wake,
 )
 from rubberband.scheduler.safety import Budget, check_budget
+from rubberband.testing.builders import model_profile
 from tests.unit.scheduler.test_scheduler import MODEL, cloud, of
 
 # SHA(4, 1, 2): 4 trials of 1 iteration, then 2. With MODEL (10 s an iteration on 1 GPU, 1 s
@@ -206,3 +207,21 @@ def test_the_net_on_reclaimable_spot_waits_for_spot_to_cost_time_before_switchin
     # The first reclaim arms it: the slack is short, so the rest goes to on-demand.
     out = sched.on(InstanceLost(spot.names[0], {}), 15.0)
     assert of(out, SafetySwitch) and [s.spot_instances for s in sched.report().stages] == [0, 0]
+
+
+def test_the_net_prices_a_surrogate_jobs_target_stage_by_the_target_profile():
+    # SPEC, then the winner trained 2 iterations at full width: 40 s an iteration on 1 GPU, not
+    # the surrogate's 10 (DESIGN §4.6). On-demand from the start: 10 + 11 + 1 + 11 + 1 + (1 + 80)
+    # + 1 = 116 s; with a 200 s deadline and 20 s needed the net wakes at 64 s. Priced by the
+    # surrogate's profile the target stage would take 22 s, T_od 56 s, and the net would wake at
+    # 124 s, after the spot plan could no longer move to on-demand in time.
+    target = model_profile({g: 40.0 / g for g in (1, 2, 4, 8)}, startup_s=1.0, sync_s=1.0, name="full")
+    spec = SPEC.with_target(2)
+    plan = plan_allocation(spec, [4, 2, 1], MODEL, cloud("spot"), 200.0, samples=4, target_model=target)
+    net = SafetyNet(MODEL, plan.cloud, plan.deadline_s, target_model=target)
+    assert of(Scheduler(plan, mode="min", safety_net=net).start(0.0), Wake) == [Wake(64.0)]
+    blind = SafetyNet(MODEL, plan.cloud, plan.deadline_s)
+    assert of(Scheduler(plan, mode="min", safety_net=blind).start(0.0), Wake) == [Wake(124.0)]
+    # The target's pace is its own: a surrogate running 1.5x slow does not stretch it.
+    assert net.train_s(1, 2, 1, factor=1.5, target=True) == 1.0 + 80.0
+    assert net.train_s(1, 2, 1, factor=1.5) == 1.0 + 30.0
