@@ -103,8 +103,10 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
                         "surrogate.width_ratio: the plan has no target stage to train the winner at full width; "
                         "plan the experiment with `surrogate:` (ExperimentSpec.with_target), or drop the ratio")
     trainer_obj = load_trainer(trainer)
-    if surrogate_ratio is not None and not (getattr(trainer_obj, "ratio", None) == surrogate_ratio
-                                            and callable(getattr(trainer_obj, "model_config", None))):
+    # SurrogateJob, not a bare surrogate_trainer / target_trainer (both have a ratio): only it
+    # builds the target trial at full width and the others at width / S.
+    if surrogate_ratio is not None and not (getattr(trainer_obj, "serves_target", False) is True
+                                            and getattr(trainer_obj, "ratio", None) == surrogate_ratio):
         raise SpecError(f"trainer: a plan that ends in a target stage trains rubberband.surrogate.SurrogateJob(trainer, "
                         f"{surrogate_ratio}) (surrogates at width / {surrogate_ratio}, the target at full width), "
                         f"got {trainer_obj!r}; wrap the trainer in it")

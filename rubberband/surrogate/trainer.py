@@ -249,6 +249,8 @@ class SurrogateJob(Trainer):
         SpecError: ``ratio`` below 2, or a trainer without ``width_keys`` (at construction).
     """
 
+    serves_target = True    # what ``execute`` checks: the workers build each trial by its config's TARGET_KEY
+
     def __init__(self, trainer: Any, ratio: int):
         from rubberband.executor.worker import load_trainer
 

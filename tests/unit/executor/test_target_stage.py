@@ -170,6 +170,14 @@ def test_execute_refuses_a_target_stage_without_the_surrogate_s_trainer_before_a
         execute(plan(), trainer, SPACE, provider="local", runs_dir=tmp_path / "runs")
     with pytest.raises(SpecError, match=r"^trainer: .*SurrogateJob\(trainer, 8\)"):
         execute(plan(), trainer, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
+    # A bare surrogate_trainer / target_trainer has the ratio too, but would build the target
+    # narrow (or the surrogates wide): only SurrogateJob serves both.
+    from rubberband.examples.digits import DigitsMLP
+    from rubberband.surrogate import surrogate_trainer, target_trainer
+
+    for bare in (surrogate_trainer(DigitsMLP(), 8), target_trainer(DigitsMLP(), 8)):
+        with pytest.raises(SpecError, match=r"^trainer: .*SurrogateJob\(trainer, 8\)"):
+            execute(plan(), bare, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
     with pytest.raises(SpecError, match="has no target stage"):
         execute(plan_allocation(ExperimentSpec.from_stages([(4, 2)]), [4], SURROGATE, fake_cloud(1), 1e6, samples=2),
                 trainer, SPACE, provider="local", runs_dir=tmp_path / "runs", surrogate_ratio=8)
