@@ -56,15 +56,20 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
         return {"trial": tid, "config": t["config"], "metric": t["metric"], "metric_name": metric, "step": t["step"],
                 **extra}
 
-    def part(chosen: list[dict[str, Any]]) -> dict[str, float]:
-        return {f"{when}_{what}": sum(s[when][key] for s in chosen) for when in ("predicted", "actual")
-                for what, key in (("cost_usd", "cost_usd"), ("duration_s", "duration_s"))}
+    def part(indices: range) -> dict[str, float]:
+        # Predicted: the plan's, stages run or not (a run that stopped before its target still
+        # shows what the target was planned to cost); actual: the stages that ran.
+        pred = [plan.predicted.stages[i] for i in indices]
+        ran = [s for s in stages if s["index"] in indices]
+        return {"predicted_cost_usd": sum(p.mean_cost_usd for p in pred),
+                "predicted_duration_s": sum(p.mean_duration_s for p in pred),
+                "actual_cost_usd": sum(s["actual"]["cost_usd"] for s in ran),
+                "actual_duration_s": sum(s["actual"]["duration_s"] for s in ran)}
 
     model = {"model_config": narrow(trials[winner]["config"])} if narrow and winner in trials else {}
     return {"width_ratio": width_ratio, "target_stage": target_stage,
             "winner": trial(winner, **model), "target": trial(target, iters=plan.spec.stages[target_stage].iters),
-            "cost": {"tuning": part([s for s in stages if s["index"] < target_stage]),
-                     "target": part([s for s in stages if s["index"] == target_stage])}}
+            "cost": {"tuning": part(range(target_stage)), "target": part(range(target_stage, target_stage + 1))}}
 
 
 def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:

@@ -198,3 +198,19 @@ def test_hyperband_s_target_trains_the_best_config_of_every_bracket_not_the_last
     assert not best.startswith(f"b{len(spec.bracket_starts) - 1}-")      # seed 0: an earlier bracket's wins
     assert out.best == f"target-{best}" and out.stages[-2].promoted == [best]
     assert out.trials[f"target-{best}"].config == out.trials[best].config
+
+
+def test_a_run_stopped_before_its_target_still_shows_what_the_target_was_planned_to_cost():
+    from rubberband.executor.report import surrogate_summary
+
+    p = plan()
+    ran = [{"index": i, "predicted": {"cost_usd": 0.0, "duration_s": 0.0}, "actual": {"cost_usd": 0.5, "duration_s": 9.0}}
+           for i in (0, 1)]
+    out = surrogate_summary(p, {}, ran, "loss", width_ratio=8)
+    assert out["target"] is None
+    target, tuning = out["cost"]["target"], out["cost"]["tuning"]
+    assert target["predicted_cost_usd"] == p.predicted.stages[2].mean_cost_usd > 0
+    assert target["predicted_duration_s"] == p.predicted.stages[2].mean_duration_s > 0
+    assert target["actual_cost_usd"] == target["actual_duration_s"] == 0
+    assert tuning["predicted_cost_usd"] == pytest.approx(sum(s.mean_cost_usd for s in p.predicted.stages[:2]))
+    assert tuning["actual_cost_usd"] == 1.0 and tuning["actual_duration_s"] == 18.0
