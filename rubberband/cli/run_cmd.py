@@ -138,6 +138,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     elif args.allocation:
         from rubberband.plan import plan_allocation
 
+        if req.spec.target_stage is not None and req.target_models is None:
+            exp.job_models()          # one line naming surrogate.model_profile
         tuning = exp.surrogate_model if exp.surrogate_model is not None and req.target_models is not None \
             else exp.model     # a surrogate job's tuning stages run by the surrogate's profile (§4.6)
         plan = plan_allocation(req.spec, int_list(args.allocation, "--allocation"), tuning, req.cloud,

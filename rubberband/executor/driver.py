@@ -836,7 +836,7 @@ class Driver:
 
         if trial.gang is not None and fits(trial):
             if new_train and not fused and self.runner.restarts_each_stage:
-                trial.gang = self.runner.reassign(trial.gang, trial.id, trial.config, trial.checkpoint)
+                trial.gang = self.runner.reassign(trial.gang, trial.id, self._run_config(trial), trial.checkpoint)
             return
         if trial.gang is not None:
             self._stop_gang(trial)

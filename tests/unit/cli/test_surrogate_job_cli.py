@@ -95,6 +95,11 @@ def test_planning_without_the_surrogate_profile_names_the_field(capsys, tmp_path
     code, _, err = run(capsys, "plan", surrogate_experiment(tmp_path, with_profile=False))
     assert code != 0
     assert_one_line_error(err, "surrogate.model_profile:", "rubberband profile")
+    # So does a run of an allocation of one's own (it named the library's target_model= keyword).
+    code, _, err = run(capsys, "run", surrogate_experiment(tmp_path, with_profile=False), "--provider", "sim",
+                       "--allocation", "32,10,3,1,4")
+    assert code != 0
+    assert_one_line_error(err, "surrogate.model_profile:", "rubberband profile")
 
 
 def test_whatif_weighs_width_ratios_measured_or_approximated(capsys, tmp_path):
