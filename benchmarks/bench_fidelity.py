@@ -13,7 +13,11 @@ what the model expects:
   profile's mean;
 - per stage, actual - predicted duration in seconds.
 
-Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile] [--deadline 30s]``
+``--max-fused 8`` profiles fusion as ``scripts/demo`` does (the plan may then fuse its wide
+stages) and sets the deadline as the demo does: 80% of one instance's JCT, or halfway between
+the fastest plan and one instance when that 80% is below what the fastest plan can do.
+
+Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile] [--max-fused 8] [--deadline 30s]``
 (``--test-profile`` profiles as ``tests/integration/test_cli_run.py`` does: ``--gpus 1
 --repeats 2 --max-packing 1``). Needs a quiet machine: anything else running skews profile and run apart.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--test-profile", action="store_true", help="profile as the integration test does")
     parser.add_argument("--experiment", default=str(ROOT / "experiments" / "demo.yaml"))
+    parser.add_argument("--max-fused", type=int, default=1, help="profile fused groups up to this size (scripts/demo: 8)")
     parser.add_argument("--deadline", default="demo",
                         help="the run's deadline; demo (default): 80%% of one instance's JCT, as scripts/demo sets it")
     args = parser.parse_args()
@@ -48,27 +54,35 @@ def main() -> None:
         env["RUBBERBAND_STATE_DIR"] = str(Path(tmp) / "state")
         runs = Path(tmp) / "runs"
 
-        def cli(*argv: str) -> str:
+        def cli(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
             runs_dir = [] if argv[0] == "plan" else ["--runs-dir", str(runs)]
             out = subprocess.run([sys.executable, "-m", "rubberband", *argv, *runs_dir],
                                  env=env, capture_output=True, text=True, timeout=600)
-            if out.returncode:
+            if out.returncode and check:
                 sys.exit(f"rubberband {argv[0]} failed: {out.stderr[-2000:]}")
-            return out.stdout
+            return out
 
         print(f"{'round':>5} {'deadline':>8} {'pred JCT':>9} {'actual':>8} {'JCT err':>8} {'cost err':>8} "
               f"{'instances plan/real':>21} {'first a/p':>11} {'L1 a/p':>13}  stage errors (s)")
         for i in range(args.rounds):
             prof = Path(tmp) / f"p{i}" / "demo.yaml"
             shape = ["--gpus", "1", "--repeats", "2", "--max-packing", "1"] if args.test_profile else ["--max-packing", "1"]
+            if args.max_fused > 1:
+                shape += ["--max-fused", str(args.max_fused)]
             cli("profile", args.experiment, *shape, "--out", str(prof), "--force")
             measured = ["--model-profile", str(prof), "--cloud-overrides", str(prof.with_name("demo.cloud.yaml"))]
             deadline = args.deadline
             if deadline == "demo":
-                one = json.loads(cli("plan", args.experiment, *measured, "--deadline", "1h", "--json"))
-                deadline = f"{0.8 * one['predicted']['jct_s_mean']:.0f}s"
+                one = json.loads(cli("plan", args.experiment, *measured, "--deadline", "1h", "--json").stdout)
+                d = 0.8 * one["predicted"]["jct_s_mean"]
+                if args.max_fused > 1:      # scripts/demo's rule for a fused plan
+                    m = re.search(r"shortest achievable JCT is ([0-9.]+)s",
+                                  cli("plan", args.experiment, *measured, "--deadline", "1s", check=False).stderr)
+                    fast = float(m.group(1)) if m else 0.0
+                    d = d if d >= 1.05 * fast else (fast + one["predicted"]["jct_s_mean"]) / 2
+                deadline = f"{d:.1f}s"
             result = json.loads(cli("run", args.experiment, "--provider", "local", "--json", *measured,
-                                    "--deadline", deadline))
+                                    "--deadline", deadline).stdout)
             p, a = result["predicted"], result["actual"]
             jct_err, cost_err = a["jct_s"] / p["jct_s"] - 1, a["cost_usd"] / p["cost_usd"] - 1
             errors.append((jct_err, cost_err))
