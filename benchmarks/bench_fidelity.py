@@ -77,7 +77,7 @@ def main() -> None:
                 one = json.loads(cli("plan", args.experiment, *measured, "--deadline", "1h", "--json").stdout)
                 d = 0.8 * one["predicted"]["jct_s_mean"]
                 if args.max_fused > 1:      # scripts/demo's rule for a fused plan
-                    m = re.search(r"shortest achievable JCT is ([0-9.]+)s",
+                    m = re.search(r"raise the deadline to at least ([0-9.]+)s",
                                   cli("plan", args.experiment, *measured, "--deadline", "1s", check=False).stderr)
                     fast = float(m.group(1)) if m else 0.0
                     d = d if d >= 1.05 * fast else (fast + one["predicted"]["jct_s_mean"]) / 2
