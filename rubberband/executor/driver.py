@@ -873,6 +873,8 @@ class Driver:
         names = [self.real[n] for n in d.names if n in self.real and self.real[n] not in self.gone]
         cancelled = [n for n in d.names if n not in self.real]
         self.unready = [(n, t) for n, t in self.unready if n not in cancelled]
+        if names:        # the stage they last served (the ledger bills their round-up there)
+            self._emit("release", instances=list(names), stage=d.stage)
         for inst in names:
             for t in self.trials.values():
                 if t.gang is not None and inst in t.instances:

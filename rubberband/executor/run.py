@@ -228,12 +228,17 @@ class _ProviderWatcher:
 
 
 def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float, stop_time: float | None,
-                       stage_windows: list[tuple[float, float]]) -> Ledger:
+                       stage_windows: list[tuple[float, float]], released_in: dict[str, int] | None = None) -> Ledger:
     """Build the ledger from the provider's own timestamps (seconds since the run started).
 
     ``stop_time``: when the cluster stopped, which released every instance the provider had
     not terminated by then; ``None`` while it runs (those instances are running).
+    ``released_in``: the stage each instance the driver released was let go in (its SYNC), from
+    the driver's ``release`` events. The provider terminates it a moment later, often once the
+    next stage has begun; its billing round-up belongs to the stage it last served, as the
+    model puts it (DESIGN §4), not to the one its termination fell in.
     """
+    released_in = released_in or {}
     ledger = Ledger(plan.cloud, stage_windows=stage_windows, clouds=dict(plan.type_clouds))
 
     def stage_at(t: float, ending: bool = False) -> int:
@@ -264,8 +269,10 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
             elif e["event"] == ProviderEvent.READY:
                 rec.ready_s = t
             elif e["event"] == ProviderEvent.TERMINATED and rec.released_s is None:
-                rec.released_s, rec.stage_released = t, stage_at(t, ending=True)
                 rec.release_reason = e.get("reason", Release.RELEASED)
+                rec.released_s = t
+                rec.stage_released = released_in[inst] if inst in released_in and \
+                    rec.release_reason == Release.RELEASED else stage_at(t, ending=True)
     for rec in ledger.instances.values():
         if stop_time is not None and rec.released_s is None:   # stopped with the cluster
             rec.released_s = stop_time - started
@@ -277,7 +284,8 @@ def ledger_from_events(plan: Plan, events: list[dict[str, Any]], started: float,
 def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode, width_ratio=None, narrow=None) -> RunResult:
     started = outcome.started_at
     windows = [(s.start_s, s.end_s) for s in outcome.stages]
-    ledger = ledger_from_events(plan, events, started, stop_time, windows)
+    released_in = {i: e["stage"] for e in outcome.timeline if e.get("event") == "release" for i in e["instances"]}
+    ledger = ledger_from_events(plan, events, started, stop_time, windows, released_in)
     from rubberband.executor.ledger import TrialRun
 
     def ran_on(run: dict[str, Any]) -> str:

@@ -137,6 +137,37 @@ def test_ledger_from_events_maps_provider_events_to_records():
     assert ledger.cost_usd(now=90.0) == pytest.approx((80 + 60 + 60) * 0.001, **EXACT)
 
 
+def test_an_instance_released_at_a_sync_and_terminated_in_the_next_stage_is_billed_to_the_one_it_served():
+    # The driver let rb-instance-2 go at stage 0's SYNC (its ``release`` event); the provider
+    # terminated it 1.5 s into stage 1. Its 60 s minimum's top-up is stage 0's, as the model
+    # bills it (the last stage it served): it was stage 1's, a stage cost +$0.0137 off on the demo.
+    t0 = 500.0
+    events = [
+        {"event": "request", "instance": "rb-instance-1", "node_id": "n1", "t": t0 + 0.0},
+        {"event": "request", "instance": "rb-instance-2", "node_id": "n2", "t": t0 + 0.0},
+        {"event": "running", "instance": "rb-instance-1", "t": t0 + 10.0},
+        {"event": "running", "instance": "rb-instance-2", "t": t0 + 10.0},
+        {"event": "terminated", "instance": "rb-instance-2", "t": t0 + 41.5},
+    ]
+    windows = [(0.0, 40.0), (40.0, 80.0)]
+    told = ledger_from_events(fake_plan(), events, t0, t0 + 90.0, windows, released_in={"rb-instance-2": 0})
+    blind = ledger_from_events(fake_plan(), events, t0, t0 + 90.0, windows)
+    assert told.instances["rb-instance-2"].stage_released == 0 and blind.instances["rb-instance-2"].stage_released == 1
+    top_up = (60.0 - 31.5) * 0.001
+    assert told.stage_costs(now=90.0)[0] == pytest.approx(blind.stage_costs(now=90.0)[0] + top_up, **EXACT)
+    assert sum(told.stage_costs(now=90.0)) == pytest.approx(sum(blind.stage_costs(now=90.0)), **EXACT)
+
+
+def test_the_driver_says_which_stage_it_released_instances_in():
+    spec = ExperimentSpec.from_stages([(4, 1), (1, 1)])
+    plan = plan_allocation(spec, (4, 1), model_profile({1: 1.0}), fake_cloud(2), 1e6, samples=1)
+    fakes = make_fakes(2, {1: 1.0})
+    out = Driver(plan, fakes.cluster, fakes.runner, {"lr": [0.1, 0.2, 0.3, 0.4]}, "loss", clock=fakes.clock).run()
+    released = [e for e in out.timeline if e["event"] == "release"]
+    # One of stage 0's two instances at its SYNC, the other when the job ends.
+    assert [(e["stage"], len(e["instances"])) for e in released] == [(0, 1), (1, 1)]
+
+
 def test_ledger_from_aws_events_uses_ec2_ids_times_and_release_reasons(tmp_path):
     import json
 
