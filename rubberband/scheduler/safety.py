@@ -14,7 +14,11 @@ deterministic estimate that leans late (``finish_s``):
 * every TRAIN of a stage of ``n`` trials lasts ``E[startup] + k * (mean(m) + z_n std(m)) * c``:
   a stage waits for its slowest trial, and ``z_n`` is the expected largest of ``n`` standard
   normal draws (Blom's ``Phi^-1((n - 0.375) / (n + 0.25))``, 0 for one trial); ``c`` is the
-  re-planner's observed pace correction (``replan.py``; 1 without re-planning);
+  re-planner's observed pace correction (``replan.py``; 1 without re-planning); ``k`` counts
+  the stage's redone iterations ``r_i`` too (DESIGN §4: a TRAIN of a function trainable trains
+  them first), owed by every TRAIN still to start and by a running one started fresh in the
+  stage; a TRAIN resumed after a cut (reclaim, move, retry) owes none once its step had moved
+  (they were trained first and kept, §4.1), else all of ``r_i`` (it may owe part: leaning late);
 * a stage's TRAINs are list-scheduled on its ``min(a_i, n_i)`` slots in queue order, the
   running ones for what is left of them (a running TRAIN is assumed to have begun on time);
 * each stage adds ``E[SYNC]``; a stage that holds more instances than the one before, or the

@@ -128,6 +128,7 @@ from rubberband.scheduler.events import (
 )
 from rubberband.scheduler.replan import Replan, Replanner
 from rubberband.scheduler.safety import WAKE_RESOLUTION_S, Budget, SafetyNet
+from rubberband.simulator.model import redone_iters
 from rubberband.units import format_usd
 
 
@@ -246,7 +247,13 @@ class Scheduler:
         self._allocation, self._held = list(plan.allocation), list(plan.instances)
         self._gpus_per_trial, self._spot = list(plan.gpus_per_trial), list(plan.spot_counts)
         self._replans: list[Replan] = []
-        self._began: dict[str, tuple[float, int, int]] = {}    # trial -> (start, iters, GPUs) of its TRAIN now
+        # trial -> (start, iters, GPUs, redone) of its TRAIN now; ``redone``: the iterations it
+        # trains again first (``_owed``), ``None`` where the scheduler cannot tell how many.
+        self._began: dict[str, tuple[float, int, int, int | None]] = {}
+        self._started: set[str] = set()     # trials whose TRAIN of the current stage has begun (once or more)
+        # r_i per stage (DESIGN §4): what a TRAIN of stage i trains again on resuming its trial.
+        model = replanner.model if replanner is not None else safety_net.model if safety_net is not None else None
+        self._redone = redone_iters(plan.spec, model) if model is not None else (0,) * plan.spec.num_stages()
         self._trials: dict[str, TrialInfo] = {}
         self._instances: dict[str, _Instance] = {}
         self._positions: dict[int, _Position] = {}
@@ -398,9 +405,13 @@ class Scheduler:
             return net.stage_sync_s(tgt), 0.0
         f, m, n = self._factor(), self._gpus_per_trial[self._stage], self._spec.stages[self._stage].num_trials
         packed, fused = self._share(self._stage), self._fused(self._stage)
+        r = self._redone[self._stage]
         busy, most = [], 0.0
-        for tid, (start, iters, gpus) in self._began.items():
+        for tid, (start, left, gpus, owed) in self._began.items():
             if self._trials[tid].running:
+                # All it trains: its iterations and the redone ones it owes (all of ``r`` when
+                # unknown: the estimate leans late).
+                iters = left + (r if owed is None else owed)
                 busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused, tgt) - self._now, 0.0))
                 if tgt and net.target_model is not None:     # the target's own profile, uncorrected
                     pace, g = net.latency(gpus, packed, fused, tgt).mean, 1.0
@@ -410,7 +421,8 @@ class Scheduler:
                             model.packed_latency(packed) if packed > 1 else model.latency(gpus)).mean
                     g = f
                 most = max(most, iters - max(self._now - start, 0.0) / (pace * g))
-        queued = [self._trials[t].target - self._trials[t].step for t in self._queue]
+        queued = [self._trials[t].target - self._trials[t].step + (o if (o := self._owed(t)) is not None else r)
+                  for t in self._queue]
         left = net.stage_s(busy, [net.train_s(m, k, n, f, packed, fused, tgt) for k in queued], self._concurrency(),
                            tgt)
         if self._phase == "scaling":        # what is left of the scale-up, on on-demand
@@ -429,7 +441,8 @@ class Scheduler:
         spec, f = self._spec, self._factor()
         total, var = self._stage_left(net)
         for j in range(self._stage + 1, spec.num_stages()):
-            n, k, m, packed = spec.stages[j].num_trials, spec.stages[j].iters, self._gpus_per_trial[j], self._share(j)
+            n, m, packed = spec.stages[j].num_trials, self._gpus_per_trial[j], self._share(j)
+            k = spec.stages[j].iters + self._redone[j]       # every TRAIN of a stage to come trains its r_j too
             slots, tgt = min(self._allocation[j] * packed, n), spec.stages[j].target
             total += net.stage_s([], [net.train_s(m, k, n, f, packed, self._fused(j), tgt)] * n, slots, tgt)
             var += math.ceil(n / slots) * net.train_var(m, k, f, packed, self._fused(j), tgt)
@@ -573,7 +586,7 @@ class Scheduler:
         for tid in self._active:
             trial = self._trials[tid]
             trial.target = trial.step + spec.stages[i].iters
-        self._trained, self._queue = set(), list(self._active)
+        self._trained, self._queue, self._started = set(), list(self._active), set()
         itype = self._types[i]
         fresh = {market: count - sum(1 for p in self._positions.values() if p.market is market and p.itype == itype)
                  for market, count in self._want(i).items()}
@@ -672,11 +685,24 @@ class Scheduler:
                        previous=_placement(previous), reserved=others)
         return {t: placed.assignments[t] for t in trials if t in placed.assignments}
 
+    def _owed(self, tid: str) -> int | None:
+        """The redone iterations (DESIGN §4) trial ``tid``'s TRAIN of the current stage trains
+        first when it starts now: the stage's ``r_i`` at its first start; none when it resumes a
+        TRAIN that had got past them (its step moved: the redone ones are trained first and kept,
+        §4.1); ``None`` when it resumes one cut before its step moved (part of ``r_i`` may be
+        owed still, the scheduler cannot tell how much)."""
+        r = self._redone[self._stage]
+        if tid not in self._started or r == 0:
+            return r
+        trial = self._trials[tid]
+        return 0 if trial.step > trial.target - self._spec.stages[self._stage].iters else None
+
     def _start(self, tid: str, slots: tuple[Slot, ...]) -> StartTrial:
         trial = self._trials[tid]
         trial.running = True
         self._placement[tid] = slots
-        self._began[tid] = (self._now, trial.target - trial.step, len(slots))
+        self._began[tid] = (self._now, trial.target - trial.step, len(slots), self._owed(tid))
+        self._started.add(tid)
         return StartTrial(tid, self._stage, slots, trial.target - trial.step, self._share(self._stage),
                           self._fused(self._stage))
 
@@ -727,7 +753,7 @@ class Scheduler:
             trial = self._trials[tid]
             if trial.running:
                 trial.running = False
-                self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace
+                self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace (its remainder may, ``_owed``)
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
         self._queue[:0] = [t for t in resume if t not in self._queue]
@@ -747,7 +773,7 @@ class Scheduler:
         if ev.trial not in assigned:
             return []
         trial.step = ev.step
-        self._began.pop(ev.trial, None)          # a TRAIN split by a move says nothing of the pace
+        self._began.pop(ev.trial, None)          # a TRAIN split by a move: only its remainder is observed (``_owed``)
         out: list[Decision] = [self._start(ev.trial, assigned[ev.trial])]
         busy = {n for s in self._placement.values() for n, _ in s}
         vacated = [x for x in self._instances.values() if x.doomed and x.ready and not x.retired and x.name not in busy]
@@ -777,9 +803,14 @@ class Scheduler:
         trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
         began = self._began.pop(ev.trial, None)
         # A target TRAIN runs another model (DESIGN §4.6): its pace says nothing of the surrogate's.
-        if began is not None and self._replanner is not None and not self._spec.stages[self._stage].target:
-            start, iters, gpus = began
-            pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage), self._stage)
+        # A TRAIN resumed after a cut (reclaim, move, retry) is observed for what it trained: its
+        # iterations left and none redone when it had got past them; not at all when it may
+        # still have owed part of them (``_owed``: ``None``).
+        if (began is not None and began[3] is not None and self._replanner is not None
+                and not self._spec.stages[self._stage].target):
+            start, iters, gpus, owed = began
+            pace = (gpus, iters, self._now - start, self._share(self._stage), self._fused(self._stage),
+                    self._stage if owed else None)
             if self._asked is None:
                 self._replanner.observe(*pace)
             else:                          # the replanner is busy off the loop: observed when it is done

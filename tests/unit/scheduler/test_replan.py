@@ -220,3 +220,67 @@ def test_a_train_that_redoes_iterations_is_measured_over_all_it_trained():
 
     drive(Scheduler(plan, "min", replanner), gpus=4, train_s=train_s, tick_s=0.0)
     assert replanner.factor == pytest.approx(1.0)
+
+
+def _run_with_cut(sched: Scheduler, model: ModelProfile, cut_stage: int, done_before_cut: int,
+                  redone: tuple[int, ...]) -> None:
+    """Run ``sched`` in virtual time, every TRAIN on ``model``'s pace (its redone iterations first,
+    DESIGN §4), and fail the first TRAIN of stage ``cut_stage`` once it trained its redone
+    iterations and ``done_before_cut`` of its own: it is retried from that step (a remainder)."""
+    from rubberband.scheduler import InstanceReady, SyncDone, TrainFinished, TrialFailed
+    from rubberband.scheduler.events import ComputeReplan, ReplanReady
+
+    now, pending, steps, cut = 0.0, list(sched.start(0.0)), {}, False
+    ends: dict[str, tuple[float, str, int]] = {}      # trial -> (when, "done" or "fail", step then)
+    while pending or ends:
+        if not pending:
+            trial, (now, kind, step) = min(ends.items(), key=lambda kv: kv[1][0])
+            del ends[trial]
+            steps[trial] = step
+            pending += sched.on(TrainFinished(trial, step, 1.0) if kind == "done" else TrialFailed(trial, step), now)
+            continue
+        d = pending.pop(0)
+        if isinstance(d, RequestInstances):
+            for name in d.names:
+                pending += sched.on(InstanceReady(name, 4, now), now)
+        elif isinstance(d, StartTrial):
+            L, start = model.latency(len(d.slots)).mean, steps.get(d.trial, 0)
+            owed = redone[d.stage] if start + d.iters == sched._trials[d.trial].target and d.iters == SPEC.stages[d.stage].iters else 0
+            if d.stage == cut_stage and not cut:
+                cut = True
+                ends[d.trial] = (now + 2.0 + (owed + done_before_cut + 0.5) * L, "fail", start + done_before_cut)
+            else:
+                ends[d.trial] = (now + 2.0 + (owed + d.iters) * L, "done", start + d.iters)
+        elif isinstance(d, RunSync):
+            now += 1.0
+            pending += sched.on(SyncDone(d.stage), now)
+        elif isinstance(d, ComputeReplan):
+            pending += sched.on(ReplanReady(d.token, d.compute()), now)
+
+
+def test_a_resumed_train_is_not_read_as_fast():
+    """A TRAIN resumed after a cut (here a retry) trains only the iterations it has left: the
+    redone ones were trained before the cut (DESIGN §4, §4.1). Observed with the stage's whole
+    ``r_i`` added, a remainder on pace read as ~10% fast."""
+    model = MODEL.replace(checkpoint_every=4)                 # r = 0, 2, 2
+    replanner = Replanner(plan_for(600), model)
+    replanner.observe(1, 3, 2.0 + 3 * 40.0)                   # a remainder of 3 iterations, on pace
+    assert replanner.factor == pytest.approx(1.0)
+    # Through the scheduler: stage 1's first TRAIN fails after its 2 redone iterations and 1 of
+    # its own; its retry trains the 3 left, on pace: the job reads as on pace.
+    plan = plan_for(600)
+    replanner = Replanner(plan, model)
+    _run_with_cut(Scheduler(plan, "min", replanner), model, cut_stage=1, done_before_cut=1, redone=replanner.redone)
+    assert replanner.factor == pytest.approx(1.0)
+    assert replanner._n == SPEC.stages[0].num_trials + SPEC.stages[1].num_trials + SPEC.stages[2].num_trials
+
+
+def test_a_train_cut_before_its_step_moved_is_not_observed_on_resuming():
+    """Cut before its step moved, a TRAIN may have trained part of its redone iterations or none:
+    its remainder owes an unknown share of them, so it is not observed."""
+    model = MODEL.replace(checkpoint_every=4)
+    plan = plan_for(600)
+    replanner = Replanner(plan, model)
+    _run_with_cut(Scheduler(plan, "min", replanner), model, cut_stage=1, done_before_cut=0, redone=replanner.redone)
+    assert replanner.factor == pytest.approx(1.0)
+    assert replanner._n == sum(s.num_trials for s in SPEC.stages) - 1

@@ -20,6 +20,7 @@ from rubberband.scheduler import (
     Scheduler,
     StartTrial,
     StopTrial,
+    SyncDone,
     Tick,
     TrainFinished,
     Wake,
@@ -225,3 +226,27 @@ def test_the_net_prices_a_surrogate_jobs_target_stage_by_the_target_profile():
     # The target's pace is its own: a surrogate running 1.5x slow does not stretch it.
     assert net.train_s(1, 2, 1, factor=1.5, target=True) == 1.0 + 80.0
     assert net.train_s(1, 2, 1, factor=1.5) == 1.0 + 30.0
+
+
+def test_the_net_prices_the_redone_iterations_of_running_queued_and_future_trains():
+    # A function trainable that checkpoints every 2 iterations resumes stage 1 from step 0 after
+    # its 1 iteration of stage 0: each TRAIN of stage 1 trains that iteration again (r = 0, 1,
+    # DESIGN §4): 2 iterations, 21 s. On 1 GPU the 2 trials of stage 1 queue; on-demand from the
+    # start: 10 + 11 + 1 + 2 x 21 + 1 = 65 s, so with a 200 s deadline and 20 s needed the net
+    # wakes at 115 s (at 135 s, 20 s late, without the redone iterations).
+    model = MODEL.replace(checkpoint_every=2)
+    plan = spot_plan(200.0, allocation=(4, 1))
+    net = SafetyNet(model, plan.cloud, plan.deadline_s)
+    sched = Scheduler(plan, mode="min", safety_net=net)
+    assert of(sched.start(0.0), Wake) == [Wake(115.0)]
+    # In stage 1 (1 GPU, 2 trials): one TRAIN running, started fresh (owes its redone
+    # iteration), one queued (owes it too): 21 + 21 + 1 = 43 s left, not 23.
+    out = sched.on(InstanceReady("i000", 4, 5.0), 10.0)
+    for d in of(out, StartTrial):
+        out = sched.on(TrainFinished(d.trial, 1, float(d.trial[-1])), 21.0)
+    out = sched.on(SyncDone(0), 22.0)
+    assert len(of(out, StartTrial)) == 1 and sched._queue
+    assert sched._finish_on_demand_s(net) == pytest.approx(21.0 + 21.0 + 1.0)
+    # 5 s into the running TRAIN: 16 s of it left.
+    sched.on(Tick(), 27.0)
+    assert sched._finish_on_demand_s(net) == pytest.approx(16.0 + 21.0 + 1.0)
