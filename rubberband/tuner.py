@@ -375,7 +375,7 @@ class Tuner:
         if self.tune_config.budget is not None:
             from rubberband.scheduler.safety import check_budget
 
-            budget = check_budget(float(self.tune_config.budget), exp.spec, model, plan.cloud)
+            budget = check_budget(float(self.tune_config.budget), exp.spec, model, plan.cloud, target_model=target)
         if provider.starts_cluster:
             from rubberband.executor.run import execute, progress_printer
 

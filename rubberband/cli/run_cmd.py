@@ -158,7 +158,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         from rubberband.scheduler.safety import check_budget
 
         # The scheduler's lower bound: a guard for --plan and --allocation, which plan nothing.
-        budget = check_budget(args.budget, exp.spec, plan_model(exp, plan), plan.cloud)
+        budget = check_budget(args.budget, exp.spec, plan_model(exp, plan), plan.cloud, target_model=target_plan_model(exp, plan))
     if wants_rehearsal(args):
         return rehearse_cmd(args, exp, plan, budget)
     if not args.json and sys.stderr.isatty():     # the cluster's start (Ray's head, the autoscaler) takes seconds

@@ -180,30 +180,46 @@ class Budget:
         return sum(self.hourly(m, t) for m, t in held) / 3600.0
 
 
-def cheapest_run_usd(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile) -> float:
-    """A lower bound on what any run of ``spec`` costs: every trial's iterations of every stage
-    on the GPU count that needs the fewest GPU-seconds for them (at the profile's mean
-    latency), at the cheapest market's price per GPU-second, plus one instance's minimum
-    charge. Start-ups, SYNCs, SCALEs, INITs and idle GPUs only add to it."""
+def cheapest_run_usd(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
+                     target_model: ModelProfile | None = None) -> float:
+    """A lower bound on what any run of ``spec`` costs, by DESIGN §4's billing.
+
+    Its iterations need ``W`` GPU-seconds at least: every trial's iterations of every stage on
+    the GPU count that needs the fewest GPU-seconds for them (at the profile's mean latency; a
+    surrogate job's target stage by ``target_model``, DESIGN §4.6, when given). An instance is
+    billed at least its time up and at least ``minimum_s``, so the instance-seconds billed are at
+    least ``max(W / G, minimum_s)`` (their sum is at least their largest term, at least one
+    instance's minimum), at the cheapest market's price; plus one launch's data charge (a run
+    launches at least one instance). Not the sum of the two: the minimum top-up is charged only
+    on an instance that lives less than ``minimum_s``, and then it covers its iterations too.
+    Start-ups, SYNCs, SCALEs, INITs, idle GPUs, other launches and rounding only add to it."""
     prices = [cloud.price_usd_per_hour] + ([cloud.spot_price_usd_per_hour] if cloud.spot_price_usd_per_hour else [])
-    per_gpu_s = min(prices) / 3600.0 / cloud.gpus_per_instance
-    gpu_s_per_iter = min(m * model.latency(m).mean for m in model.iter_latency_s)
-    iters = sum(stage.num_trials * stage.iters for stage in spec.stages)
-    minimum = min(prices) * cloud.billing.minimum_s / 3600.0 + cloud.data.usd_per_launch
-    return iters * gpu_s_per_iter * per_gpu_s + minimum
+    per_instance_s = min(prices) / 3600.0
+
+    def gpu_s_per_iter(m: ModelProfile) -> float:
+        return min(g * m.latency(g).mean for g in m.iter_latency_s)
+
+    gpu_s = sum(stage.num_trials * stage.iters
+                * gpu_s_per_iter(target_model if stage.target and target_model is not None else model)
+                for stage in spec.stages)
+    instance_s = max(gpu_s / cloud.gpus_per_instance, float(cloud.billing.minimum_s))
+    return instance_s * per_instance_s + cloud.data.usd_per_launch
 
 
-def check_budget(budget_usd: float, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile) -> float:
-    """``--budget`` must be positive and at least ``cheapest_run_usd``.
+def check_budget(budget_usd: float, spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
+                 target_model: ModelProfile | None = None) -> float:
+    """``--budget`` must be positive and at least ``cheapest_run_usd`` (``target_model``: a
+    surrogate job's target stage's profile, DESIGN §4.6).
 
     Raises:
         SpecError: naming ``--budget``, with the cheapest possible run.
     """
     if not budget_usd > 0 or not math.isfinite(budget_usd):
         raise SpecError(f"--budget: expected a positive amount of dollars, got {budget_usd}")
-    cheapest = cheapest_run_usd(spec, model, cloud)
+    cheapest = cheapest_run_usd(spec, model, cloud, target_model)
     if budget_usd < cheapest:
         raise SpecError(f"--budget: {format_usd(budget_usd)} is below the cheapest possible run of this job, "
                         f"{format_usd(cheapest)} "
-                        "(its iterations alone on the fewest GPU-seconds at the cheapest price); raise it")
+                        "(its iterations alone on the fewest GPU-seconds at the cheapest price, or one instance's "
+                        "minimum charge if more); raise it")
     return budget_usd

@@ -270,7 +270,7 @@ class Scheduler:
         self._announced = self._ended = -1       # the last stage StageStarted and StageEnded reported
         self._tokens = itertools.count(1)
         self._asked: tuple[int, int, bool] | None = None    # the re-plan in flight: (token, stage, at a reclaim)
-        self._unseen: list[tuple[int, int, float, int, bool, int]] = []    # TRAIN paces seen while a re-plan is in flight
+        self._unseen: list[tuple[int, int, float, int, bool, int | None]] = []    # TRAIN paces seen while a re-plan is in flight
         self._sync_state: tuple[int, list[str], float] | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
 
@@ -407,11 +407,11 @@ class Scheduler:
         packed, fused = self._share(self._stage), self._fused(self._stage)
         r = self._redone[self._stage]
         busy, most = [], 0.0
-        for tid, (start, left, gpus, owed) in self._began.items():
+        for tid, (start, todo, gpus, owed) in self._began.items():
             if self._trials[tid].running:
                 # All it trains: its iterations and the redone ones it owes (all of ``r`` when
                 # unknown: the estimate leans late).
-                iters = left + (r if owed is None else owed)
+                iters = todo + (r if owed is None else owed)
                 busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused, tgt) - self._now, 0.0))
                 if tgt and net.target_model is not None:     # the target's own profile, uncorrected
                     pace, g = net.latency(gpus, packed, fused, tgt).mean, 1.0
@@ -753,7 +753,7 @@ class Scheduler:
             trial = self._trials[tid]
             if trial.running:
                 trial.running = False
-                self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace (its remainder may, ``_owed``)
+                self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace (``_owed``)
                 trial.step = ev.progress.get(tid, trial.step)
                 resume.append(tid)
         self._queue[:0] = [t for t in resume if t not in self._queue]

@@ -162,7 +162,7 @@ def test_a_budget_that_runs_out_stops_the_rehearsal_with_exit_code_3(capsys):
     (["--budget", "0"], ["--budget: expected a positive amount of dollars, e.g. 50, got 0.0"]),
     (["--budget", "0.5"], ["--budget: $0.5000 is below the cheapest possible run, which costs $12.07"]),
     (["--budget", "0.5", "--allocation", "32,20,12,12"],
-     ["--budget: $0.5000 is below the cheapest possible run of this job, $1.14"]),
+     ["--budget: $0.5000 is below the cheapest possible run of this job, $1.11"]),
 ])
 def test_bad_budgets_are_one_line_naming_the_flag(capsys, argv, needles):
     code, _, err = run(capsys, "run", EXP, "--provider", "sim", "--samples", "50", *argv)

@@ -26,7 +26,7 @@ from rubberband.scheduler import (
     Wake,
 )
 from rubberband.scheduler.safety import Budget, check_budget
-from rubberband.testing.builders import model_profile
+from rubberband.testing.builders import cloud_profile, model_profile
 from tests.unit.scheduler.test_scheduler import MODEL, cloud, of
 
 # SHA(4, 1, 2): 4 trials of 1 iteration, then 2. With MODEL (10 s an iteration on 1 GPU, 1 s
@@ -131,9 +131,36 @@ def test_a_budget_running_out_mid_stage_stops_cleanly_with_everything_released()
 def test_bad_budgets_are_one_line_naming_the_flag():
     with pytest.raises(SpecError, match=r"--budget: expected a positive amount of dollars, got 0"):
         check_budget(0, SPEC, MODEL, cloud())
-    # 6 trial-iterations of 10 GPU-seconds at $4/h spot over 4 GPUs, plus a 60 s minimum: $0.0167 + $0.0667.
-    with pytest.raises(SpecError, match=r"--budget: \$0\.0500 is below the cheapest possible run of this job, \$0\.0833"):
+    # 6 trial-iterations of 10 GPU-seconds on 4-GPU instances: 15 instance-seconds, less than one
+    # instance's 60 s minimum, at $4/h spot: $0.0667.
+    with pytest.raises(SpecError, match=r"--budget: \$0\.0500 is below the cheapest possible run of this job, \$0\.0667"):
         check_budget(0.05, SPEC, MODEL, cloud("spot"))
+
+
+def test_the_cheapest_run_is_a_lower_bound_the_plan_meets():
+    # The minimum charge covers the instance's first 60 s, iterations included: the least a run
+    # costs is the larger of the two, not their sum ($0.0833 for SPEC on spot, above a run that
+    # trains all 6 trial-iterations on one instance within its first minute).
+    assert check_budget(0.07, SPEC, MODEL, cloud("spot")) == 0.07
+    # Iterations past the minimum: 2 x 10 trials x 2 iterations x 10 GPU-seconds = 400 GPU-seconds,
+    # 100 s on a 4-GPU instance at $12/h = $0.3333, above the minimum ($0.20), and no plan is cheaper.
+    spec, od = ExperimentSpec.from_stages([(20, 2)]), cloud_profile("p3.8xlarge", 4, 12.0)
+    plan = plan_allocation(spec, [4], MODEL, od, 3600.0, samples=4)
+    assert plan.predicted.mean_cost_usd >= 400 / 4 * 12.0 / 3600
+    with pytest.raises(SpecError, match=r"\$0\.3333"):
+        check_budget(0.33, spec, MODEL, od)
+    assert check_budget(plan.predicted.mean_cost_usd, spec, MODEL, od) == plan.predicted.mean_cost_usd
+
+
+def test_the_cheapest_run_prices_a_target_stage_by_the_target_profile():
+    # SPEC's 60 GPU-seconds, then its winner trained 10 iterations at full width, 40 GPU-seconds
+    # each (DESIGN §4.6): 460 GPU-seconds, 115 s on 4 GPUs at $12/h = $0.3833 (by the
+    # surrogate's profile the target stage would be 100 GPU-seconds: $0.20, the minimum).
+    target = model_profile({g: 40.0 / g for g in (1, 2, 4, 8)}, startup_s=1.0, sync_s=1.0, name="full")
+    spec, od = SPEC.with_target(10), cloud_profile("p3.8xlarge", 4, 12.0)
+    with pytest.raises(SpecError, match=r"\$0\.3833"):
+        check_budget(0.30, spec, MODEL, od, target_model=target)
+    assert check_budget(0.30, spec, MODEL, od) == 0.30
 
 
 def test_the_budget_pays_a_stages_on_demand_and_spot_requests_together_or_stops():
