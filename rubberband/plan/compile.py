@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,7 +43,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                  compare: bool = False, progress: Progress | None = None,
                  held_at_start: HeldInstances | int | None = None,
                  max_instances: int | Mapping[str, int] | None = None,
-                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Plan:
+                 target_model: ModelProfile | Mapping[str, ModelProfile] | None = None,
+                 redone: Sequence[int] | None = None) -> Plan:
     """Find the cheapest plan that meets ``deadline_s`` under ``policy``.
 
     Args:
@@ -97,6 +98,10 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
             ``model`` is then the surrogate's. The search plans the whole job at once: the
             target stage has its own candidates (GPUs per trial by its profile), market and,
             with ``auto``, type, and the deadline covers it.
+        redone: each stage's iterations a TRAIN trains again on resuming (DESIGN §4; default:
+            ``redone_iters`` of ``spec``, as if nothing had been trained before it). A re-plan of
+            the rest of a job passes the job's own (``Replanner.redone[first:]``): its first
+            stages resume trials trained in the stages before, which ``spec`` no longer has.
 
     Returns:
         A new ``Plan`` (inputs are never modified).
@@ -119,7 +124,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         stage_models(model, [], False, spec, target_model)        # the one-line error naming target_model
     job = _Job(spec, float(deadline_s), policy, samples, seed, confidence, progress,
                _held_type(held_at_start, cloud, instance_type), check_max_instances(max_instances, cloud),
-               check_models(target_model, cloud) if isinstance(target_model, Mapping) else target_model)
+               check_models(target_model, cloud) if isinstance(target_model, Mapping) else target_model,
+               check_redone(redone, spec))
     if isinstance(cloud, CloudCatalog):
         if not instance_type:
             raise SpecError("instance_type: name an instance type of the catalog, or `auto` to compare them")
@@ -161,6 +167,7 @@ class _Job:
     held: HeldInstances | None = None
     caps: Caps = None
     target: ModelProfile | Mapping[str, ModelProfile] | None = None    # a surrogate job's target stage's
+    redone: tuple[int, ...] | None = None       # each stage's redone iterations (``None``: ``spec``'s own)
 
     def target_for(self, cloud: CloudProfile, catalog: CloudCatalog | None = None) -> ModelProfile | None:
         """The target stage's profile on ``cloud`` (its GPU model's); with the ``catalog`` it was
@@ -179,7 +186,8 @@ class _Job:
 
     def table(self, model: ModelProfile, cloud: CloudProfile) -> StageTable:
         return StageTable(self.spec, model, cloud, samples=self.samples, seed=self.seed, held_at_start=self.held,
-                          max_instances=type_cap(self.caps, cloud), target_model=self.target_for(cloud))
+                          max_instances=type_cap(self.caps, cloud), target_model=self.target_for(cloud),
+                          redone=self.redone)
 
 
 def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None = None, cost_cap: float = math.inf,
@@ -191,15 +199,34 @@ def _plan_one(job: _Job, model, cloud, table=None, market: Market | str | None =
     if table is None and policy == "optimal" and (packing_counts(model, cloud) or fusion_counts(model, cloud)):
         table = VariantTable(variant_tables(job.spec, model, cloud.replace(market=Market.ON_DEMAND) if market == AUTO
                                             else cloud, job.samples, job.seed, held=job.held, caps=job.caps,
-                                            target_model=job.target_for(cloud)), model, job.target_for(cloud))
+                                            target_model=job.target_for(cloud), redone=job.redone),
+                             model, job.target_for(cloud))
     if market == AUTO:
         return plan_markets(job.spec, model, cloud, job.deadline_s, policy, job.samples, job.seed, job.confidence,
                             base=table, progress=job.progress, cost_cap=cost_cap, held=job.held, caps=job.caps,
-                            target_model=job.target_for(cloud))
+                            target_model=job.target_for(cloud), redone=job.redone)
     table = table or job.table(model, cloud)
     if math.isfinite(cost_cap):
         return cheaper_plan(table, job.deadline_s, policy, job.confidence, cost_cap=cost_cap, progress=job.progress)
     return plan_on_table(table, job.deadline_s, policy, job.confidence, progress=job.progress)
+
+
+def check_redone(redone: Sequence[int] | None, spec: ExperimentSpec) -> tuple[int, ...] | None:
+    """``redone`` as one whole count of at least 0 per stage of ``spec`` (``None`` stays ``None``).
+
+    Raises:
+        SpecError: naming ``redone``.
+    """
+    if redone is None:
+        return None
+    if isinstance(redone, (str, bytes)) or not isinstance(redone, Sequence | np.ndarray) or len(redone) != spec.num_stages():
+        raise SpecError(f"redone: expected {spec.num_stages()} counts of redone iterations, one per stage, got {redone!r}")
+    out = []
+    for r in redone:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+            raise SpecError(f"redone: expected whole numbers of iterations, at least 0, got {redone!r}")
+        out.append(int(r))
+    return tuple(out)
 
 
 def _held_type(held: HeldInstances | int | None, cloud: CloudProfile | CloudCatalog,
@@ -272,21 +299,22 @@ def fusion_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
 
 def variant_tables(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile, samples: int, seed: int,
                    draws=None, held: HeldInstances | None = None, caps: Caps = None,
-                   target_model: ModelProfile | None = None) -> list[StageTable]:
+                   target_model: ModelProfile | None = None, redone: Sequence[int] | None = None) -> list[StageTable]:
     """One ``StageTable`` per trials per GPU on ``cloud`` (1, then each of ``packing_counts``), and
     one per trials fused per GPU (each of ``fusion_counts``), on one set of random streams
     (``draws``: another type's, to share), from the instances ``held`` at the start, with at
     most ``caps`` instances of the type. Packing and fusion are variants of their own, so a
     stage is unfused, packed or fused, never both. ``target_model``: a surrogate job's target
-    stage's profile (DESIGN §4.6); its one trial never packs nor fuses."""
+    stage's profile (DESIGN §4.6); its one trial never packs nor fuses. ``redone``: each stage's
+    redone iterations (``compile_plan``'s; ``None``: ``spec``'s own)."""
     cap = type_cap(caps, cloud)
     first = StageTable(spec, model, cloud, samples=samples, seed=seed, draws=draws, held_at_start=held,
-                       max_instances=cap, target_model=target_model)
+                       max_instances=cap, target_model=target_model, redone=redone)
     return ([first] + [StageTable(spec, model, cloud, samples=samples, seed=seed, trials_per_gpu=k, draws=first.draws,
-                                  held_at_start=held, max_instances=cap, target_model=target_model)
+                                  held_at_start=held, max_instances=cap, target_model=target_model, redone=redone)
                        for k in packing_counts(model, cloud)]
             + [StageTable(spec, model, cloud, samples=samples, seed=seed, fused_per_gpu=f, draws=first.draws,
-                          held_at_start=held, max_instances=cap, target_model=target_model)
+                          held_at_start=held, max_instances=cap, target_model=target_model, redone=redone)
                for f in fusion_counts(model, cloud)])
 
 
@@ -311,7 +339,7 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
                  samples: int, seed: int, confidence: float | None, base: StageTable | None = None,
                  progress: Progress | None = None, cost_cap: float = math.inf,
                  held: HeldInstances | None = None, caps: Caps = None,
-                 target_model: ModelProfile | None = None) -> Plan | None:
+                 target_model: ModelProfile | None = None, redone: Sequence[int] | None = None) -> Plan | None:
     """The cheapest plan over ``market_vectors``: each is planned exactly as an on-demand job is
     (its stage means from the spot kernel where instances may be reclaimed, see ``StageTable``)
     and kept only if it meets the constraint in full simulation with reclaims. The considered
@@ -320,13 +348,16 @@ def plan_markets(spec: ExperimentSpec, model: ModelProfile, cloud: CloudProfile,
     same job and cloud to derive the markets' tables from (what-if sweeps share one across
     deadlines). With a finite ``cost_cap`` (a plan in hand elsewhere costs that much) every vector
     is cut there (``cheaper_plan``), all on-demand and all spot too: ``None`` when none has a plan
-    left. ``held``: the instances held at the start (a ``base`` given has its own)."""
+    left. ``held``: the instances held at the start (a ``base`` given has its own, and its own
+    ``redone``: each stage's redone iterations, ``None``: ``spec``'s own)."""
     if cloud.spot_price_usd_per_hour is None:
-        plan = _plan_one(_Job(spec, deadline_s, policy, samples, seed, confidence, progress, held, caps, target_model),
+        plan = _plan_one(_Job(spec, deadline_s, policy, samples, seed, confidence, progress, held, caps, target_model,
+                              check_redone(redone, spec)),
                          model, cloud.replace(market=Market.ON_DEMAND))
         return replace(plan, warnings=(f"market auto: {cloud.instance_type} has no spot price; planned on-demand",))
     base = base or StageTable(spec, model, cloud.replace(market=Market.ON_DEMAND), samples=samples, seed=seed,
-                              held_at_start=held, max_instances=type_cap(caps, cloud), target_model=target_model)
+                              held_at_start=held, max_instances=type_cap(caps, cloud), target_model=target_model,
+                              redone=check_redone(redone, spec))
     plans: dict[tuple[Market, ...], Plan | InfeasibleDeadlineError | None] = {}
     best_usd = cost_cap
     vectors = market_vectors(spec.num_stages())
@@ -720,7 +751,7 @@ def _plan_auto(job: _Job, models: dict[str, ModelProfile], catalog: CloudCatalog
                 continue
             try:
                 own = (variant_tables(spec, usable, cloud, job.samples, job.seed, draws, job.held, job.caps,
-                                      job.target_for(cloud, catalog))
+                                      job.target_for(cloud, catalog), job.redone)
                        if policy == "optimal" else None)
                 if own is not None:
                     draws = own[0].draws
@@ -788,17 +819,20 @@ def plan_allocation(spec: ExperimentSpec, allocation: tuple[int, ...] | list[int
                     cloud: CloudProfile, deadline_s: float, instances: tuple[int, ...] | list[int] | None = None,
                     samples: int = 200, seed: int = 0, held_at_start: HeldInstances | int | None = None,
                     fused_per_gpu: tuple[int, ...] | list[int] | None = None,
-                    target_model: ModelProfile | Mapping[str, ModelProfile] | None = None) -> Plan:
+                    target_model: ModelProfile | Mapping[str, ModelProfile] | None = None,
+                    redone: Sequence[int] | None = None) -> Plan:
     """A ``Plan`` for an allocation you chose yourself (policy ``manual``), with its prediction
     (from the instances ``held_at_start``, as ``compile_plan``), its stages fused ``fused_per_gpu``
-    to a GPU if given (DESIGN §4.5); ``target_model``: a surrogate job's target stage's profile (§4.6).
+    to a GPU if given (DESIGN §4.5); ``target_model``: a surrogate job's target stage's profile (§4.6);
+    ``redone``: each stage's redone iterations (``compile_plan``'s).
 
     Raises:
         SpecError: for an invalid allocation or instance vector.
     """
     held = _held_type(held_at_start, cloud, None)
     result = simulate(spec, allocation, model, cloud, samples=samples, seed=seed, instances=instances,
-                      held_at_start=held, fused_per_gpu=fused_per_gpu, target_model=target_model)
+                      held_at_start=held, fused_per_gpu=fused_per_gpu, target_model=target_model,
+                      redone=check_redone(redone, spec))
     fused = tuple(s.fused_per_gpu for s in result.stages)
     return Plan(allocation=result.allocation, instances=result.instances,
                 gpus_per_trial=tuple(s.gpus_per_trial for s in result.stages), predicted=result,

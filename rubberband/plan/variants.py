@@ -104,6 +104,7 @@ class VariantTable:
         self.held_at_start = first.held_at_start
         self.target_model = target_model or first.target_model      # a surrogate job's target stage (DESIGN §4.6)
         self.models = first.models
+        self.redone = first.redone          # each stage's redone iterations (DESIGN §4): the variants share them
         self._simulations: dict[tuple[tuple[int, ...], tuple[int, ...]], SimResult] = {}
 
     @property
@@ -290,7 +291,7 @@ class VariantTable:
                 samples=self.samples, seed=self.seed, instances=f["instances"], draws=self.draws,
                 spot_instances=f["spot_instances"], trials_per_gpu=f["trials_per_gpu"] or None,
                 instance_types=f["instance_types"] or None, held_at_start=self.held_at_start,
-                fused_per_gpu=f["fused_per_gpu"] or None, target_model=self.target_model)
+                fused_per_gpu=f["fused_per_gpu"] or None, target_model=self.target_model, redone=self.redone)
         return self._simulations[key]
 
     def simulated(self, allocation: Sequence[int], held: Sequence[int]) -> SimResult | None:

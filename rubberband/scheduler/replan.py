@@ -20,7 +20,10 @@ spot and on-demand (``market="auto"``) when it holds spot instances, unless the 
 has moved the job to on-demand; when no plan meets the deadline, the fastest one the
 planner names. Both start from the instances held now, exactly as the run goes on
 (``HeldInstances``: the count, type and market of stage ``i``'s instances, passed as
-``held_at_start`` to ``simulate`` and ``compile_plan``): a next stage that needs no more than
+``held_at_start`` to ``simulate`` and ``compile_plan``), and both count the job's redone
+iterations (DESIGN §4: ``redone=self.redone[first:]``, also to ``plan_allocation``; the
+remaining stages resume trials trained before them, which their sub-spec alone would take for
+fresh ones, as the warm table's ``tail`` does): a next stage that needs no more than
 is held waits for no SCALE or INIT and launches nothing, one that needs more launches only
 the rest, and held instances it does not keep cost nothing more. Held instances help only a
 next stage of their type and market: a plan that changes type (or moves spot to on-demand)
@@ -252,6 +255,8 @@ class Replanner:
         fusion = list(fusion or self.plan.fusion)
         several = len(set(types)) > 1 or types[0] != cloud.instance_type
         held = HeldInstances(instances[sync], spot[sync], types[sync])     # what stage ``sync`` holds now
+        # The job's r_i, not ``sub``'s own: its first stages resume trials trained before ``first``.
+        redone = self.redone[first:]
         if market is None:
             # A market-auto plan's cloud says on-demand even when every stage is on spot: a plan
             # holding spot is re-planned on spot and on-demand both (only the safety net forces
@@ -265,7 +270,7 @@ class Replanner:
                        if several else cloud, samples=self.samples, seed=self.seed, instances=instances[first:],
                        draws=table.draws if table is not None else None, spot_instances=spot[first:],
                        trials_per_gpu=packing[first:], instance_types=types[first:] if several else None,
-                       held_at_start=held, fused_per_gpu=fusion[first:], target_model=target)
+                       held_at_start=held, fused_per_gpu=fusion[first:], target_model=target, redone=redone)
         slack = MISS_TOLERANCE * self.plan.deadline_s
         old_ok = self._meets(old, remaining + slack)
         try:
@@ -281,10 +286,10 @@ class Replanner:
                 new = compile_plan(sub, model, catalog or cloud, remaining, policy=policy, samples=self.samples,
                                    seed=self.seed, confidence=self.plan.confidence,
                                    instance_type="auto" if catalog else None, market=market, held_at_start=held,
-                                   max_instances=self.max_instances, target_model=target)
+                                   max_instances=self.max_instances, target_model=target, redone=redone)
         except InfeasibleDeadlineError as exc:     # nothing meets it: the fastest plan comes closest
             new = plan_allocation(sub, exc.allocation, model, cloud, remaining, samples=self.samples, seed=self.seed,
-                                  held_at_start=held, target_model=target)
+                                  held_at_start=held, target_model=target, redone=redone)
         same = (tuple(new.allocation), tuple(new.instances), [c.instance_type for c in new.stage_clouds],
                 list(new.packing), list(new.fusion)) == (tuple(allocation[first:]), tuple(instances[first:]),
                                                          types[first:], packing[first:], fusion[first:])

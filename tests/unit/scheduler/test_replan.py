@@ -284,3 +284,48 @@ def test_a_train_cut_before_its_step_moved_is_not_observed_on_resuming():
     _run_with_cut(Scheduler(plan, "min", replanner), model, cut_stage=1, done_before_cut=0, redone=replanner.redone)
     assert replanner.factor == pytest.approx(1.0)
     assert replanner._n == sum(s.num_trials for s in SPEC.stages) - 1
+
+
+def test_a_replan_keeps_the_jobs_redone_iterations():
+    """At the SYNC ending stage 0 the remaining stages resume trials trained before them: a
+    re-plan of ``spec.stages[1:]`` must count the job's ``r_i`` (DESIGN §4), not the sub-spec's
+    own, which takes its first stage for a bracket start. The demo surrogate job with a
+    checkpoint every 3 iterations: r = (0, 2, 0, 2, 0, 0), its stages 1.. (2, 0, 2, 0, 0), not
+    the (0, 1, 0, 1, 0) the sub-spec alone gives."""
+    from rubberband.plan.compile import check_redone
+    from rubberband.simulator import simulate
+    from rubberband.simulator.model import redone_iters
+    from rubberband.spec.experiment import ExperimentSpec as Spec
+
+    exp = load_experiment(ROOT / "experiments" / "demo_surrogate.yaml")
+    model, target = exp.job_models()
+    model = model.replace(checkpoint_every=3)
+    spec, deadline = exp.spec, exp.deadline_s
+    assert redone_iters(spec, model) == (0, 2, 0, 2, 0, 0)
+    sub = Spec(spec.stages[1:], tuple(b - 1 for b in spec.bracket_starts if b > 1), spec.eta)
+    assert redone_iters(sub, model) == (0, 1, 0, 1, 0)
+    job_r = (2, 0, 2, 0, 0)
+    # The planner and the manual plan price them, and the plan's table stays the simulation.
+    cloud = exp.cloud
+    plan = compile_plan(sub, model, cloud, deadline, samples=20, target_model=target, redone=job_r)
+    assert tuple(s.redone for s in plan.predicted.stages) == job_r
+    again = simulate(sub, plan.allocation, model, cloud, samples=20, instances=plan.instances,
+                     target_model=target, redone=job_r)
+    assert again.mean_cost_usd == pytest.approx(plan.predicted.mean_cost_usd, rel=1e-9)
+    assert again.mean_jct_s == pytest.approx(plan.predicted.mean_jct_s, rel=1e-9)
+    manual = plan_allocation(sub, plan.allocation, model, cloud, deadline, samples=20, target_model=target,
+                             redone=job_r)
+    assert tuple(s.redone for s in manual.predicted.stages) == job_r
+    with pytest.raises(Exception, match=r"redone: expected 5 counts of redone iterations, one per stage"):
+        check_redone((1, 2), sub)
+    # The Replanner, on a market-auto plan (re-planned by compile_plan, not on its table): the
+    # current stages 1.. on a costly allocation, so the new plan is followed (it saves).
+    cloud = exp.cloud.replace(spot_price_usd_per_hour=exp.cloud.price_usd_per_hour / 3)
+    plan = compile_plan(spec, model, cloud, deadline, samples=20, target_model=target, market="auto")
+    replanner = Replanner(plan, model, target_model=target)
+    assert replanner.table is None
+    wide = plan_allocation(spec, [8, 8, 8, 4, 2, 2], model, cloud.replace(market=Market.SPOT), deadline, samples=20,
+                           target_model=target)
+    found = replanner.replan(0, 1.0, list(wide.allocation), list(wide.instances), list(wide.spot_counts))
+    assert found is not None
+    assert tuple(s.redone for s in found[0].predicted.stages) == job_r
