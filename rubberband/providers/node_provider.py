@@ -15,15 +15,7 @@ keeps, for every provider alike:
 - the release file ``<state_dir>/release.json``: the instances the executor released, terminated
   on the autoscaler update after the one that first sees them (``_terminate_released``);
 - a node whose raylet died behind our back is dropped and logged ``terminated`` (``lost``), so
-  the autoscaler launches a replacement;
-- the emulated provisioning wait (``provision_latency_s`` in the provider config, where the
-  provider emulates the cloud's queueing) stands for SCALE as DESIGN §4 and ``rubberband
-  profile`` have it: from the driver *asking* to the instance running. The autoscaler notices
-  an ask only on its next update, so the wait is drawn less the lag the ask has already
-  waited (``_lag_so_far``); and it is one draw per autoscaler update, shared by the nodes that
-  update launches together (one SCALE per scale-up). Waiting the whole draw after the request
-  counted the autoscaler's lag twice once a run used latencies measured on this provider
-  (SCALE ~0.6 s late per scale-up).
+  the autoscaler launches a replacement.
 
 A provider specialises ``_boot`` (from request to running and ready, on a thread of its own),
 and where it needs to ``_launch_delay``, ``_watch`` (each update), ``_lost`` and
@@ -35,7 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import statistics
 import threading
 import time
 from typing import Any
@@ -88,12 +79,6 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
         self._event_lock = threading.Lock()
         self._release_seen: set[str] = set()     # released instances seen by the last update
         self._types = dict(provider_config.get("node_types") or {})     # Ray node type -> market, price
-        # Ray's monitor runs an autoscaler update every AUTOSCALER_UPDATE_INTERVAL_S (Ray's
-        # default 5 s); each update starts by listing the nodes (``non_terminated_nodes``).
-        self._interval = float(os.environ.get("AUTOSCALER_UPDATE_INTERVAL_S", 5))
-        self._update_starts: list[float] = []     # when the latest updates began (a few)
-        self._last_look = float("-inf")
-        self._scale_draw: tuple[float, float] | None = None     # (its update's start, the draw)
 
     # --- what a subclass specialises ---------------------------------------------------------
     def _boot(self, node_id, instance, node_config, tags, resources, labels, provision):
@@ -162,45 +147,17 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
             resources = copy.deepcopy(resources)
             resources[instance] = 1000
             node_type = self._node_type(tags)
-            provision = self._scale_wait(time.time())
             self._nodes[node_id] = {"tags": {**tags, INSTANCE_TAG: instance, TAG_RAY_USER_NODE_TYPE: node_type,
                                              "ray-node-kind": "worker", "ray-node-name": node_id,
                                              "ray-node-status": "up-to-date"},
                                     "node": None}
+            provision = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
         market = self._market(tags)
         self._event(event=ProviderEvent.REQUEST, node_id=node_id, instance=instance, node_type=node_type,
                     market=market, instance_type=self._types.get(node_type, {}).get("instance_type"))
         provision = self._launch_delay(market, provision)
         threading.Thread(target=self._boot, args=(node_id, instance, node_config, tags, resources, labels, provision),
                          daemon=True).start()
-
-    def _lag_so_far(self, now: float) -> float:
-        """How long, on average, the ask a launch at ``now`` answers has already waited: the
-        ask came at a random moment of the update period before this update began (half a
-        period on average), and this update has run since it began."""
-        if not self._update_starts:
-            return 0.0
-        gaps = [b - a for a, b in zip(self._update_starts, self._update_starts[1:])]
-        period = statistics.median(gaps) if gaps else self._interval
-        return period / 2 + max(0.0, now - self._update_starts[-1])
-
-    def _scale_wait(self, now: float) -> float:
-        """The emulated provisioning wait of a node requested at ``now`` (under the lock): the
-        SCALE drawn once per autoscaler update, less the lag its ask already waited."""
-        update = self._update_starts[-1] if self._update_starts else None
-        if self._scale_draw is None or update is None or self._scale_draw[0] != update:
-            draw = max(0.0, float(self._provision.sample(self._rng, 1)[0]) * self._scale)
-            self._scale_draw = (update if update is not None else now, draw)
-        return max(0.0, self._scale_draw[1] - self._lag_so_far(now))
-
-    def _look(self) -> None:
-        """Note an autoscaler update beginning: a look at the nodes after a quiet spell (an
-        update looks several times within a few milliseconds)."""
-        now = time.time()
-        with self.lock:
-            if now - self._last_look > min(0.25, self._interval / 4):
-                self._update_starts = [*self._update_starts[-4:], now]
-            self._last_look = now
 
     # --- raylets on this machine ---------------------------------------------------------
     def _start_raylet(self, node_id, node_config, tags, resources, labels):
@@ -309,6 +266,5 @@ class RubberbandNodeProvider(FakeMultiNodeProvider):
             self._lost(nid)
 
     def non_terminated_nodes(self, tag_filters):
-        self._look()
         self._update()
         return super().non_terminated_nodes(tag_filters)
