@@ -99,7 +99,9 @@ def test_a_kept_gang_restarts_its_function_from_the_checkpoint_as_the_model_coun
         s["trials"] * s["predicted"].get("redone", 0) for s in result["stages"])
 
 
-@pytest.mark.parametrize(("allocation", "gpus"), [("4,4", (2, 4)), ("4,2", (2, 2))])
+# ("4,4", (2, 4)), a gang raised from 2 to 4 GPUs (its two workers join a group of four), passes
+# too (35 s); it is left out of CI for time: the raise from 1 to 2 GPUs is tested above.
+@pytest.mark.parametrize(("allocation", "gpus"), [("4,2", (2, 2))])
 def test_a_ddp_gang_raised_in_rank_or_kept_resumes_its_function(tmp_path, _isolated_state, allocation, gpus):
     """The multi-GPU cases of a stage boundary: 2 trials on 2 GPUs each (DDP), then the best on
     4 (its two workers join a group of four: their rank and world raised) or kept on its 2 (its
