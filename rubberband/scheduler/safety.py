@@ -93,6 +93,11 @@ class SafetyNet:
         self.needed_s = replacements * self.scale_s
         self.sync_s = model.sync_s.mean
 
+    def by_target(self, target: bool) -> bool:
+        """Whether a TRAIN of the target stage (``target``) is priced by the target's own
+        profile, uncorrected by the surrogate's pace factor."""
+        return target and self.target_model is not None
+
     def _model(self, target: bool) -> ModelProfile:
         return self.target_model if target and self.target_model is not None else self.model
 
@@ -115,14 +120,14 @@ class SafetyNet:
         GPU; ``fused``: in a fused group of that many) in a stage of ``trials`` trials, as long as
         the stage's slowest is expected to be (module docstring)."""
         d = self.latency(gpus, trials_per_gpu, fused, target)
-        factor = 1.0 if target and self.target_model is not None else factor
+        factor = 1.0 if self.by_target(target) else factor
         z = NormalDist().inv_cdf((trials - 0.375) / (trials + 0.25)) if trials > 1 else 0.0
         return self._model(target).trial_startup_s.mean + iters * (d.mean + z * d.std) * factor
 
     def train_var(self, gpus: int, iters: float, factor: float = 1.0, trials_per_gpu: int = 1,
                   fused: bool = False, target: bool = False) -> float:
         """The variance of one TRAIN's ``iters`` iterations (``L`` is drawn once per TRAIN)."""
-        factor = 1.0 if target and self.target_model is not None else factor
+        factor = 1.0 if self.by_target(target) else factor
         return (iters * self.latency(gpus, trials_per_gpu, fused, target).std * factor) ** 2
 
     def late(self, expected_s: float, variance: float) -> float:

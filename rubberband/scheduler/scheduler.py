@@ -413,7 +413,7 @@ class Scheduler:
                 # unknown: the estimate leans late).
                 iters = todo + (r if owed is None else owed)
                 busy.append(max(start + net.train_s(gpus, iters, n, f, packed, fused, tgt) - self._now, 0.0))
-                if tgt and net.target_model is not None:     # the target's own profile, uncorrected
+                if net.by_target(tgt):     # the target's own profile, uncorrected
                     pace, g = net.latency(gpus, packed, fused, tgt).mean, 1.0
                 else:
                     model = self._replanner.model if self._replanner else net.model
