@@ -144,6 +144,23 @@ def market(text: str) -> str:
     return text
 
 
+def instance_counts(text: str) -> int | dict[str, int]:
+    """``--max-instances``: one count for every instance type (``4``), or counts by type name
+    (``p3.8xlarge=4,p3.2xlarge=8``; a type not named has no limit)."""
+    example = "e.g. 4, or p3.8xlarge=4,p3.2xlarge=8"
+    if "=" not in text:
+        if not text.strip().isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"expected a positive number of instances, {example}; got {text!r}")
+        return int(text)
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, count = part.partition("=")
+        if not sep or not name.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"expected TYPE=COUNT pairs with a positive COUNT, {example}; got {part!r}")
+        out[name.strip()] = int(count)
+    return out
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -163,6 +180,15 @@ def measured_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cloud-overrides", metavar="YAML",
                    help="cloud-profile overrides applied over the experiment's `cloud.overrides` "
                         "(e.g. runs/profiles/<name>.cloud.yaml from `profile`)")
+
+
+def max_instances_arg(p: argparse.ArgumentParser) -> None:
+    """``--max-instances``: the most instances of a type any stage may hold (a quota, or the cores
+    a local cluster really has), which the plan and every re-plan keep within."""
+    p.add_argument("--max-instances", type=instance_counts, metavar="N|TYPE=N,...",
+                   help="the most instances of a type any stage may hold, e.g. 4 (every type) or "
+                        "p3.8xlarge=4,p3.2xlarge=8 (an account's quota, a cluster's max_workers); "
+                        "the plan and its re-plans stay within it")
 
 
 def resolve_args(args: argparse.Namespace, **extra) -> Request:

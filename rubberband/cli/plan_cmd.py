@@ -12,6 +12,7 @@ from rubberband.cli.common import (
     emit,
     experiment_arg,
     market,
+    max_instances_arg,
     measured_args,
     output_path,
     print_warnings,
@@ -42,6 +43,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zone", metavar="auto|Z1,Z2",
                    help="plan each Availability Zone's spot market (its trace) and keep the cheapest: auto for "
                         "every zone of the region, or a list (on spot, or the experiment's or --market's spot/auto)")
+    max_instances_arg(p)
     p.add_argument("--budget", type=dollars, metavar="USD",
                    help="plan the shortest mean JCT whose mean cost stays within this many dollars (with "
                         "--confidence p: P(cost <= budget) >= p); an explicit --deadline must be met too")

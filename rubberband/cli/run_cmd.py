@@ -16,6 +16,7 @@ from rubberband.cli.common import (
     experiment_arg,
     int_list,
     market,
+    max_instances_arg,
     measured_args,
     output_path,
     print_warnings,
@@ -30,8 +31,8 @@ from rubberband.cli.rehearse import (
     EXIT_BUDGET,
     plan_model,
     rehearse_args,
-    target_plan_model,
     rehearse_cmd,
+    target_plan_model,
     wants_rehearsal,
 )
 from rubberband.cli.report_cmd import draw_run, keep_model, run_summary
@@ -57,6 +58,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="a hard budget in dollars: no instance is launched whose minimum charge would break it, and "
                         "the run stops cleanly with the best trial so far, nothing left running (exit code 3) "
                         "when it runs out")
+    max_instances_arg(p)
     p.add_argument("--plan", metavar="PLAN_JSON", help="run this plan (from `plan --out`) instead of planning")
     p.add_argument("--allocation", help="run this allocation (GPUs per stage, e.g. 8,4,2) instead of planning")
     p.add_argument("--fused-per-gpu", help="with --allocation: trials fused into one program per GPU per stage, e.g. "
@@ -196,8 +198,8 @@ def run_cmd(args: argparse.Namespace) -> int:
 # Flags that only planning reads: with --plan (a plan made already) or --allocation (one given),
 # each would be silently ignored, so each is refused (--budget stays: a run keeps it as a hard cap).
 PLANNING_FLAGS = {
-    "--plan": ("deadline", "policy", "samples", "market", "confidence", "instance_type", "allocation"),
-    "--allocation": ("policy", "market", "confidence", "instance_type"),
+    "--plan": ("deadline", "policy", "samples", "market", "confidence", "instance_type", "allocation", "max_instances"),
+    "--allocation": ("policy", "market", "confidence", "instance_type", "max_instances"),
 }
 
 

@@ -119,13 +119,16 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    room = _cluster_room(plan, {t: prov.max_workers(config, t) for t in _most_by_type(plan)}, replan_with is not None)
+    room = _cluster_room(plan, {t: _least(prov.max_workers(config, t), _planned_cap(plan, t))
+                                for t in _most_by_type(plan)}, replan_with is not None)
     with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer, time_attr=time_attr,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
                          launch_backoff_s=launch_backoff_s) as session:
-        # A re-plan keeps within the cluster's room: more would wait for instances that never come.
+        # A re-plan keeps within the cluster's room (more would wait for instances that never come)
+        # and within the max_instances the plan was made within.
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
-                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd, max_instances=room,
+                         dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd,
+                              max_instances={t: _least(r, _planned_cap(plan, t)) for t, r in room.items()},
                               max_failures=max_failures, target_model=target_model))
     narrow = trainer_obj.model_config if surrogate_ratio is not None else None
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode,
@@ -147,13 +150,26 @@ def _most_by_type(plan: Plan) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _planned_cap(plan: Plan, instance_type: str) -> int | None:
+    """The most instances of ``instance_type`` the plan was made within (``compile_plan``'s
+    ``max_instances``, in ``plan.info``; ``None``: no limit)."""
+    caps = plan.info.get("max_instances")
+    return caps.get(instance_type) if isinstance(caps, dict) else caps
+
+
+def _least(*limits: int | None) -> int | None:
+    """The tightest of some instance limits (``None``: no limit)."""
+    given = [n for n in limits if n is not None]
+    return min(given) if given else None
+
+
 def _cluster_room(plan: Plan, limits: dict[str, int | None], replans: bool) -> dict[str, int]:
     """How many instances of each instance type the cluster may hold: the most the plan's
     stages of that type hold, one replacement per spot instance (launched while the noticed
     one is still up), and, when the run re-plans, room for REPLAN_GROWTH times the most (a
     re-plan may move later stages onto more instances), within ``limits``: the cluster's own
     ``max_workers`` for each type where the provider's configuration sets one
-    (``Provider.max_workers``)."""
+    (``Provider.max_workers``), and the ``max_instances`` the plan was made within."""
     out = {}
     for name, (most, spot) in _most_by_type(plan).items():
         need, room = most + spot, most * (REPLAN_GROWTH if replans else 1) + spot

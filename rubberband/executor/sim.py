@@ -653,6 +653,7 @@ def rehearse_once(plan: Plan, model: ModelProfile, cloud: CloudProfile | Mapping
     driver = Driver(plan, cluster, runner, search_space or {}, world.metric, mode=mode, seed=seed, clock=world.clock,
                     node_timeout_s=math.inf, wait_timeout_s=math.inf, poll_s=math.inf, replan_with=replan_with,
                     safety_net=safety_net, budget_usd=budget_usd, wait_for_resumes=False,
+                    max_instances=plan.info.get("max_instances"),      # re-plans keep the plan's limit
                     target_model=replan_target if replan_target is not None else
                     (model_of(target_model, plan.cloud, "target_model") if target_model is not None else None))
     quiet = logging.getLogger("rubberband.executor")

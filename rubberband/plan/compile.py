@@ -133,8 +133,8 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         market = market or Market.ON_DEMAND
         if instance_type == "auto":
             plan = _plan_auto(job, models or _models_of(model, catalog), catalog, market, compare)
-            return replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
-                           + plan.warnings)
+            return _within_caps(replace(plan, warnings=plan_warnings(plan, model_of(models or model, plan.cloud), catalog)
+                                        + plan.warnings), job.caps)
         cloud = catalog.get(instance_type, Market.ON_DEMAND if auto_market else market)
     else:
         catalog = None
@@ -149,7 +149,13 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
     if compare:      # with markets, the considered plans are the markets weighed, then the other policies on the chosen ones
         plan = _with_considered(plan, ([] if auto_market else [plan.summary()]) + list(plan.considered if auto_market else ())
                                 + _other_policies(job, model, cloud, plan))
-    return replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings)
+    return _within_caps(replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings), job.caps)
+
+
+def _within_caps(plan: Plan, caps: Caps) -> Plan:
+    """``plan`` with the ``max_instances`` it was planned within in ``info["max_instances"]``:
+    a run re-plans within it too (``executor/run.py: _cluster_room``)."""
+    return plan if caps is None else replace(plan, info={**plan.info, "max_instances": caps})
 
 
 @dataclass(frozen=True)

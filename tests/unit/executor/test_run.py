@@ -183,3 +183,67 @@ def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_pa
                     runs_dir=tmp_path / "runs", replan_with=model)
     assert rooms == [{"g5.xlarge": 3}]
     assert seen.value.args[0] == {"g5.xlarge": 3}
+
+
+def test_a_plan_made_within_max_instances_re_plans_within_it(tmp_path, monkeypatch):
+    """The ``max_instances`` a plan was made within (``plan.info``) caps the room its run's
+    re-planner has, below the cluster's: a re-plan that grows past a quota could never run."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import rubberband.executor.run as run
+    from rubberband.executor.run import REPLAN_GROWTH
+    from rubberband.plan import compile_plan
+
+    class Seen(Exception):
+        pass
+
+    class Driver(run.Driver):
+        def run(self):
+            raise Seen(self.max_instances)
+
+    rooms = []
+
+    @contextlib.contextmanager
+    def session(prov, clouds, room, run_dir, **kw):
+        rooms.append(room)
+        yield SimpleNamespace(provider=prov, port=None, runner=None, config=kw["config"], read_events=lambda: [],
+                              stopped_at=None)
+
+    monkeypatch.setattr(run, "Driver", Driver)
+    monkeypatch.setattr(run, "cluster_session", session)
+    cloud = CloudProfile.load("cloud_profiles/local/local.yaml", "local.1gpu")
+    model = ModelProfile.from_dict({"iter_latency_s": {1: 10.0}})
+    spec = ExperimentSpec.from_stages([(4, 2), (2, 2)])
+    plan = compile_plan(spec, model, cloud, 3600, samples=2, max_instances=3)
+    assert plan.info["max_instances"] == 3 and max(plan.instances) == 1
+    with pytest.raises(Seen) as seen:
+        run.execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="local", runs_dir=tmp_path / "runs",
+                    replan_with=model)
+    assert rooms == [{"local.1gpu": REPLAN_GROWTH}] and REPLAN_GROWTH < 3     # the cluster's room, as before
+    assert seen.value.args[0] == {"local.1gpu": REPLAN_GROWTH}
+    tight = compile_plan(spec, model, cloud, 3600, samples=2, max_instances=1)
+    with pytest.raises(Seen) as seen:
+        run.execute(tight, "rubberband.examples.digits:DigitsMLP", {}, provider="local", runs_dir=tmp_path / "runs",
+                    replan_with=model)
+    assert rooms[-1] == {"local.1gpu": 1} and seen.value.args[0] == {"local.1gpu": 1}
+
+
+def test_a_rehearsal_re_plans_within_the_plan_s_max_instances(monkeypatch):
+    import rubberband.executor.sim as sim
+    from rubberband.plan import compile_plan
+
+    seen = []
+
+    class Driver(sim.Driver):
+        def run(self):
+            seen.append(self.max_instances)
+            raise RuntimeError("seen")
+
+    monkeypatch.setattr(sim, "Driver", Driver)
+    cloud = CloudProfile.load("cloud_profiles/local/local.yaml", "local.1gpu")
+    model = ModelProfile.from_dict({"iter_latency_s": {1: 10.0}})
+    plan = compile_plan(ExperimentSpec.from_stages([(4, 2), (2, 2)]), model, cloud, 3600, samples=2, max_instances=2)
+    with pytest.raises(RuntimeError, match="seen"):
+        sim.rehearse_once(plan, model, replan_with=model)
+    assert seen == [2]
