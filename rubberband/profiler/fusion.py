@@ -2,7 +2,8 @@
 
 For ``F = 1, 2, 4, ...`` a worker takes F configurations from the search space as one fused
 group (``DDPWorker.assign_group``, ``rubberband.fusion``), trains one iteration to warm up,
-then ``iters`` iterations; each iteration of the whole group is one sample of ``L_F``. Its
+then ``iters`` iterations, each as a run trains it (one call, the members' evaluation and the
+group's checkpoint after it); each such round of the whole group is one sample of ``L_F``. Its
 memory is the group's peak (``torch.cuda.max_memory_allocated`` on CUDA, the process's peak
 RSS on CPU). Memory is linear in F (Hydro, OSDI '23): from two sizes,
 
@@ -27,6 +28,7 @@ Profile entries (plain dicts; ``to_profile_entry``'s fitted distributions, as
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,13 +134,20 @@ def next_size(done: Sequence[FusedSize], max_f: int, device_memory_gb: float | N
 def measure_fused(call: Callable[..., Any], configs: Callable[[int], list[dict[str, Any]]], iters: int,
                   max_f: int = DEFAULT_MAX_F, device_memory_gb: float | None = None,
                   on_size: Callable[[FusedSize], None] | None = None,
-                  may_continue: Callable[[], bool] = lambda: True) -> FusedResult:
+                  may_continue: Callable[[], bool] = lambda: True,
+                  clock: Callable[[], float] = time.perf_counter) -> FusedResult:
     """Measure a fused group's latency and memory for F = 1, 2, 4, ... on one warm worker.
+
+    Each sample is one round as a run trains a fused group: one iteration of every member, their
+    evaluation and the group's checkpoint, timed around the calls (a Ray actor's round trip
+    included), so that what a run does per iteration beside the optimizer steps — evaluating and
+    checkpointing every member, which grows with F — is in ``L_F``, as it is in the unfused
+    latency the profiler reads from real TRAINs. The solo sample is timed the same way.
 
     Args:
         call: ``call(method, *args)`` runs a ``DDPWorker`` method on the worker (warmed up).
         configs: ``configs(n)`` -> ``n`` configurations from the search space.
-        iters: timed iterations per size (after one warm-up iteration).
+        iters: timed rounds per size (after one warm-up round).
         max_f: the largest group to try.
         device_memory_gb: the device's memory, for the stopping rule and ``f_max``.
         on_size: called with each measured F.
@@ -147,9 +156,21 @@ def measure_fused(call: Callable[..., Any], configs: Callable[[int], list[dict[s
     Returns:
         A ``FusedResult`` with at least F = 1.
     """
+    def rounds(checkpoint: str) -> list[float]:
+        """Seconds of each of ``iters`` rounds as a run trains them (``executor/ray_runner.py``):
+        one iteration per call, its evaluation and the checkpoint after it; the first warms up."""
+        call("train", 1)
+        call(checkpoint)
+        out = []
+        for _ in range(iters):
+            t0 = clock()
+            call("train", 1)
+            call(checkpoint)
+            out.append(clock() - t0)
+        return out
+
     call("assign", configs(1)[0], None)
-    call("train", 1)
-    solo = statistics.fmean(call("train", iters)["iter_times"])
+    solo = statistics.fmean(rounds("checkpoint"))
     call("leave")
     done: list[FusedSize] = []
     forward = optimizer = stopped = ""
@@ -157,8 +178,7 @@ def measure_fused(call: Callable[..., Any], configs: Callable[[int], list[dict[s
     while F is not None:
         try:
             call("assign_group", [f"f{i}" for i in range(F)], configs(F), None)
-            call("train", 1)
-            outs = call("train", iters)
+            samples = rounds("checkpoint_group")
             memory = call("peak_memory_gb")
             forward, optimizer = call("group_paths")
         except Exception as exc:
@@ -168,7 +188,7 @@ def measure_fused(call: Callable[..., Any], configs: Callable[[int], list[dict[s
             raise
         finally:
             call("leave")
-        size = FusedSize(F, tuple(outs[0]["iter_times"]), memory)
+        size = FusedSize(F, tuple(samples), memory)
         done.append(size)
         if on_size is not None:
             on_size(size)

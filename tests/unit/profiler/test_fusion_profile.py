@@ -89,3 +89,43 @@ def test_a_search_space_of_several_shapes_is_not_measured_fused_and_says_why():
         "trainer: a function trainable cannot be fused"
     reason = not_measured([[0, 2], [1]], None)
     assert reason is not None and "2 shapes" in reason and "run unfused" in reason
+
+
+def test_each_sample_is_a_round_as_a_run_trains_it_checkpoint_included():
+    """A run trains a fused group one iteration per call and checkpoints every member after it
+    (``ray_runner``): that time is part of ``L_F``, as the unfused latency has it."""
+    now = [0.0]
+
+    class Worker:
+        F = 1
+
+        def assign(self, config, checkpoint):
+            self.F = 1
+
+        def assign_group(self, trials, configs, checkpoints):
+            self.F = len(trials)
+
+        def train(self, iters):
+            now[0] += 0.1 * iters                          # the optimizer steps, what the worker's timer sees
+            return [{"iter_times": [0.1] * iters}] * self.F if self.F > 1 else {"iter_times": [0.1] * iters}
+
+        def checkpoint(self):
+            now[0] += 0.05
+
+        def checkpoint_group(self):
+            now[0] += 0.05 * self.F                        # every member's state, serialised
+
+        def peak_memory_gb(self):
+            return None
+
+        def group_paths(self):
+            return "batched", "FusedSGD"
+
+        def leave(self):
+            pass
+
+    result = measure_fused(local_call(Worker()), lambda n: [{}] * n, iters=3, max_f=4, clock=lambda: now[0])
+    assert result.solo_iter_s == pytest.approx(0.15)
+    assert [s.F for s in result.sizes] == [1, 2, 4]
+    for s, expected in zip(result.sizes, (0.15, 0.2, 0.3)):
+        assert s.iter_samples == pytest.approx((expected,) * 3)
