@@ -3,7 +3,8 @@
 Each round does what ``scripts/demo`` does: ``rubberband profile experiments/demo.yaml``
 on this machine, then ``rubberband run`` with that measurement on the local provider, with the
 demo's deadline (80% of what one instance would take, so the plan is elastic; ``--deadline``
-to give one). It prints one line per round: the predicted and actual JCT and cost and their
+to give one) and, as the demo, at most as many instances a stage as this machine has cores
+(``--max-instances``). It prints one line per round: the predicted and actual JCT and cost and their
 errors, the instances per stage planned/actual, then where the time went, measured against
 what the model expects:
 
@@ -17,7 +18,7 @@ what the model expects:
 stages) and sets the deadline as the demo does: 80% of one instance's JCT, or halfway between
 the fastest plan and one instance when that 80% is below what the fastest plan can do.
 
-Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile] [--max-fused 8] [--deadline 30s]``
+Run: ``.venv/bin/python benchmarks/bench_fidelity.py [--rounds 10] [--test-profile] [--max-fused 8] [--deadline 30s] [--max-instances 2]``
 (``--test-profile`` profiles as ``tests/integration/test_cli_run.py`` does: ``--gpus 1
 --repeats 2 --max-packing 1``). Needs a quiet machine: anything else running skews profile and run apart.
 """
@@ -45,6 +46,9 @@ def main() -> None:
     parser.add_argument("--test-profile", action="store_true", help="profile as the integration test does")
     parser.add_argument("--experiment", default=str(ROOT / "experiments" / "demo.yaml"))
     parser.add_argument("--max-fused", type=int, default=1, help="profile fused groups up to this size (scripts/demo: 8)")
+    parser.add_argument("--max-instances", type=int, default=max(2, len(os.sched_getaffinity(0))),
+                        help="the most instances a stage may hold (default, as scripts/demo: this machine's cores, "
+                             "at least 2)")
     parser.add_argument("--deadline", default="demo",
                         help="the run's deadline; demo (default): 80%% of one instance's JCT, as scripts/demo sets it")
     args = parser.parse_args()
@@ -70,7 +74,8 @@ def main() -> None:
             if args.max_fused > 1:
                 shape += ["--max-fused", str(args.max_fused)]
             cli("profile", args.experiment, *shape, "--out", str(prof), "--force")
-            measured = ["--model-profile", str(prof), "--cloud-overrides", str(prof.with_name("demo.cloud.yaml"))]
+            measured = ["--model-profile", str(prof), "--cloud-overrides", str(prof.with_name("demo.cloud.yaml")),
+                        "--max-instances", str(args.max_instances)]
             deadline = args.deadline
             if deadline == "demo":
                 one = json.loads(cli("plan", args.experiment, *measured, "--deadline", "1h", "--json").stdout)
