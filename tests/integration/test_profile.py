@@ -1,6 +1,6 @@
-"""The profiler on the local provider: it writes profiles that load (packed and fused latencies too), its
-prediction closes the loop with a real run, and a failing trainer is one clear error with no
-cluster left behind."""
+"""The profiler on the local provider: it writes profiles that load and plan (both GPU counts,
+packed and fused latencies too), and a failing trainer is one clear error with no cluster left
+behind. A profiled run meeting its prediction is tested in test_cli_run.py."""
 
 import os
 import shutil
@@ -12,7 +12,6 @@ import yaml
 import rubberband as rb
 import rubberband.cli.profile_cmd  # noqa: F401  registers `profile`
 from rubberband.cli.main import main
-from rubberband.executor.run import execute
 from rubberband.profiler import check_request, profile
 
 from .conftest import ROOT, trainer
@@ -77,9 +76,11 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
     assert "profiling took" in text and "and cost $" in text and "GPUs/trial" in text
 
 
-def _close_the_loop(tmp_path):
-    """Profile the demo job, plan it, run the plan; return the JCT error of the run."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
+def test_profile_measures_both_gpu_counts_packing_and_fusion_into_a_profile_that_plans(tmp_path):
+    """The demo job profiled at 1 and 2 GPUs per trial, packed and fused: every measurement is in
+    the profile it writes, which loads and plans. That a run of such a plan meets its prediction
+    is `test_cli_run.py::test_profiled_run_meets_its_prediction_and_reports_the_best_trial`'s to
+    show (profiled as scripts/demo profiles, then run through the CLI)."""
     exp_path = _experiment(tmp_path, "rubberband.examples.digits:DigitsMLP")
     lines: list[str] = []
     result = profile(exp_path, iters=4, repeats=2, out=tmp_path / "demo.yaml", runs_dir=tmp_path / "runs",
@@ -91,22 +92,8 @@ def _close_the_loop(tmp_path):
     check_fused_latencies(model, lines)
     overrides = yaml.safe_load(open(result.cloud_out))
     cloud = exp.catalog.with_overrides(overrides).get(exp.instance_type)
-    # Planned without the measured packed latencies: on 2 CPU cores they measure 0.95-1.10x,
-    # noise that now and then clears the planner's 5% and packs the run, and a packed run on
-    # cores the trainers, Ray and the driver share missed its prediction by 20-45%. Packed
-    # stages run for real in test_packing_local.py; here the loop closes on what 2 cores measure.
-    # Fused groups run for real in test_fusion_local.py.
-    plan = rb.compile_plan(exp.spec, model.replace(packed_iter_latency_s={}, fused_iter_latency_s={}, fused_memory_gb={}),
-                           cloud, exp.deadline_s, samples=500, seed=exp.seed)
-
-    run = execute(plan, exp.trainer, exp.search_space, metric=exp.metric, mode=exp.mode, seed=exp.seed,
-                  runs_dir=tmp_path / "runs", latency_scale=1.0)
-    predicted, actual = run.predicted["jct_s"], run.actual["jct_s"]
-    error = actual / predicted - 1
-    print(f"\nclosing the loop: allocation {plan.allocation}, trials per GPU {plan.packing}, "
-          f"predicted JCT {predicted:.1f}s, actual {actual:.1f}s, "
-          f"error {error:+.1%}; profiling took {result.seconds:.0f}s")
-    return error
+    plan = rb.compile_plan(exp.spec, model, cloud, 3600, samples=100, seed=exp.seed)
+    assert plan.predicted.mean_jct_s > 0 and len(plan.allocation) == exp.spec.num_stages()
 
 
 def check_packed_latencies(model, result):
@@ -149,16 +136,6 @@ def check_fused_latencies(model, lines):
     assert any(line.startswith("fusion 1 trial(s) in one program") for line in lines)
     assert any(line.startswith("fusion stopped:") for line in lines)
     print("\n" + "\n".join(line for line in lines if line.startswith("fusion")))
-
-
-def test_closing_the_loop_a_run_of_the_profiled_plan_meets_its_prediction(tmp_path):
-    # Timing on a shared 2-core machine: a profile measured during a burst of load from
-    # elsewhere over-predicts (seen once in ~10 CI runs: -19.9%). One fresh attempt, profile
-    # and run both redone, is allowed; the attempt it ends with must meet the bound.
-    error = _close_the_loop(tmp_path / "first")
-    if abs(error) > 0.15:
-        error = _close_the_loop(tmp_path / "second")
-    assert abs(error) <= 0.15
 
 
 def test_a_failing_trainer_is_one_clear_error_and_the_cluster_is_stopped(tmp_path, capsys):
