@@ -142,10 +142,10 @@ def draw_timeline(ax, timeline: Timeline, head: str, init_s=None, labels: dict[i
         if t.fused > 1:
             fused[t.stage] = max(fused.get(t.stage, 1), t.fused, t.trials_per_gpu)
     packed = sorted({(t.stage, t.trials_per_gpu) for t in timeline.trials if t.trials_per_gpu > 1 and t.stage not in fused})
-    if packed:
-        head += ", packed: " + ", ".join(f"stage {i} {k}/GPU" for i, k in packed)
-    if fused:
-        head += ", fused: " + ", ".join(f"stage {i} {f}/GPU" for i, f in sorted(fused.items()))
+    shares = ([f"packed: {', '.join(f'stage {i} {k}/GPU' for i, k in packed)}"] if packed else []) + \
+        ([f"fused: {', '.join(f'stage {i} {f}/GPU' for i, f in sorted(fused.items()))}"] if fused else [])
+    if shares:           # a line of its own: beside the JCT it ran past the figure's width
+        head += "\n" + ", ".join(shares)
     ax.set_title(head + "\nlight grey: SCALE, dark grey: INIT, bars: trials coloured by stage", fontsize="medium")
     ax.invert_yaxis()
 
