@@ -9,7 +9,8 @@ errors, the instances per stage planned/actual, then where the time went, measur
 what the model expects:
 
 - ``first``: run start -> the first trial's TRAIN (the autoscaler's lag, provisioning,
-  initialisation), actual vs the profile's provision + init means;
+  initialisation), actual vs the profile's provision + init means (+ ``init_contention_s``
+  per other instance stage 0 launches);
 - ``L1``: the run's mean measured seconds per iteration at one GPU per trial against the
   profile's mean;
 - per stage, actual - predicted duration in seconds.
@@ -93,7 +94,9 @@ def main() -> None:
             errors.append((jct_err, cost_err))
             profile = yaml.safe_load(prof.read_text())
             cloud = yaml.safe_load(prof.with_name("demo.cloud.yaml").read_text())
-            first_p = cloud["provision_latency_s"]["mean"] + cloud["init_latency_s"]["mean"]
+            new0 = result["stages"][0]["predicted"]["instances"]
+            first_p = (cloud["provision_latency_s"]["mean"] + cloud["init_latency_s"]["mean"]
+                       + cloud.get("init_contention_s", 0.0) * (new0 - 1))
             trials = result["ledger"]["trials"]
             first_a = min(t["start_s"] for t in trials)
             iters = [s for t in trials if t["gpus"] == 1 for s in t["iter_s"]]

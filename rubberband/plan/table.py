@@ -567,8 +567,8 @@ class StageTable:
         have = self._init_arrays.get(stage, np.zeros(1))
         if len(have) <= upto:
             draws, count = self.draws[stage], upto + 1 - len(have)
-            if self.cloud.init_latency_s.is_constant:       # every count's row is the same constant
-                means = np.full(count, float(draws.init_max(self.cloud, 1).mean()))
+            if self.cloud.init_latency_s.is_constant:       # every count's row is a constant
+                means = np.array([float(draws.init_max(self.cloud, n)[0]) for n in range(len(have), upto + 1)])
             else:
                 draws.init_max(self.cloud, upto)        # the most rows first: a larger count draws them all again
                 means = np.array([draws.init_max(self.cloud, n) for n in range(len(have), upto + 1)]).mean(axis=1)

@@ -9,7 +9,11 @@ executor's own pieces (the provider, Ray's autoscaler, warm DDP worker gangs, th
   request -> running, from its event log); initialisation, running -> usable: until
   its workers are warm (the driver's ``nodes`` event), plus the one-off extra time the first
   trials on those fresh workers take (first model build, first backward pass, ...), which a
-  job pays once per new instance and the trial start-up measured on used workers misses;
+  job pays once per new instance and the trial start-up measured on used workers misses. On
+  the ``local`` provider, whose instances are Ray nodes sharing this machine's CPUs, one more
+  launch grows the cluster by *two* at once: how much later two instances launched together
+  are ready than one alone gives ``init_contention_s`` (DESIGN §4, ``contention_s``), and
+  ``init_latency_s`` is fitted from the launches of one alone;
 * **per GPUs-per-trial count** ``m`` (powers of two up to the requested maximum): TRAIN
   durations of one-stage runs of the driver, with trials of ``k = 1`` and ``k = 1 + iters``
   iterations. ``d = startup + k L`` (DESIGN §4) gives per-trial samples of ``L`` and of the
@@ -174,10 +178,11 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
         if bad:
             raise SpecError(f"--gpus: the trainer's global_batch_size {batch} does not split over {bad[0]} GPUs; "
                             f"profile counts that divide it")
-    needed, launch_s, repeat_s = min_profile_seconds(exp.model, cloud, counts[0], iters, launches)
+    steps = launches + (1 if shares_machine(provider) else 0)     # local: one more, of two together
+    needed, launch_s, repeat_s = min_profile_seconds(exp.model, cloud, counts[0], iters, steps)
     if max_seconds is not None and max_seconds < needed:
         raise SpecError(f"--max-seconds: {max_seconds:g}s is below the {needed:.0f}s one measurement needs "
-                        f"({launches} instance launches of about {launch_s:.1f}s each and one repeat of {counts[0]} "
+                        f"({steps} instance launches of about {launch_s:.1f}s each and one repeat of {counts[0]} "
                         f"GPU(s) per trial, about {repeat_s:.1f}s by the experiment's profiles); give at least "
                         f"{needed:.0f}s, or leave it out")
     cluster_cfg = prov.check(cloud, launches, providers.cluster_yaml_for(prov, cluster, exp.cluster))
@@ -333,6 +338,7 @@ class _Measurement:
         self.warmed: dict[str, float] = {}
         self.asked: list[float] = []        # when the driver asked for a stage's instances
         self.first_trials: dict[str, list[float]] = {}   # instance -> TRAIN durations of its first trials
+        self.together: dict[str, int] = {}                # instance -> how many were launched with it (itself included)
         self.plan: Plan | None = None
         self.runs = 0
         # A function trainable's long trials: the iterations each checkpointed at, and how far it got.
@@ -370,6 +376,8 @@ class _Measurement:
         before = set(self.warmed)
         outcome = self.run(self.G * count, K_SHORT, self.G * count)
         fresh = set(self.warmed) - before
+        for inst in fresh:
+            self.together[inst] = len(fresh)
         # The trials that ran on the new instance were its workers' first: their TRAIN
         # durations show the one-off cost of a worker's first trial.
         on_fresh = {tid for tid, t in outcome.trials.items() if t.history and set(t.history[-1]["instances"]) <= fresh}
@@ -390,7 +398,8 @@ class _Measurement:
         times: dict[str, dict[str, float]] = {}
         for e in events:
             times.setdefault(e["instance"], {}).setdefault(e["event"], e["t"])
-        out: dict[str, list[float]] = {"provision": [], "init": [], "warm": [], "first_trial": [], "lag": []}
+        out: dict[str, list[float]] = {"provision": [], "init": [], "warm": [], "first_trial": [], "lag": [],
+                                       "together": []}
         for inst, warm_at in self.warmed.items():
             t = times.get(inst, {})
             requested, running = t.get(ProviderEvent.REQUEST), t.get(ProviderEvent.RUNNING)
@@ -409,6 +418,7 @@ class _Measurement:
                 out["warm"].append(warm)
                 out["first_trial"].append(extra)
                 out["init"].append(warm + extra)
+                out["together"].append(float(self.together.get(inst, 1)))
         return out
 
     def packing(self, progress: Callable[[str], None], may_continue: Callable[[], bool]) -> PackingResult:
@@ -562,7 +572,8 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     packing: PackingResult | None = None
     packing_skipped = False
     fusion: FusedResult | str | None = None
-    with cluster_session(req.provider, cloud, req.launches, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
+    room = req.launches + (2 if shares_machine(req.provider) else 0)    # the launch of two together
+    with cluster_session(req.provider, cloud, room, run_dir, run_id=run_id, trainer=exp.trainer, seed=exp.seed,
                          config=req.cluster, latency_scale=req.latency_scale, time_attr=exp.time_attr) as session:
         measurement = _Measurement(req, session)
         try:
@@ -570,7 +581,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
             # come last (they grow the cluster, which the measurements should not see).
             launch_s = measurement.launch(1)
             progress(f"first instance ready and warm after {launch_s:.1f}s")
-            reserve_s = (req.launches - 1) * launch_s
+            reserve_s = (req.launches - 1 + (1 if shares_machine(provider) else 0)) * launch_s
             repeat_s: dict[int, float] = {}
             for _ in range(req.repeats):
                 for m in req.gpu_counts:
@@ -612,8 +623,12 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
                     notes.append("fusion not measured: no time left within --max-seconds")
             for count in range(2, req.launches + 1):
                 measurement.launch(count)
+            if shares_machine(provider):
+                measurement.launch(req.launches + 2)        # two instances launched together
             cloud_samples = measurement.cloud_samples(statistics.fmean(d for d, _ in durations[1][0]))
-            provision, init = cloud_samples["provision"], cloud_samples["init"]
+            provision = cloud_samples["provision"]
+            init = [x for x, n in zip(cloud_samples["init"], cloud_samples["together"]) if n == 1]
+            init_pair = [x for x, n in zip(cloud_samples["init"], cloud_samples["together"]) if n == 2]
             progress(f"provisioning: {_secs(provision)}; initialisation: {_secs(init)} (running -> warm workers "
                      f"{_secs(cloud_samples['warm'])}, plus first trials' one-off cost {_secs(cloud_samples['first_trial'])}); "
                      f"autoscaler lag (asked -> provider request): {_secs(cloud_samples['lag'])}")
@@ -653,6 +668,7 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         "sync_s": entries["sync_s"]["empirical"]["samples"],
         "cloud": {"provision_latency_s": entries["provision_latency_s"]["empirical"]["samples"],
                   "init_latency_s": entries["init_latency_s"]["empirical"]["samples"],
+                  **({"init_two_together_s": [round(x, 4) for x in init_pair]} if init_pair else {}),
                   **{key: [round(x, 4) for x in cloud_samples[part]] for key, part in (
                       ("init_warm_s", "warm"), ("init_first_trial_s", "first_trial"), ("scale_request_lag_s", "lag"))}},
     }
@@ -728,6 +744,11 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
 
     overrides = {"provision_latency_s": entries["provision_latency_s"]["fitted"],
                  "init_latency_s": entries["init_latency_s"]["fitted"]}
+    if init_pair:
+        together_s = contention_s(fitted["init_latency_s"], init_pair)
+        overrides["init_contention_s"] = round(together_s, 4)
+        progress(f"two instances launched together: ready {statistics.fmean(init_pair):.2f}s after running, "
+                 f"{together_s:.2f}s later than the later of two launched alone would be (init_contention_s)")
     exp.catalog.with_overrides(overrides).get(cloud.instance_type, exp.type_market)   # and so must this
 
     out_path, cloud_path = output_paths(exp.name, cloud.instance_type, out, cloud_out, runs_dir)
@@ -735,7 +756,10 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
     if cloud_path is not None:
         header = (f"# Cloud latencies measured by `rubberband profile` on {provider} {cloud.instance_type} at "
                   f"{profile_doc['measured_at']}\n# over {len(init)} launches (provisioning: asked -> running; "
-                  f"initialisation: running -> warm workers, plus their first trials' one-off cost).\n# Use these keys as an experiment's `cloud.overrides`.\n")
+                  f"initialisation: running -> warm workers, plus their first trials' one-off cost)"
+                  + (", and one launch of two instances together (init_contention_s: how much longer each of "
+                     "them took)" if init_pair else "")
+                  + ".\n# Use these keys as an experiment's `cloud.overrides`.\n")
         _write_yaml(cloud_path, header, overrides)
 
     result = ProfileResult(
@@ -748,6 +772,23 @@ def profile(experiment: str | Path | Experiment, provider: str = "local", gpus: 
         run_dir=str(run_dir), skipped_gpus=tuple(skipped), packing=packing,
     )
     return result
+
+
+def shares_machine(provider: str) -> bool:
+    """Whether the provider's instances share this machine's CPUs (``local``: Ray nodes here),
+    so that instances launched together initialise slower than one alone (DESIGN §4)."""
+    return provider == "local"
+
+
+def contention_s(init: Distribution, together: Sequence[float], seed: int = 0) -> float:
+    """``init_contention_s`` (DESIGN §4) from the INITs of two instances launched together
+    (``together``: running -> both ready, per instance) and ``init``, the INIT fitted from
+    launches of one alone: how much longer the pair took than the later of two independent
+    ``init`` draws (the model's wait for two new instances without contention); 0 at least."""
+    import numpy as np
+
+    alone = float(np.max(init.sample(np.random.default_rng(seed), (2, 20000)), axis=0).mean())
+    return max(0.0, statistics.fmean(together) - alone)
 
 
 def output_paths(name: str, instance_type: str, out: str | Path | None = None,

@@ -99,11 +99,11 @@ _TYPE_REQUIRED = ["gpus_per_instance", "price_usd_per_hour"]
 _TYPE_OPTIONAL = [
     "spot_price_usd_per_hour", "gpu_model", "gpu_memory_gb", "vcpus", "memory_gb",
     "billing", "provision_latency_s", "init_latency_s", "data", "prices_as_of", "family", "spot",
-    "spot_price_usd_per_hour_by_zone",
+    "spot_price_usd_per_hour_by_zone", "init_contention_s",
 ]
 _CATALOG_TYPE_OPTIONAL = [*_TYPE_OPTIONAL, "spot_price_usd_per_hour_by_az"]
 _SINGLE_OPTIONAL = ["provider", "region", "instance_type", "market", *_TYPE_OPTIONAL]
-_DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "data", "spot"]
+_DEFAULT_KEYS = ["billing", "provision_latency_s", "init_latency_s", "init_contention_s", "data", "spot"]
 OVERRIDABLE = [*_DEFAULT_KEYS, "price_usd_per_hour", "spot_price_usd_per_hour", "spot_price_usd_per_hour_by_zone"]
 
 
@@ -127,6 +127,7 @@ _PARSE: dict[str, Any] = {
     "data": lambda value, where: DataCost.from_dict(value, where),
     "provision_latency_s": parse_distribution,
     "init_latency_s": parse_distribution,
+    "init_contention_s": lambda value, where: number(value, where, minimum=0),
     "spot": lambda value, where: SpotMarket.from_dict(value, where),
     "spot_price_usd_per_hour_by_zone": lambda value, where: tuple(sorted(_prices_by(value, where, "zone names").items())),
 }
@@ -146,6 +147,9 @@ class CloudProfile:
     billing: Billing = field(default_factory=Billing)
     provision_latency_s: Distribution = field(default_factory=lambda: Normal(30.0, 5.0))
     init_latency_s: Distribution = field(default_factory=lambda: Constant(60.0))
+    # Optional (DESIGN §3): seconds each new instance's INIT grows per other instance launched
+    # with it, where instances share one machine's CPUs (the local provider); 0 on a cloud.
+    init_contention_s: float = 0.0
     data: DataCost = field(default_factory=DataCost)
     spot: SpotMarket = field(default_factory=SpotMarket)
     gpu_model: str | None = None
@@ -259,6 +263,8 @@ class CloudProfile:
         out["billing"] = self.billing.to_dict()
         out["provision_latency_s"] = self.provision_latency_s.to_dict()
         out["init_latency_s"] = self.init_latency_s.to_dict()
+        if self.init_contention_s:
+            out["init_contention_s"] = self.init_contention_s
         out["data"] = self.data.to_dict()
         if self.spot != SpotMarket():
             out["spot"] = self.spot.to_dict()

@@ -39,7 +39,9 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     Every node carries ``type`` (SCALE, INIT_INSTANCE, TRAIN, SYNC), ``stage`` and the
     distribution(s) its latency is drawn from; TRAIN nodes also carry ``trial``, ``gpu_slot``,
     ``gpus``, ``iters``, ``iter_latency`` and ``startup`` (latency = startup + iters * L),
-    INIT_INSTANCE nodes carry ``instance`` (the instance's launch number in the job).
+    INIT_INSTANCE nodes carry ``instance`` (the instance's launch number in the job) and
+    ``together_s`` (what instances launched together add to each INIT: ``init_contention_s``
+    per other new instance of the scale-up, DESIGN §4).
 
     Markets (DESIGN §4.1): ``spot_instances`` is ``simulate``'s (how many of each stage's held
     instances are spot; default: all of them when ``cloud.market`` is spot, else none). The
@@ -93,6 +95,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
             for j in range(new_o + new_s):
                 node = (INIT_INSTANCE, i, j)
                 g.add_node(node, type=INIT_INSTANCE, stage=i, instance=launched + j, latency=c.init_latency_s,
+                           together_s=c.init_contention_s * (new_o + new_s - 1),
                            market=ON_DEMAND if j < new_o else SPOT, instance_type=c.instance_type)
                 g.add_edge(scale, node)
                 inits.append(node)

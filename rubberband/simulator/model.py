@@ -296,25 +296,30 @@ class StageDraws:
         return self._cache[key]
 
     def init_max(self, cloud: CloudProfile, count: int) -> np.ndarray:
-        """Time until ``count`` new instances are all initialised: max of ``count`` INIT draws."""
+        """Time until ``count`` new instances are all initialised: max of ``count`` INIT draws,
+        each ``init_contention_s · (count − 1)`` longer (instances launched together that share
+        one machine, DESIGN §4; 0 on a cloud)."""
         dist = cloud.init_latency_s
+        together = cloud.init_contention_s * (count - 1)
         if dist.is_constant:
-            return np.full(self.samples, dist.mean)
+            return np.full(self.samples, dist.mean + together)
         key = ("init", dist)
         cummax = self._cache.get(key)
         if cummax is None or cummax.shape[0] < count:
             draws = dist.sample(self._rng(_INIT), (count, self.samples))
             cummax = _frozen(np.maximum.accumulate(draws, axis=0))
             self._cache[key] = cummax
-        return np.asarray(cummax[count - 1])
+        return np.asarray(cummax[count - 1]) + together if together else np.asarray(cummax[count - 1])
 
     def init_each(self, cloud: CloudProfile, count: int) -> np.ndarray:
         """INIT latency of each of ``count`` new instances, ``(count, samples)``: the rows whose
-        running maximum ``init_max`` is (the j-th new instance reads row j)."""
+        running maximum ``init_max`` is (the j-th new instance reads row j), with the same
+        ``init_contention_s · (count − 1)``."""
         dist = cloud.init_latency_s
+        together = cloud.init_contention_s * (count - 1)
         if dist.is_constant:
-            return np.full((count, self.samples), dist.mean)
-        return dist.sample(self._rng(_INIT), (count, self.samples))
+            return np.full((count, self.samples), dist.mean + together)
+        return dist.sample(self._rng(_INIT), (count, self.samples)) + together
 
     def sync(self, model: ModelProfile) -> np.ndarray:
         """SYNC latency per sample."""

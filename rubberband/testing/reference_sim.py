@@ -144,7 +144,8 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             nodes["SCALE"] += 1
             nodes["INIT_INSTANCE"] += new
             scale_end = now + _draw(cloud.provision_latency_s, rng)
-            ready = max(scale_end + _draw(cloud.init_latency_s, rng) for _ in range(new))
+            # Instances launched together that share one machine initialise slower (DESIGN §4).
+            ready = max(scale_end + _draw(cloud.init_latency_s, rng) for _ in range(new)) + cloud.init_contention_s * (new - 1)
             alive.extend([scale_end] * new)
             launches += new
             data += new * cloud.data.dataset_gb * cloud.data.price_usd_per_gb

@@ -151,6 +151,18 @@ def test_overrides_replace_other_fields(catalog):
     assert cloud.billing.model is BillingModel.PER_FUNCTION
 
 
+def test_init_contention_is_optional_zero_by_default_and_an_override(catalog):
+    # DESIGN §3/§4: seconds each INIT grows per other instance launched with it (instances
+    # sharing one machine, the local provider); absent, the model is today's.
+    assert catalog.get("big").init_contention_s == 0.0
+    assert "init_contention_s" not in catalog.get("big").to_dict()
+    cloud = catalog.get("big", overrides={"init_contention_s": 1.25})
+    assert cloud.init_contention_s == 1.25
+    assert CloudProfile.from_dict(cloud.to_dict()) == cloud
+    with pytest.raises(SpecError, match=r"^cloud\.overrides\.init_contention_s: .*-1"):
+        catalog.get("big", overrides={"init_contention_s": -1})
+
+
 def test_unknown_override_key_is_rejected(catalog):
     with pytest.raises(SpecError, match=r"cloud\.overrides\.init_latncy_s: unknown key \(did you mean `init_latency_s`\?\)"):
         catalog.get("big", overrides={"init_latncy_s": 3})

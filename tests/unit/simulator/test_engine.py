@@ -117,6 +117,30 @@ def test_scale_up_in_a_later_stage():
     assert result.stages[1].mean_cost_usd == pytest.approx(usd(22.5 + 12.5), **EXACT)
 
 
+def test_instances_launched_together_initialise_slower_by_the_contention():
+    # init_contention_s (DESIGN §4, optional): each INIT of a scale-up of n new instances is
+    # c * (n - 1) longer (instances sharing one machine's CPUs). Stage 0: 8 trials x 1 GPU on
+    # two 4-GPU instances launched together; stage 1: 16 GPUs, two more launched together.
+    spec = stages((8, 3), (4, 8))
+    model = const_model({1: 2.0, 4: 0.75}, startup_s=1, sync_s=0.5)
+    alone = run(spec, [8, 16], model, const_cloud(granularity_s=0.5, minimum_s=0))
+    result = run(spec, [8, 16], model, const_cloud(granularity_s=0.5, minimum_s=0, init_contention_s=1.5))
+    assert [s.new_instances for s in result.stages] == [2, 2]
+    assert result.jct_s[0] == pytest.approx(alone.jct_s[0] + 2 * 1.5, **EXACT)
+    assert [s.mean_duration_s for s in result.stages] == pytest.approx([10 + 6.5 + 7 + 0.5, 10 + 6.5 + 7 + 0.5], **EXACT)
+    # billed from the end of SCALE, so the longer INITs are paid: 2 x 1.5 s more in stage 0,
+    # and in stage 1 four instances' 1.5 s
+    assert result.cost_usd[0] == pytest.approx(alone.cost_usd[0] + usd(2 * 1.5 + 4 * 1.5), **EXACT)
+    # one instance alone: no contention
+    one = run(stages((4, 3)), [4], model, const_cloud(init_contention_s=1.5))
+    assert one.jct_s[0] == run(stages((4, 3)), [4], model, const_cloud()).jct_s[0]
+    ref_jct, _ = reference_simulate(spec, [8, 16], model, const_cloud(granularity_s=0.5, minimum_s=0, init_contention_s=1.5),
+                                    samples=2, seed=0)
+    assert ref_jct[0] == pytest.approx(result.jct_s[0], **EXACT)
+    graph = build_dag(spec, [8, 16], model, const_cloud(init_contention_s=1.5))
+    assert longest_path(graph) == pytest.approx(result.jct_s[0], **EXACT)
+
+
 def test_scale_down_releases_at_the_sync():
     # G = 1: stage 0 holds 3 instances, stage 1 one; two are released at stage 0's SYNC.
     spec = stages((3, 4), (1, 6))
@@ -415,7 +439,7 @@ DAG_PLANS = {
 def node_latency(data: dict) -> float:
     if data["type"] == "TRAIN":
         return data["startup"].mean + data["iters"] * data["iter_latency"].mean
-    return data["latency"].mean
+    return data["latency"].mean + data.get("together_s", 0.0)
 
 
 def longest_path(graph: nx.DiGraph) -> float:
