@@ -568,7 +568,7 @@ class StageTable:
         if len(have) <= upto:
             draws, count = self.draws[stage], upto + 1 - len(have)
             if self.cloud.init_latency_s.is_constant:       # every count's row is a constant
-                means = np.array([float(draws.init_max(self.cloud, n)[0]) for n in range(len(have), upto + 1)])
+                means = np.array([float(draws.init_max(self.cloud, n).mean()) for n in range(len(have), upto + 1)])
             else:
                 draws.init_max(self.cloud, upto)        # the most rows first: a larger count draws them all again
                 means = np.array([draws.init_max(self.cloud, n) for n in range(len(have), upto + 1)]).mean(axis=1)

@@ -182,7 +182,7 @@ def check_request(experiment: str | Path | Experiment, provider: str = "local", 
     needed, launch_s, repeat_s = min_profile_seconds(exp.model, cloud, counts[0], iters, steps)
     if max_seconds is not None and max_seconds < needed:
         raise SpecError(f"--max-seconds: {max_seconds:g}s is below the {needed:.0f}s one measurement needs "
-                        f"({steps} instance launches of about {launch_s:.1f}s each and one repeat of {counts[0]} "
+                        f"({launches} instance launches{' and one of two instances together' if steps > launches else ''} of about {launch_s:.1f}s each and one repeat of {counts[0]} "
                         f"GPU(s) per trial, about {repeat_s:.1f}s by the experiment's profiles); give at least "
                         f"{needed:.0f}s, or leave it out")
     cluster_cfg = prov.check(cloud, launches, providers.cluster_yaml_for(prov, cluster, exp.cluster))
