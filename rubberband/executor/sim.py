@@ -8,7 +8,8 @@ planning profiles; rehearse a wrong profile by passing another):
 
 * a scale-up (the instances one request to the cluster launches) draws one SCALE from
   ``provision_latency_s``; each new instance is billed from the SCALE's end and ready after
-  its own ``init_latency_s`` draw; a replacement draws its own SCALE;
+  its own ``init_latency_s`` draw (plus ``init_contention_s`` per other instance of the
+  scale-up); a replacement draws its own SCALE;
 * a TRAIN node lasts ``trial_startup_s + k * L``, with ``L`` and the start-up drawn once per
   trial and stage from the truth's ``iter_latency_s(m)`` (a slow trial stays slow, also
   after a reclaim); the runner trains it as one chunk (``chunk_iters``: all that is left), so
@@ -416,7 +417,9 @@ class SimClusterPort(VirtualCluster):
             market, priced = cloud.spot, w.priced.get(itype, cloud)
             granted = w.zone_next(now, True, itype) if spot and market.trace else now
             launched = granted + scale
-            ready = launched + w.draw(_INIT, cloud.init_latency_s)
+            # Instances launched together on one machine's CPUs (init_contention_s, DESIGN §4):
+            # each INIT of this scale-up grows by c per other instance in it.
+            ready = launched + w.draw(_INIT, cloud.init_latency_s) + cloud.init_contention_s * (len(node_types) - 1)
             down = math.inf
             if spot and market.trace is not None:
                 down = w.zone_next(launched, False, itype)

@@ -138,3 +138,26 @@ def test_a_rehearsal_redoes_the_iterations_the_model_counts(every, allocation):
         assert [h.get("redone", 0) for h in trial["history"]] == predicted[:len(trial["history"])]
     s = summary([run_dict(result, plan, run)], plan.deadline_s)        # `run --provider sim --repeat N`
     assert s["redone_mean"] == s["redone_predicted"] == sum(by_stage)
+
+
+@pytest.mark.parametrize("allocation", [(4, 2, 1), (2, 2, 1)])
+def test_a_rehearsal_lengthens_the_inits_of_instances_launched_together_as_the_model_does(allocation):
+    """``init_contention_s`` (DESIGN §4, the local provider's instances share one machine):
+    each INIT of a scale-up of ``n`` new instances is ``c (n - 1)`` longer, in the rehearsal as
+    in the simulator (a constant profile: one rehearsal's JCT and cost are the plan's)."""
+    from dataclasses import replace
+
+    from rubberband.executor.rehearse import result_of
+    from rubberband.executor.sim import rehearse_once
+    from rubberband.testing.builders import fake_cloud
+
+    spec = ExperimentSpec.from_stages([[4, 2], [2, 2], [1, 2]])
+    model = ModelProfile({1: Constant(1.0), 2: Constant(0.6)}, trial_startup_s=Constant(0.5), sync_s=Constant(0.25))
+    cloud = replace(fake_cloud(1), init_contention_s=3.0)
+    plan = plan_allocation(spec, list(allocation), model, cloud, deadline_s=1000, samples=20, seed=3)
+    alone = plan_allocation(spec, list(allocation), model, replace(cloud, init_contention_s=0.0), deadline_s=1000,
+                            samples=20, seed=3)
+    assert plan.predicted.mean_jct_s == pytest.approx(alone.predicted.mean_jct_s + 3.0 * (allocation[0] - 1))
+    run = rehearse_once(plan, model, cloud, seed=1)
+    assert run.jct_s == pytest.approx(plan.predicted.mean_jct_s)
+    assert result_of(plan, run, 1, "metric").actual["cost_usd"] == pytest.approx(plan.predicted.mean_cost_usd)
