@@ -60,18 +60,20 @@ def test_profile_writes_a_model_profile_and_cloud_overrides_that_load(tmp_path):
     assert prof["stopped_early"] is True and prof["repeats_done"] == {1: 1}
     assert prof["cost_usd"] > 0 and prof["seconds"] > 0
     assert len(prof["samples"]["iter_latency_s"][1]) == 4            # 1 repeat x 2G queued trials
-    assert len(prof["samples"]["cloud"]["init_latency_s"]) == 2
+    assert len(prof["samples"]["cloud"]["init_latency_s"]) == 2         # the launches of one alone
+    assert len(prof["samples"]["cloud"]["init_two_together_s"]) == 2    # local: then two launched together
     assert model.extra["rubberband_version"] == rb.__version__ and model.extra["global_batch_size"] == 32
 
     overrides = yaml.safe_load((tmp_path / "profiles" / "tiny.cloud.yaml").read_text())
-    assert set(overrides) == {"provision_latency_s", "init_latency_s"}
+    assert set(overrides) == {"provision_latency_s", "init_latency_s", "init_contention_s"}
+    assert overrides["init_contention_s"] >= 0
     cloud = rb.CloudCatalog.load(ROOT / "cloud_profiles" / "local" / "local.yaml").with_overrides(overrides).get("local.2gpu")
     assert cloud.init_latency_s.mean == pytest.approx(result.init_latency_s.mean)
     assert 1.0 < cloud.provision_latency_s.mean < 4.0                 # the provider emulates N(2, 0.3)
     assert region.read_text() == shipped                             # the experiment's own files stay as they were
 
     assert result.cost_usd == pytest.approx(prof["cost_usd"], abs=1e-6)
-    assert result.cost_usd >= 2 * 60 * 2.0 / 3600 - 1e-9             # two launches, each billed >= 60 s at $2/h
+    assert result.cost_usd >= 4 * 60 * 2.0 / 3600 - 1e-9             # four instances, each billed >= 60 s at $2/h
     text = result.table()
     assert "profiling took" in text and "and cost $" in text and "GPUs/trial" in text
 
