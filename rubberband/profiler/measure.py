@@ -784,11 +784,13 @@ def contention_s(init: Distribution, together: Sequence[float], seed: int = 0) -
     """``init_contention_s`` (DESIGN §4) from the INITs of two instances launched together
     (``together``: running -> both ready, per instance) and ``init``, the INIT fitted from
     launches of one alone: how much longer the pair took than the later of two independent
-    ``init`` draws (the model's wait for two new instances without contention); 0 at least."""
+    ``init`` draws (the model's wait for two new instances without contention); 0 at least, and
+    at most ``init``'s mean: two instances sharing the CPUs one had to itself take at most twice
+    as long, so more is a burst of load from elsewhere during the pair's launch, not contention."""
     import numpy as np
 
     alone = float(np.max(init.sample(np.random.default_rng(seed), (2, 20000)), axis=0).mean())
-    return max(0.0, statistics.fmean(together) - alone)
+    return min(init.mean, max(0.0, statistics.fmean(together) - alone))
 
 
 def output_paths(name: str, instance_type: str, out: str | Path | None = None,

@@ -56,6 +56,7 @@ def test_contention_is_how_much_later_a_pair_is_ready_than_two_independent_inits
     assert contention_s(Normal(4.0, 0.5), [5.3, 5.3]) == pytest.approx(5.3 - (4 + 0.5 / math.pi ** 0.5), abs=0.02)
     assert contention_s(Constant(4.0), [5.0, 5.5]) == pytest.approx(1.25)
     assert contention_s(Constant(4.0), [3.5, 3.9]) == 0.0            # never negative
+    assert contention_s(Constant(4.0), [9.0, 13.0]) == 4.0           # at most twice one alone: more is load from elsewhere
     assert shares_machine("local") and not shares_machine("aws") and not shares_machine("sim")
 
 
