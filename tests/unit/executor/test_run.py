@@ -146,24 +146,23 @@ def test_a_spot_plan_s_room_for_replacements_is_checked_before_anything_is_writt
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_path, monkeypatch):
-    """``execute`` hands the driver's re-planner the room ``_cluster_room`` gave the cluster
-    (the YAML's max_workers caps it): a re-plan above it would wait for instances that never
-    come."""
+class _Seen(Exception):
+    """Raised by ``_stop_at_the_driver``'s driver with the room its re-planner was given."""
+
+
+def _stop_at_the_driver(monkeypatch) -> list:
+    """``execute`` up to the driver: the cluster session is a stand-in that records the room it
+    was given (the list returned), and the driver raises ``_Seen(its max_instances)``."""
     import contextlib
     from types import SimpleNamespace
 
     import rubberband.executor.run as run
-    from tests.conftest import write_cluster_yaml
-
-    class Seen(Exception):
-        pass
 
     class Driver(run.Driver):
         def run(self):
-            raise Seen(self.max_instances)
+            raise _Seen(self.max_instances)
 
-    rooms = []
+    rooms: list = []
 
     @contextlib.contextmanager
     def session(prov, clouds, room, run_dir, **kw):
@@ -173,12 +172,23 @@ def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_pa
 
     monkeypatch.setattr(run, "Driver", Driver)
     monkeypatch.setattr(run, "cluster_session", session)
+    return rooms
+
+
+def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_path, monkeypatch):
+    """``execute`` hands the driver's re-planner the room ``_cluster_room`` gave the cluster
+    (the YAML's max_workers caps it): a re-plan above it would wait for instances that never
+    come."""
+    import rubberband.executor.run as run
+    from tests.conftest import write_cluster_yaml
+
+    rooms = _stop_at_the_driver(monkeypatch)
     cloud = CloudProfile.load("cloud_profiles/aws/us-east-1.yaml", "g5.xlarge")
     model = ModelProfile.from_dict({"iter_latency_s": {1: 1.0}})
     plan = plan_allocation(ExperimentSpec.from_stages([(4, 1), (2, 1)]), (2, 2), model, cloud, 3600, samples=2)
     assert max(plan.instances) == 2
     path = write_cluster_yaml(tmp_path / "c.yaml", max_workers=3, credentials=True)
-    with pytest.raises(Seen) as seen:
+    with pytest.raises(_Seen) as seen:
         run.execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="aws", cluster_config=str(path),
                     runs_dir=tmp_path / "runs", replan_with=model)
     assert rooms == [{"g5.xlarge": 3}]
@@ -188,42 +198,23 @@ def test_a_re_planning_run_re_plans_within_the_room_its_cluster_was_given(tmp_pa
 def test_a_plan_made_within_max_instances_re_plans_within_it(tmp_path, monkeypatch):
     """The ``max_instances`` a plan was made within (``plan.info``) caps the room its run's
     re-planner has, below the cluster's: a re-plan that grows past a quota could never run."""
-    import contextlib
-    from types import SimpleNamespace
-
     import rubberband.executor.run as run
     from rubberband.executor.run import REPLAN_GROWTH
     from rubberband.plan import compile_plan
 
-    class Seen(Exception):
-        pass
-
-    class Driver(run.Driver):
-        def run(self):
-            raise Seen(self.max_instances)
-
-    rooms = []
-
-    @contextlib.contextmanager
-    def session(prov, clouds, room, run_dir, **kw):
-        rooms.append(room)
-        yield SimpleNamespace(provider=prov, port=None, runner=None, config=kw["config"], read_events=lambda: [],
-                              stopped_at=None)
-
-    monkeypatch.setattr(run, "Driver", Driver)
-    monkeypatch.setattr(run, "cluster_session", session)
+    rooms = _stop_at_the_driver(monkeypatch)
     cloud = CloudProfile.load("cloud_profiles/local/local.yaml", "local.1gpu")
     model = ModelProfile.from_dict({"iter_latency_s": {1: 10.0}})
     spec = ExperimentSpec.from_stages([(4, 2), (2, 2)])
     plan = compile_plan(spec, model, cloud, 3600, samples=2, max_instances=3)
     assert plan.info["max_instances"] == 3 and max(plan.instances) == 1
-    with pytest.raises(Seen) as seen:
+    with pytest.raises(_Seen) as seen:
         run.execute(plan, "rubberband.examples.digits:DigitsMLP", {}, provider="local", runs_dir=tmp_path / "runs",
                     replan_with=model)
     assert rooms == [{"local.1gpu": REPLAN_GROWTH}] and REPLAN_GROWTH < 3     # the cluster's room, as before
     assert seen.value.args[0] == {"local.1gpu": REPLAN_GROWTH}
     tight = compile_plan(spec, model, cloud, 3600, samples=2, max_instances=1)
-    with pytest.raises(Seen) as seen:
+    with pytest.raises(_Seen) as seen:
         run.execute(tight, "rubberband.examples.digits:DigitsMLP", {}, provider="local", runs_dir=tmp_path / "runs",
                     replan_with=model)
     assert rooms[-1] == {"local.1gpu": 1} and seen.value.args[0] == {"local.1gpu": 1}
