@@ -17,6 +17,7 @@ from rubberband.executor.ledger import Ledger
 from rubberband.executor.report import RunResult, stage_entry, surrogate_summary
 from rubberband.executor.search_space import Search
 from rubberband.executor.session import Session, cluster_session
+from rubberband.plan.compile import type_cap
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
 from rubberband.providers import base
@@ -119,7 +120,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
     run_dir = Path(runs_dir).resolve() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "plan.json").write_text(plan.to_json())
-    room = _cluster_room(plan, {t: _least(prov.max_workers(config, t), _planned_cap(plan, t))
+    room = _cluster_room(plan, {t: _least(prov.max_workers(config, t), type_cap(plan.info.get("max_instances"), t))
                                 for t in _most_by_type(plan)}, replan_with is not None)
     with cluster_session(prov, clouds, room, run_dir, run_id=run_id, trainer=trainer, time_attr=time_attr,
                          seed=seed, config=config, latency_scale=latency_scale, launch_attempts=launch_attempts,
@@ -128,7 +129,7 @@ def execute(plan: Plan, trainer: Any, search_space: dict[str, Any] | Search, pro
         # and within the max_instances the plan was made within.
         outcome = _drive(plan, session, search_space, metric, mode, seed, run_dir, on_event,
                          dict(replan_with=replan_with, safety_net=safety_net, budget_usd=budget_usd,
-                              max_instances={t: _least(r, _planned_cap(plan, t)) for t, r in room.items()},
+                              max_instances={t: _least(r, type_cap(plan.info.get("max_instances"), t)) for t, r in room.items()},
                               max_failures=max_failures, target_model=target_model))
     narrow = trainer_obj.model_config if surrogate_ratio is not None else None
     return _report(plan, outcome, session.read_events(), session.stopped_at, run_id, run_dir, metric, mode,
@@ -148,13 +149,6 @@ def _most_by_type(plan: Plan) -> dict[str, tuple[int, int]]:
         most, spot = out.get(c.instance_type, (0, 0))
         out[c.instance_type] = (max(most, plan.instances[i]), max(spot, plan.spot_counts[i]))
     return out
-
-
-def _planned_cap(plan: Plan, instance_type: str) -> int | None:
-    """The most instances of ``instance_type`` the plan was made within (``compile_plan``'s
-    ``max_instances``, in ``plan.info``; ``None``: no limit)."""
-    caps = plan.info.get("max_instances")
-    return caps.get(instance_type) if isinstance(caps, dict) else caps
 
 
 def _least(*limits: int | None) -> int | None:

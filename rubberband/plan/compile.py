@@ -274,9 +274,11 @@ def check_max_instances(max_instances, cloud: CloudProfile | CloudCatalog) -> Ca
     return {name: count(v, f"max_instances[{name!r}]") for name, v in max_instances.items()}
 
 
-def type_cap(caps: Caps, cloud: CloudProfile) -> int | None:
-    """The most instances of ``cloud``'s type a stage may hold under ``caps`` (``None``: no limit)."""
-    return caps.get(cloud.instance_type) if isinstance(caps, Mapping) else caps
+def type_cap(caps: Caps, cloud: CloudProfile | str) -> int | None:
+    """The most instances of ``cloud``'s type (or the type named) a stage may hold under ``caps``
+    (``None``: no limit)."""
+    name = cloud if isinstance(cloud, str) else cloud.instance_type
+    return caps.get(name) if isinstance(caps, Mapping) else caps
 
 
 def packing_counts(model: ModelProfile, cloud: CloudProfile) -> list[int]:
