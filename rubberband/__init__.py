@@ -21,7 +21,7 @@ _EXPORTS = {
     "CloudProfile": "rubberband.profiles", "DataCost": "rubberband.profiles", "Market": "rubberband.profiles",
     "ModelProfile": "rubberband.profiles",
     "SimResult": "rubberband.simulator", "build_dag": "rubberband.simulator", "simulate": "rubberband.simulator",
-    "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec",
+    "ExperimentSpec": "rubberband.spec", "Stage": "rubberband.spec", "EagerTransfer": "rubberband.spec",
     "Placement": "rubberband.placement", "place": "rubberband.placement",
     "Trainer": "rubberband.executor", "execute": "rubberband.executor", "profile": "rubberband.profiler",
     # Function trainables, in Ray Tune's signatures (rubberband/function_api.py)

@@ -93,7 +93,7 @@ class Experiment:
         if not self.sha:
             raise SpecError("--trials: sweeping the number of trials needs an experiment defined with `sha:`")
         spec = ExperimentSpec.sha(num_trials, self.sha["min_iters"], self.sha["max_iters"], self.sha.get("eta", 2))
-        return spec if self.spec.target_stage is None else spec.with_target(self.spec.stages[-1].iters)
+        return spec if self.surrogate is None else self.surrogate.job(spec)
 
     @property
     def auto_instance_type(self) -> bool:
@@ -305,7 +305,7 @@ def experiment_from_dict(data: dict, base: str | Path = ".", path: str | None = 
     _check_search(exp)
     if data.get("surrogate") is not None:
         surrogate = Surrogate.from_dict(data["surrogate"], exp.search_space)
-        exp = replace(exp, surrogate=surrogate, spec=spec.with_target(surrogate.target_iters_for(spec)),
+        exp = replace(exp, surrogate=surrogate, spec=surrogate.job(spec),
                       surrogate_model=ModelProfile.load(_resolve(surrogate.model_profile, base, "surrogate.model_profile"))
                       if surrogate.model_profile is not None else None)
     if not exp.auto_instance_type:

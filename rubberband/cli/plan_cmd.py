@@ -130,7 +130,7 @@ def considered_table(plan) -> str:
                            and c["instance_type"] == plan.summary()["instance_type"]) else ""
         packed = f" ({max(c['trials_per_gpu'])} per GPU)" if c.get("trials_per_gpu") else ""
         packed += f" ({max(c['fused_per_gpu'])} fused)" if c.get("fused_per_gpu") else ""
-        rows.append([c["policy"], c["instance_type"] + packed, *market, max(c["instances"]), format_duration(c["jct_s_mean"]),
+        rows.append([c["policy"], c["instance_type"] + packed, *market, c.get("peak_instances", max(c["instances"])), format_duration(c["jct_s_mean"]),
                      format_duration(c["jct_s_p90"]), format_usd(c["cost_usd_mean"]), format_usd(c["cost_usd_p90"]),
                      f"{c['p_meet']:.0%}", f"{c['cost_usd_mean'] / chosen:.2f}x" + (" " + mark if mark else "")])
     table = render(["policy", "instance type", *(["market"] if with_market else []), "max inst", "JCT mean", "JCT p90",

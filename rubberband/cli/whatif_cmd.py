@@ -53,6 +53,12 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compute-fraction", type=float, default=None,
                    help="the part of a full-width iteration that shrinks 1/S² on a surrogate, for ratios with no "
                         "measured profile (default 0.9)")
+    p.add_argument("--eager-transfer", metavar="F,...",
+                   help="a surrogate job's target started early, after these fractions of the surrogate trials are "
+                        "done, e.g. off,0.5,0.75 (off: after the tuning), each planned (DESIGN §4.6)")
+    p.add_argument("--restart-probability", type=float, default=None,
+                   help="with --eager-transfer: the chance the early target restarts with another winner "
+                        "(default per fraction: 1 - 1/n, n the trials promoted at the hand-over)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
@@ -101,6 +107,10 @@ def whatif_cmd(args: argparse.Namespace) -> int:
     exp = req.experiment
     if args.surrogate_ratio is not None:
         return surrogate_whatif(args, req)
+    if args.eager_transfer is not None:
+        return eager_whatif(args, req)
+    if args.restart_probability is not None:
+        raise SpecError("--restart-probability: it goes with --eager-transfer; add --eager-transfer off,0.5")
     vary: dict[str, list] = {}
     deadline = exp.deadline_s
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(POLICIES)
@@ -259,6 +269,63 @@ def surrogate_whatif(args: argparse.Namespace, req) -> int:
                  "measure it (`rubberband profile` at width / S) for a real figure")
     emit(args, {"experiment": exp.name, "target_iters": target_iters, "compute_fraction": f,
                 "ratios": [r.to_dict() for r in rows]}, text)
+    return 0
+
+
+def eager_whatif(args: argparse.Namespace, req) -> int:
+    """``--eager-transfer``: a surrogate job's plan per hand-over fraction (``eager_sweep``)."""
+    from rubberband.plan.whatif import eager_sweep
+
+    other = [f"--{f.replace('_', '-')}" for f in (*SWEEP_FLAGS, "surrogate_profiles", "compute_fraction")
+             if getattr(args, f, None) is not None and getattr(args, f, None) is not False]
+    if other:
+        raise SpecError(f"--eager-transfer: weighs when the target starts, alone; drop {', '.join(other)}")
+    exp = req.experiment
+    if exp.spec.target_stage is None:
+        raise SpecError("--eager-transfer: weighs when a surrogate job's target starts; the experiment has no "
+                        "`surrogate:`; add one (see experiments/demo_surrogate.yaml)")
+    fractions: list[float | None] = []
+    for item in args.eager_transfer.split(","):
+        item = item.strip()
+        if item == "off":
+            fractions.append(None)
+            continue
+        try:
+            fractions.append(float(item))
+        except ValueError:
+            raise SpecError(f"--eager-transfer: expected fractions of surrogate trials done, or off, such as "
+                            f"off,0.5,0.75; got {item!r}") from None
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
+    if req.auto_instance_type or isinstance(exp.model_for_planning, dict):
+        raise SpecError("--eager-transfer: weighs one instance type and one full-width profile; "
+                        "pass --instance-type NAME (not auto)")
+    surrogate, target = exp.job_models()
+    samples = args.samples if args.samples is not None else 200
+    with ProgressLine(args) as progress:
+        rows = eager_sweep(req.spec, surrogate, target, req.catalog, deadline, fractions, args.restart_probability,
+                           samples=samples, seed=req.seed, instance_type=req.instance_type, market=req.market,
+                           confidence=req.confidence, progress=progress)
+    base = next((r for r in rows if r.after is None and r.cost_usd is not None), None)
+    table = []
+    for r in rows:
+        start = "after tuning" if r.after is None else f"{r.after:g} (after stage {r.after_stage})"
+        restart = "-" if r.restart_probability is None else f"{r.restart_probability:.2g}"
+        if r.cost_usd is None or r.jct_s is None:
+            table.append([start, restart, "infeasible", "-", "-", "-", "-"])
+            continue
+        vs = "-" if base is None or base.jct_s is None or base.cost_usd is None else \
+            f"{r.jct_s - base.jct_s:+.1f}s {r.cost_usd / base.cost_usd:.2f}x"
+        table.append([start, restart, format_duration(r.jct_s), _or(r.jct_p90_s, format_duration, "-"),
+                      format_usd(r.cost_usd), _or(r.p_meet, lambda p: f"{p:.0%}", "-"), vs])
+    text = render(["target starts", "restart prob.", "JCT mean", "JCT p90", "cost mean", "P(meet)",
+                   "vs after tuning"], table,
+                  title=f"what if: {exp.name}'s full-width target started early (eager transfer), deadline "
+                        f"{format_duration(deadline)}")
+    text += ("\neach row plans the job with the target after the tuning (exact) and simulates it started early on its "
+             "own instances; a restart trains the winner from scratch when it is not the trial handed over")
+    emit(args, {"experiment": exp.name, "fractions": [r.to_dict() for r in rows]}, text)
     return 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -116,6 +116,25 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         raise SpecError(f"deadline_s: expected a positive number of seconds, got {deadline_s!r}")
     if confidence is not None and not 0 < confidence < 1:
         raise SpecError(f"confidence: must be between 0 and 1, got {confidence!r}")
+    if spec.eager is not None:
+        def sequential(d: float) -> Plan:
+            return compile_plan(spec.without_eager(), model, cloud, d, policy, samples, seed, confidence,
+                                instance_type, market, compare, progress, held_at_start, max_instances,
+                                target_model, redone)
+
+        def tuning(d: float) -> Plan:
+            try:
+                return compile_plan(spec.tuning, model, cloud, d, policy, samples, seed, confidence, instance_type,
+                                    market, False, progress, held_at_start, max_instances, None,
+                                    None if redone is None else tuple(redone)[:-1])
+            except InfeasibleDeadlineError as exc:       # the tuning's fastest plan, where one type is all
+                if not isinstance(cloud, CloudProfile) or not isinstance(model, ModelProfile) or held_at_start:
+                    raise
+                return plan_allocation(spec.tuning, exc.allocation, model, cloud, d, samples=samples, seed=seed,
+                                       redone=None if redone is None else tuple(redone)[:-1])
+        return replace(eager_search(sequential, spec, model, target_model, float(deadline_s), redone,
+                                    check_max_instances(max_instances, cloud) if max_instances is not None else None,
+                                    tuning), policy=policy)
     auto_market = market == AUTO
     if market is not None and not auto_market and not isinstance(market, Market):
         market = Market(choice(market, "market", [m.value for m in Market] + [AUTO]))
@@ -150,6 +169,154 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
         plan = _with_considered(plan, ([] if auto_market else [plan.summary()]) + list(plan.considered if auto_market else ())
                                 + _other_policies(job, model, cloud, plan))
     return _within_caps(replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings), job.caps)
+
+
+# Eager transfer's search (``eager_search``): the sequential optima at the deadline times these
+# (the deadline itself first). Tighter ones too: a faster target holds its instances for less.
+EAGER_RELAXATIONS = (1.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6, 1.8, 2.0)
+
+
+# ... and the tuning's own optima at the deadline times these, each with every target GPU count.
+EAGER_TUNING_SHARES = tuple(round(0.3 + 0.05 * k, 2) for k in range(15))
+
+
+def eager_search(sequential: Callable[[float], Plan], spec: ExperimentSpec,
+                 model: ModelProfile | Mapping[str, ModelProfile],
+                 target_model: ModelProfile | Mapping[str, ModelProfile] | None, deadline_s: float,
+                 redone: Sequence[int] | None = None, caps: Caps = None,
+                 tuning: Callable[[float], Plan] | None = None) -> Plan:
+    """The plan of a surrogate job whose target starts early (DESIGN §4.6): the cheapest, run
+    eagerly (``eager_plan``), of the sequential job's optimal plans at the deadline times each of
+    ``EAGER_RELAXATIONS``: one slower in sequence may still make the deadline with the overlap, for
+    less, and a faster one may cost less run eagerly (its target holds its instances for less).
+    ``sequential(d)`` is the exact sequential planner at deadline ``d``. With ``tuning(d)``, the
+    exact planner of the tuning stages alone, it weighs too each of the tuning's optima at the
+    deadline times ``EAGER_TUNING_SHARES`` followed by the target at each GPU count of its profile
+    (single-type on-demand plans: ``_with_target``). Every candidate is checked against
+    ``deadline_s`` itself. A search over those frontiers, not over every plan:
+    ``tests/unit/plan/test_eager_plan.py`` measures it against brute force.
+
+    Raises:
+        InfeasibleDeadlineError, SpecError: as ``eager_plan`` for the plan at the deadline itself,
+            when no relaxed one meets it either.
+    """
+    best: Plan | None = None
+    first_error: Exception | None = None
+    seen: set[tuple] = set()
+
+    def weigh(candidate: Callable[[], Plan | None], must: bool = False) -> None:
+        nonlocal best, first_error
+        try:
+            seq = candidate()
+            if seq is None:
+                return
+            key = (seq.allocation, seq.instances, seq.stage_types, seq.packing, seq.fusion, seq.spot_counts)
+            if key in seen:
+                return
+            seen.add(key)
+            plan = eager_plan(seq, spec, model, target_model, redone, caps, deadline_s)
+        except (InfeasibleDeadlineError, SpecError) as exc:
+            if must and not isinstance(exc, InfeasibleDeadlineError):
+                raise
+            first_error = first_error or exc
+            return
+        if best is None or plan.predicted.mean_cost_usd < best.predicted.mean_cost_usd:
+            best = plan
+
+    for factor in EAGER_RELAXATIONS:
+        weigh(lambda: sequential(deadline_s * factor), must=factor == 1.0)
+    if tuning is not None and best is not None and not isinstance(target_model, Mapping):
+        # The overlap trades the tuning's pace against the target's: the tuning's own optima at
+        # shorter deadlines, each with the target at every GPU count its profile has.
+        for factor in EAGER_TUNING_SHARES:
+            try:
+                tuned = tuning(deadline_s * factor)
+            except (InfeasibleDeadlineError, SpecError):
+                continue
+            for gpus in range(target_model.min_gpus if target_model else 1,
+                              (target_model.max_gpus if target_model else 1) + 1):
+                weigh(lambda: _with_target(tuned, gpus, spec, model, target_model, redone))
+    if best is None:
+        assert first_error is not None
+        raise first_error
+    return best
+
+
+def _with_target(tuned: Plan, gpus: int, spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
+                 target_model: ModelProfile | None, redone: Sequence[int] | None) -> Plan | None:
+    """A tuning plan followed by a target stage of ``gpus`` GPUs on the tuning's one type
+    (on-demand, the fewest instances): ``None`` where that plan is no single-type, on-demand,
+    unpacked one ``plan_allocation`` can state."""
+    if len(set(tuned.stage_types)) != 1 or any(tuned.spot_counts) or any(k > 1 for k in tuned.packing) \
+            or tuned.held_at_start is not None or tuned.cloud.market is not Market.ON_DEMAND:
+        return None
+    cloud = tuned.cloud
+    need = -(-gpus // cloud.gpus_per_instance)
+    fused = tuple(tuned.fusion) + (1,) if any(f > 1 for f in tuned.fusion) else None
+    return plan_allocation(spec.without_eager(), tuple(tuned.allocation) + (gpus,), model, cloud, tuned.deadline_s,
+                           instances=tuple(tuned.instances) + (need,), samples=tuned.samples or 200, seed=tuned.seed,
+                           fused_per_gpu=fused, target_model=target_model, redone=redone)
+
+
+def eager_plan(sequential: Plan, spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelProfile],
+               target_model: ModelProfile | Mapping[str, ModelProfile] | None,
+               redone: Sequence[int] | None = None, caps: Caps = None, deadline_s: float | None = None) -> Plan:
+    """A surrogate job with an eager target stage (DESIGN §4.6), planned: the allocation of
+    ``sequential`` (the same job with its target after the tuning, planned exactly) simulated
+    with the target started early, on the same samples and seed. The search does not weigh the
+    overlap itself (the mean of the later of two ends is not a sum over stages); the plan
+    records the sequential prediction beside its own (``info["eager_transfer"]``) and must meet
+    the deadline as planned, now with the overlap and the restarts.
+
+    ``caps`` (``max_instances``) count the target's instances together with those of each tuning
+    stage it overlaps. ``deadline_s``: the one to meet (default: ``sequential``'s).
+
+    Raises:
+        SpecError: the plan puts the target stage on spot (an eager target runs on on-demand), or
+            with the target's instances it holds more of a type than ``caps`` allow.
+        InfeasibleDeadlineError: the plan run eagerly misses the deadline it met sequentially.
+    """
+    plan = replace(sequential, spec=spec)
+    for j, n in peak_instances(plan).items():
+        cap = type_cap(caps, plan.stage_types[j])
+        if cap is not None and n > cap:
+            raise SpecError(f"max_instances: with the target started early its {plan.instances[-1]} instance(s) run "
+                            f"beside stage {j}'s {plan.instances[j]}, {n} {plan.stage_types[j]} in all, over the limit "
+                            f"of {cap}; raise --max-instances, or drop eager_transfer")
+    if plan.spot_counts[-1]:
+        raise SpecError(f"market: the plan puts the target stage on {plan.spot_counts[-1]} spot instance(s), and an "
+                        "eager target (surrogate.eager_transfer) runs on on-demand ones; plan with --market "
+                        "on-demand, or drop eager_transfer")
+    result = simulate(spec, plan.allocation, model, samples=plan.samples or sequential.predicted.samples,
+                      seed=plan.seed, target_model=target_model, redone=redone, **plan.simulation_args())
+    if deadline_s is not None:
+        plan = replace(plan, deadline_s=deadline_s)
+    deadline, confidence = plan.deadline_s, plan.confidence
+    met = result.p_meet(deadline) >= confidence if confidence is not None else result.mean_jct_s <= deadline
+    if math.isfinite(deadline) and not met:
+        needed = float(np.quantile(result.jct_s, confidence)) if confidence is not None else result.mean_jct_s
+        raise InfeasibleDeadlineError(deadline, result.mean_jct_s, plan.allocation, confidence=confidence,
+                                      needed_s=needed, detail=" with the target started early (eager transfer)")
+    seq = sequential.predicted
+    plan = replace(plan, predicted=result, info={**plan.info, "eager_transfer": {
+        **spec.eager.to_dict(), "sequential_jct_s_mean": seq.mean_jct_s, "sequential_cost_usd_mean": seq.mean_cost_usd}})
+    if plan.considered:      # the plans weighed, as weighed: with the target after the tuning
+        peak = max([*peak_instances(plan).values(), *plan.instances])
+        plan = replace(plan, considered=({**plan.summary(), "peak_instances": peak},
+                                         *({**c, "policy": f"{c['policy']} (target after tuning)"}
+                                           for c in sequential.considered)))
+    return plan
+
+
+def peak_instances(plan: Plan) -> dict[int, int]:
+    """Per tuning stage an eager target (DESIGN §4.6) overlaps, the instances of that stage's
+    type held at once: the stage's own, and the target's when it is of the same type."""
+    eager = plan.spec.eager
+    if eager is None:
+        return {}
+    last, types = len(plan.instances) - 1, plan.stage_types
+    return {j: plan.instances[j] + (plan.instances[last] if types[j] == types[last] else 0)
+            for j in range(eager.after_stage + 1, last)}
 
 
 def _within_caps(plan: Plan, caps: Caps) -> Plan:

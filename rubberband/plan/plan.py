@@ -17,12 +17,12 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.schema import check_mapping, integer, jsonable, number
 from rubberband.simulator.engine import HeldInstances, simulate, spot_layout
 from rubberband.simulator.result import SimResult, StageStats
-from rubberband.spec.experiment import ExperimentSpec, Stage
+from rubberband.spec.experiment import EagerTransfer, ExperimentSpec, Stage
 
 _REQUIRED = ["policy", "deadline_s", "allocation", "instances", "gpus_per_trial", "stages", "cloud", "predicted"]
 _OPTIONAL = ["confidence", "samples", "seed", "bracket_starts", "eta", "considered", "info", "warnings", "spot_instances",
              "instance_types", "trials_per_gpu", "type_clouds", "held_at_start", "markets", "fused_per_gpu",
-             "target_stage"]
+             "target_stage", "eager_transfer"]
 # A stage's market in a plan file: all its instances on one market, or some of each.
 MIXED = "mixed"
 _SUMMARY = ["jct_s_mean", "jct_s_p50", "jct_s_p90", "cost_usd_mean", "cost_usd_p50", "cost_usd_p90", "p_meet"]
@@ -166,6 +166,7 @@ class Plan:
             "bracket_starts": list(self.spec.bracket_starts),
             "eta": self.spec.eta,
             **({"target_stage": self.spec.target_stage} if self.spec.target_stage is not None else {}),
+            **({"eager_transfer": self.spec.eager.to_dict()} if self.spec.eager is not None else {}),
             "cloud": self.cloud.to_dict(),
             "predicted": {
                 **self.predicted.summary(),
@@ -208,7 +209,9 @@ class Plan:
             target = data.get("target_stage")
             if target is not None and target != len(stages) - 1:
                 raise SpecError(f"target_stage: expected the last stage's index {len(stages) - 1}, got {target!r}")
-            spec = ExperimentSpec(tuple(Stage(n, k, target=j == target) for j, (n, k) in enumerate(stages)),
+            eager = _eager(data.get("eager_transfer"), target)
+            spec = ExperimentSpec(tuple(Stage(n, k, j == target, eager if j == target else None)
+                                        for j, (n, k) in enumerate(stages)),
                                   tuple(_ints(data.get("bracket_starts", [0]), f"{where}.bracket_starts", minimum=0)),
                                   data.get("eta")).validate()
         except SpecError as exc:
@@ -435,6 +438,16 @@ def _predicted(value: Any, where: str, vectors: dict[str, tuple[int, ...]], seed
                   for i, r in enumerate(rows))
     return SimResult(arrays[0], arrays[1], vectors["allocation"], vectors["instances"], stats, seed,
                      fused_per_gpu=tuple(s.fused_per_gpu for s in stats))
+
+
+def _eager(value: Any, target: int | None) -> EagerTransfer | None:
+    """A plan file's ``eager_transfer`` (``{after_stage, restart_probability}``), for its target stage."""
+    if value is None:
+        return None
+    if target is None:
+        raise SpecError("eager_transfer: only a plan with a target_stage starts it early")
+    data = check_mapping(value, "eager_transfer", required=["after_stage", "restart_probability"])
+    return EagerTransfer(data["after_stage"], data["restart_probability"])
 
 
 def simulate_plan(plan: Plan, model: ModelProfile | Mapping[str, ModelProfile], samples: int | None = None,

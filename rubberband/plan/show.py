@@ -89,6 +89,19 @@ def target_footnote(plan: Plan) -> str:
     stages = plan.predicted.stages
     tune_s, tune_usd = sum(s.mean_duration_s for s in stages[:target]), sum(s.mean_cost_usd for s in stages[:target])
     last = stages[target]
-    return (f"\nstage {target} is the target: the surrogate winner's config trained at full width from scratch "
-            f"({last.iters} iterations, by the target's profile); tuning on the surrogate {format_duration(tune_s)} "
-            f"{format_usd(tune_usd)}, target {format_duration(last.mean_duration_s)} {format_usd(last.mean_cost_usd)}")
+    eager = plan.spec.eager
+    if eager is None:
+        return (f"\nstage {target} is the target: the surrogate winner's config trained at full width from scratch "
+                f"({last.iters} iterations, by the target's profile); tuning on the surrogate "
+                f"{format_duration(tune_s)} {format_usd(tune_usd)}, target {format_duration(last.mean_duration_s)} "
+                f"{format_usd(last.mean_cost_usd)}")
+    seq = plan.info.get("eager_transfer", {})
+    before = (f"; with the target after the tuning: JCT {format_duration(seq['sequential_jct_s_mean'])}, "
+              f"cost {format_usd(seq['sequential_cost_usd_mean'])}") if "sequential_jct_s_mean" in seq else ""
+    return (f"\nstage {target} is the target, started early (eager transfer): at the SYNC ending stage "
+            f"{eager.after_stage} the leader's config starts training at full width on its own instances "
+            f"({last.iters} iterations, by the target's profile) while the tuning goes on; it starts over with the "
+            f"winner's config if that is another trial (probability {eager.restart_probability:.2g} in the model). "
+            f"Tuning on the surrogate {format_duration(tune_s)} {format_usd(tune_usd)}; the target "
+            f"{format_usd(last.mean_cost_usd)}, ending {format_duration(last.mean_duration_s)} after the tuning"
+            f"{before}")

@@ -342,3 +342,60 @@ def surrogate_sweep(tuning: ExperimentSpec, target: ModelProfile, cloud: Any, de
             None if t is None else stages[t].mean_duration_s, None if t is None else stages[t].mean_cost_usd,
             plan.allocation, plan.gpus_per_trial))
     return out
+
+
+# --- eager transfer: what starting the target early trades (DESIGN §4.6) -------------------------
+@dataclass(frozen=True)
+class EagerScenario:
+    """A surrogate job's plan with the target started after ``after`` of the surrogate trials are
+    done (``None``: after the tuning, the sequential job): the hand-over stage, the restart
+    probability the model takes, and the plan's figures (``None``: no plan meets the deadline)."""
+
+    after: float | None
+    after_stage: int | None
+    restart_probability: float | None
+    jct_s: float | None
+    jct_p90_s: float | None
+    cost_usd: float | None
+    p_meet: float | None = None
+    allocation: tuple[int, ...] | None = None
+    infeasible: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def eager_sweep(spec: ExperimentSpec, model: Any, target_model: Any, cloud: Any, deadline_s: float,
+                fractions: Sequence[float | None], restart_probability: float | None = None,
+                **compile_kwargs: Any) -> list[EagerScenario]:
+    """Plan a surrogate job (``spec`` ends in a target stage) with its target started early after
+    each fraction of the surrogate trials (``eager_transfer``; ``None``: after the tuning), at
+    ``restart_probability`` (default per fraction: ``1 - 1/n``, ``n`` the trials promoted at the
+    hand-over). ``model`` is the surrogate's profile; the rest is ``compile_plan``'s.
+
+    Raises:
+        SpecError: ``spec`` has no target stage, or a fraction no SYNC before the tuning's last
+            stage reaches.
+    """
+    from rubberband.plan.compile import compile_plan
+    from rubberband.spec.experiment import eager_transfer
+
+    if spec.target_stage is None:
+        raise SpecError("--eager-transfer: weighs when a surrogate job's target starts; the experiment has no "
+                        "`surrogate:` (no target stage)")
+    tuning, iters = spec.tuning, spec.stages[-1].iters
+    out = []
+    for after in fractions:
+        eager = None if after is None else eager_transfer(tuning, after, restart_probability)
+        job = tuning.with_target(iters, eager)
+        try:
+            plan = compile_plan(job, model, cloud, deadline_s, target_model=target_model, **compile_kwargs)
+        except InfeasibleDeadlineError as exc:
+            out.append(EagerScenario(after, eager and eager.after_stage, eager and eager.restart_probability,
+                                     None, None, None, infeasible=str(exc)))
+            continue
+        sim = plan.predicted
+        out.append(EagerScenario(after, eager and eager.after_stage, eager and eager.restart_probability,
+                                 sim.mean_jct_s, sim.p90_jct_s, sim.mean_cost_usd, sim.p_meet(deadline_s),
+                                 plan.allocation))
+    return out

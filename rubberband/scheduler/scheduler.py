@@ -224,6 +224,9 @@ class Scheduler:
                  safety_net: SafetyNet | None = None, budget_usd: float | None = None):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
+        if plan.spec.eager is not None:
+            raise SpecError("surrogate.eager_transfer: plan, simulate and whatif model a target started early, and "
+                            "no run does it yet; drop eager_transfer to run the job with the target after the tuning")
         self._plan, self._spec, self._mode, self._replanner = plan, plan.spec, mode, replanner
         self._keep_warm, self._net = keep_warm, safety_net
         # Each stage's instance type (node type = type x market), trials per GPU (packing) and

@@ -68,6 +68,10 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     (trial j after trial j - a): the graph of a deterministic run. With random latencies the
     simulator instead hands each freed GPU the next queued trial, as the executor does.
 
+    An eager target stage (DESIGN §4.6; the graph's ``eager_transfer``) hangs off the SYNC ending
+    its ``after_stage``: its SCALE launches all its instances, and its SYNC follows its TRAIN and
+    the tuning's last SYNC. Its restart, like a reclaim, is a random event of each sample, not a node.
+
     Raises:
         SpecError: for an invalid allocation, instance or spot vector.
     """
@@ -82,10 +86,17 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
                    instance_types=tuple(types), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
                    fused_per_gpu=tuple(s.fused_per_gpu for s in shapes),
                    spot_instances=tuple(spot), preemption=first.spot.to_dict().get("preemption") if any(spot) else None)
+    eager = spec.eager
+    if eager is not None:        # the target branches off (DESIGN §4.6); its restart is drawn per sample
+        g.graph["eager_transfer"] = eager.to_dict()
     frontier: Sequence[tuple[object, ...]] = []
     launched = 0
     for shape, count, s, (new_o, new_s), c in zip(shapes, held, spot, launches(held, spot, types), clouds):
         i = shape.index
+        if eager is not None and i == spec.target_stage:
+            # An eager target launches all its instances at the SYNC ending ``after_stage`` and
+            # ends after its TRAIN and the tuning's last SYNC.
+            frontier, new_o, new_s = [(SYNC, eager.after_stage)], count, 0
         if new_o + new_s:
             scale = (SCALE, i)
             g.add_node(scale, type=SCALE, stage=i, latency=c.provision_latency_s, new_instances=new_o + new_s,
@@ -119,6 +130,8 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
             else:
                 g.add_edge((TRAIN, i, t - shape.running), node)
             g.add_edge(node, sync)
+        if eager is not None and i == spec.target_stage:
+            g.add_edge((SYNC, i - 1), sync)
         frontier = [sync]
     return g
 

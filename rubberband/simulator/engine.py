@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -357,6 +357,14 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             raise SpecError("billing: per-function billing has no spot market to reclaim from; "
                             "use per_instance billing or spot_instances=0")
 
+    # An eager target stage (DESIGN §4.6) branches off the chain: its own instances, from the
+    # SYNC ending stage ``after_stage``, after the tuning's stages are simulated.
+    eager, target = spec.eager, spec.target_stage
+    if eager is not None and target is not None and spot[target]:
+        raise SpecError(f"spot_instances[{target}]: an eager target stage (eager_transfer) runs on on-demand "
+                        "instances; give 0, or drop eager_transfer")
+    chain = shapes[:target] if eager is not None else shapes
+    hand_over = None
     now = np.zeros(samples)
     stage_cost = np.zeros((len(shapes), samples))
     stage_duration = np.zeros((len(shapes), samples))
@@ -369,7 +377,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     for pool, n in ((od, held_od), (sp, held_sp)):
         if n:
             pool.push(n, np.full(samples, -float(prev.billing.minimum_s)))
-    for shape, count, s, c, model in zip(shapes, held, spot, clouds, models):
+    for shape, count, s, c, model in zip(chain, held, spot, clouds, models):
         i, d = shape.index, draws[shape.index]
         per_instance = c.billing.model is BillingModel.PER_INSTANCE
         if c.instance_type != prev.instance_type:
@@ -418,8 +426,14 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             usd = mixed_usd_per_s(o, s, od.usd_per_s, sp.usd_per_s)
             stage_cost[i] += busy * shape.gpu_share * usd / c.gpus_per_instance
         stage_duration[i] = now - start
+        if eager is not None and i == eager.after_stage:
+            hand_over = now
     if prev.billing.model is BillingModel.PER_INSTANCE:
-        stage_cost[-1] += od.release(od.count, now, prev.billing) + sp.release(sp.count, now, prev.billing)
+        stage_cost[len(chain) - 1] += od.release(od.count, now, prev.billing) + sp.release(sp.count, now, prev.billing)
+    if eager is not None and target is not None and hand_over is not None:
+        end, stage_cost[target] = eager_target(draws[target], models[target], clouds[target], shapes[target],
+                                               held[target], hand_over, now, eager.restart_probability)
+        stage_duration[target], launched[target], now = end - now, held[target], end
     jct = now
     cost = stage_cost.sum(axis=0)
     several = len(set(types)) > 1 or instance_types is not None
@@ -435,6 +449,37 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                      spot_instances=tuple(spot), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
                      instance_types=tuple(types) if several else (),
                      fused_per_gpu=tuple(s.fused_per_gpu for s in shapes))
+
+
+def eager_target(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, count: int,
+                 hand_over: np.ndarray, tuning_end: np.ndarray, restart_probability: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """An eager target stage (DESIGN §4.6), per sample: its end and its cost.
+
+    At the hand-over (the SYNC ending stage ``after_stage``) it launches its ``count`` on-demand
+    instances (one SCALE, an INIT each: the target stage's draws), which it holds to its end.
+    Its first TRAIN (row 0 of its TRAIN stream) starts when they are all ready. At the tuning's
+    end (its last SYNC) it restarts with ``restart_probability`` (``StageDraws.restarts``): a
+    second TRAIN from scratch (row 1), from the tuning's end or when its instances are ready if
+    later, the first one cut. Else it keeps its first TRAIN, however long after the tuning's end
+    it runs. Its SYNC (the stage's one draw) follows whichever TRAIN counts, once the tuning is
+    over. Per-instance billing bills each instance from its SCALE end to that end (rounded up, at
+    least the minimum); per-function billing, the TRAIN work done (a cut first TRAIN up to the cut).
+    """
+    scale_end = hand_over + d.scale(cloud)
+    ready = scale_end + d.init_max(cloud, count)
+    runs = d.train_durations(model, replace(shape, num_trials=2, running=2))
+    first, again = runs[0], runs[1]
+    restart = d.restarts(restart_probability)
+    begin_again = np.maximum(tuning_end, ready)
+    end = np.where(restart, begin_again + again, np.maximum(tuning_end, ready + first)) + d.sync(model)
+    usd = np.full(end.shape, count * cloud.data.usd_per_launch)
+    if cloud.billing.model is BillingModel.PER_INSTANCE:
+        usd += count * cloud.price_usd_per_hour / 3600.0 * billed_seconds(end - scale_end, cloud.billing)
+    else:
+        worked = np.where(restart, np.clip(tuning_end - ready, 0.0, first) + again, first)
+        usd += worked * shape.gpu_share * cloud.price_usd_per_hour / 3600.0 / cloud.gpus_per_instance
+    return end, usd
 
 
 def mixed_usd_per_s(on_demand: int, spot: int, on_demand_usd: float, spot_usd: float) -> float:

@@ -55,7 +55,7 @@ from rubberband.profiles.model import ModelProfile
 from rubberband.spec.experiment import ExperimentSpec
 
 # Stream ids of the per-stage random components.
-_SCALE, _INIT, _TRAIN, _STARTUP, _SYNC = range(5)
+_SCALE, _INIT, _TRAIN, _STARTUP, _SYNC, _RESTART = range(6)
 # Elements per block when ``StageDraws.train_stats`` forms durations (a buffer that stays in cache).
 _BLOCK = 1 << 16
 
@@ -320,6 +320,14 @@ class StageDraws:
         if dist.is_constant:
             return np.full((count, self.samples), dist.mean + together)
         return dist.sample(self._rng(_INIT), (count, self.samples)) + together
+
+    def restarts(self, probability: float) -> np.ndarray:
+        """Whether an eager target restarts (DESIGN §4.6), per sample: a uniform draw of its own
+        stream below ``probability``."""
+        key = ("restart", float(probability))
+        if key not in self._cache:
+            self._cache[key] = _frozen(self._rng(_RESTART).random(self.samples) < probability)
+        return self._cache[key]
 
     def sync(self, model: ModelProfile) -> np.ndarray:
         """SYNC latency per sample."""

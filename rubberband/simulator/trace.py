@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -168,10 +168,22 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     pools: dict[str, list[_Held]] = {ON_DEMAND: [], SPOT: []}     # oldest first, as the simulator's pools
     every: list[_Held] = []
     trials: list[TrialSpan] = []
-    stages = []
+    stages: list[tuple[float, float, float]] = []
     prev: CloudProfile | None = None
+    eager, hand_over = spec.eager, 0.0
 
     for shape, count, s, c, model in zip(shapes, held, spot, clouds, models):
+        if eager is not None and shape.index == spec.target_stage:
+            for market in (ON_DEMAND, SPOT):          # the tuning's instances go at its last SYNC
+                for h in pools[market]:
+                    h.released = now
+                pools[market] = []
+            now, busy = _eager_target(StageDraws(seed, shape.index, samples), model, c, shape, count, hand_over, now,
+                                      k, eager.restart_probability, every, trials, stages)
+            if c.billing.model is BillingModel.PER_FUNCTION:
+                function_usd += busy * shape.gpu_share * _usd_per_s(c, ON_DEMAND) / c.gpus_per_instance
+            break
+
         def launch(market: str, requested: float, launched: float, ready: float, replaces: int | None = None,
                    c: CloudProfile = c) -> _Held:
             h = _Held(len(every), market, requested, launched, ready, replaces, c.instance_type)
@@ -211,12 +223,48 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
             usd = mixed_usd_per_s(o, s, _usd_per_s(c, ON_DEMAND), _usd_per_s(c, SPOT))
             function_usd += busy * shape.gpu_share * usd / c.gpus_per_instance
         stages.append((start, ready, now))
+        if eager is not None and shape.index == eager.after_stage:
+            hand_over = now
     for market in (ON_DEMAND, SPOT):
         for h in pools[market]:
             h.released = now
     spans = tuple(h.span() for h in every)
     cost = function_usd + sum(_instance_usd(span, by_type[span.instance_type]) for span in spans)
     return Timeline(spans, tuple(trials), tuple(stages), now, k, samples, cost)
+
+
+def _eager_target(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, count: int,
+                  hand_over: float, tuning_end: float, k: int, restart_probability: float, every: list[_Held],
+                  trials: list[TrialSpan], stages: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """An eager target stage (``engine.eager_target``) for sample ``k``: its instances from the
+    hand-over to its end, its first TRAIN (trial 0; lost from its start when cut by a restart)
+    and the restarted one (trial 1). Returns its end and its summed TRAIN time."""
+    scale_end = hand_over + float(d.scale(cloud)[k])
+    ready = scale_end + float(d.init_max(cloud, count)[k])
+    runs = d.train_durations(model, replace(shape, num_trials=2, running=2))[:, k]
+    first, again = float(runs[0]), float(runs[1])
+    restart = bool(d.restarts(restart_probability)[k])
+    hosts = []
+    for _ in range(count):
+        hosts.append(_Held(len(every), ON_DEMAND, hand_over, scale_end, ready, None, cloud.instance_type))
+        every.append(hosts[-1])
+    on = tuple(h.iid for h in hosts)
+    if restart:
+        begin = max(tuning_end, ready)
+        cut = min(ready + first, begin)
+        if cut > ready:
+            trials.append(TrialSpan(shape.index, 0, on, 0, shape.gpus_per_trial, ready, cut,
+                                    ready if ready + first > begin else None))
+        trials.append(TrialSpan(shape.index, 1, on, 0, shape.gpus_per_trial, begin, begin + again))
+        train_end, busy = begin + again, cut - ready + again
+    else:
+        trials.append(TrialSpan(shape.index, 0, on, 0, shape.gpus_per_trial, ready, ready + first))
+        train_end, busy = max(tuning_end, ready + first), first
+    end = train_end + float(d.sync(model)[k])
+    for h in hosts:
+        h.released = end
+    stages.append((hand_over, ready, end))
+    return end, busy
 
 
 def _usd_per_s(cloud: CloudProfile, market: str) -> float:

@@ -1,5 +1,5 @@
 """Experiment specifications: stages of (trials, iterations), SHA and HyperBand."""
 
-from rubberband.spec.experiment import ExperimentSpec, Stage
+from rubberband.spec.experiment import EagerTransfer, ExperimentSpec, Stage
 
-__all__ = ["ExperimentSpec", "Stage"]
+__all__ = ["EagerTransfer", "ExperimentSpec", "Stage"]

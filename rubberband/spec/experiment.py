@@ -27,17 +27,46 @@ def _check_schedule(min_iters: int, max_iters: int, eta: object) -> None:
 
 
 @dataclass(frozen=True)
+class EagerTransfer:
+    """Hydro's eager transfer of a surrogate job (DESIGN §4.6): the target stage starts at the
+    SYNC that ends tuning stage ``after_stage``, on its own instances, with that SYNC's leader's
+    config, while the tuning goes on; at the tuning's last SYNC it starts over from scratch with
+    the winner's config if the winner is another trial. The model takes that to happen with
+    ``restart_probability`` (``eager_transfer``'s default: ``1 - 1/n``, ``n`` the trials
+    promoted at the hand-over, as if its ranking said nothing; 0 when one is promoted: it is the
+    winner)."""
+
+    after_stage: int
+    restart_probability: float
+
+    def __post_init__(self) -> None:
+        stage = self.after_stage
+        if isinstance(stage, bool) or not isinstance(stage, int) or stage < 0:
+            raise SpecError(f"eager_transfer.after_stage: expected a tuning stage's index (0 or more), got {stage!r}")
+        p = self.restart_probability
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise SpecError(f"eager_transfer.restart_probability: expected a probability from 0 to 1, got {p!r}")
+        object.__setattr__(self, "restart_probability", float(p))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"after_stage": self.after_stage, "restart_probability": self.restart_probability}
+
+
+@dataclass(frozen=True)
 class Stage:
     """One stage: ``num_trials`` trials each trained ``iters`` more iterations.
 
     ``target``: the full-width training after surrogate tuning (issue #24): one trial, the
     tuning's winner's config, trained ``iters`` iterations from scratch (not from a
     checkpoint) on the target model's own profile (``simulate(..., target_model=...)``).
+    ``eager``: a target stage started early (``EagerTransfer``, DESIGN §4.6); ``None``: after
+    the tuning's last SYNC.
     """
 
     num_trials: int
     iters: int
     target: bool = False
+    eager: EagerTransfer | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "num_trials", _positive_int(self.num_trials, "num_trials"))
@@ -46,6 +75,9 @@ class Stage:
             raise SpecError(f"target: expected true or false, got {self.target!r}")
         if self.target and self.num_trials != 1:
             raise SpecError(f"num_trials: a target stage trains the one winning config, got {self.num_trials} trials")
+        if self.eager is not None and (not self.target or not isinstance(self.eager, EagerTransfer)):
+            raise SpecError("eager_transfer: only a target stage starts early; give an EagerTransfer with "
+                            "ExperimentSpec.with_target(iters, eager=...)")
 
 
 @dataclass(frozen=True)
@@ -84,19 +116,23 @@ class ExperimentSpec:
             if stage.target and i != len(stages) - 1:
                 raise SpecError(f"stages[{i}]: the target stage (the full-width training) must be the last stage; "
                                 f"the job has {len(stages)} stages")
+        eager = stages[-1].eager if stages else None
+        if eager is not None:
+            _check_eager(eager, stages[:-1], starts)
 
     # --- the paper's API -------------------------------------------------------------------
     def add_stage(self, num_trials: int, iters: int) -> ExperimentSpec:
         """Return a new spec with one more stage (chainable)."""
         return ExperimentSpec(self.stages + (Stage(num_trials, iters),), self.bracket_starts, self.eta)
 
-    def with_target(self, iters: int) -> ExperimentSpec:
+    def with_target(self, iters: int, eager: EagerTransfer | None = None) -> ExperimentSpec:
         """This tuning job (on surrogates) followed by its target stage: the winner's config
-        trained ``iters`` iterations at full width, from scratch (issue #24).
+        trained ``iters`` iterations at full width, from scratch (issue #24); with ``eager``
+        (``eager_transfer``), started early (DESIGN §4.6).
 
         Raises:
-            SpecError: ``iters`` not a positive integer (named ``surrogate.target_iters``), or
-                the job already ends in a target stage.
+            SpecError: ``iters`` not a positive integer (named ``surrogate.target_iters``), the
+                job already ends in a target stage, or ``eager`` does not fit the tuning.
         """
         if self.target_stage is not None:
             raise SpecError("surrogate.target_iters: the job already ends in a target stage")
@@ -104,7 +140,20 @@ class ExperimentSpec:
             stage = Stage(1, iters, target=True)
         except SpecError as err:
             raise SpecError(f"surrogate.target_iters: {err}") from None
-        return ExperimentSpec(self.validate().stages + (stage,), self.bracket_starts, self.eta)
+        return ExperimentSpec(self.validate().stages + (Stage(1, stage.iters, True, eager),), self.bracket_starts,
+                              self.eta)
+
+    @property
+    def eager(self) -> EagerTransfer | None:
+        """The target stage's eager transfer (DESIGN §4.6), if the job ends in one started early."""
+        return self.stages[-1].eager if self.stages else None
+
+    def without_eager(self) -> ExperimentSpec:
+        """The same job with its target stage after the tuning's last SYNC (itself when not eager)."""
+        if self.eager is None:
+            return self
+        last = self.stages[-1]
+        return ExperimentSpec(self.stages[:-1] + (Stage(1, last.iters, True),), self.bracket_starts, self.eta)
 
     @property
     def target_stage(self) -> int | None:
@@ -235,7 +284,52 @@ class ExperimentSpec:
     def describe(self) -> str:
         """A short human description, e.g. ``7 stages: 64x4 32x8 ...``."""
         body = " ".join(f"{s.num_trials}x{s.iters}" + (" (target)" if s.target else "") for s in self.stages)
+        eager = self.eager
+        if eager is not None:
+            body += (f", the target started after stage {eager.after_stage} (eager transfer, restart "
+                     f"probability {eager.restart_probability:.2g})")
         return f"{len(self.stages)} stages: {body}"
+
+
+def _check_eager(eager: EagerTransfer, tuning: Sequence[Stage], starts: Sequence[int]) -> None:
+    """An eager transfer fits the tuning before it: one bracket (SHA), a hand-over before the
+    tuning's last stage, and no restart to model where one trial goes on (it is the winner)."""
+    if len(starts) > 1:
+        raise SpecError("eager_transfer: only an SHA job (one bracket) starts its target early; HyperBand's winner "
+                        "is the best of every bracket's finalists, known only at the end; drop eager_transfer")
+    s = eager.after_stage
+    if s > len(tuning) - 2:
+        raise SpecError(f"eager_transfer.after_stage: {s} is not before the tuning's last stage ({len(tuning) - 1}); "
+                        f"hand over after stage {max(len(tuning) - 2, 0)} at the latest, or drop eager_transfer")
+    if tuning[s + 1].num_trials == 1 and eager.restart_probability > 0:
+        raise SpecError(f"eager_transfer.restart_probability: after stage {s} one trial goes on, the winner, so "
+                        f"the target never restarts; give 0")
+
+
+def eager_transfer(tuning: ExperimentSpec, after: float, restart_probability: float | None = None) -> EagerTransfer:
+    """The ``EagerTransfer`` of an experiment's ``surrogate.eager_transfer``: the target starts at
+    the first SYNC by which ``after`` of the tuning's trials are done (those not promoted), and
+    restarts with ``restart_probability`` (default ``1 - 1/n``, ``n`` the trials promoted then).
+
+    Raises:
+        SpecError: ``after`` not in (0, 1), or no SYNC before the tuning's last stage gets that far.
+    """
+    if isinstance(after, bool) or not isinstance(after, (int, float)) or not 0.0 < after < 1.0:
+        raise SpecError(f"surrogate.eager_transfer.after: expected the fraction of surrogate trials done before the "
+                        f"target starts, above 0 and below 1, e.g. 0.5; got {after!r}")
+    stages, first = tuning.validate().stages, tuning.stages[0].num_trials if tuning.stages else 0
+    done = [(first - stages[i + 1].num_trials) / first for i in range(len(stages) - 1)]
+    s = next((i for i, d in enumerate(done) if d >= after - 1e-12), None)
+    if s is None:
+        most = f"{max(done):.3g}" if done else "none"
+        raise SpecError(f"surrogate.eager_transfer.after: {after:g} of the trials are done only at the tuning's end "
+                        f"(before its last stage at most {most}); give a smaller fraction, or drop eager_transfer")
+    promoted = stages[s + 1].num_trials
+    p = 1.0 - 1.0 / promoted if restart_probability is None else restart_probability
+    try:
+        return EagerTransfer(s, p)
+    except SpecError as err:
+        raise SpecError(f"surrogate.{err}") from None
 
 
 # --- search: how each bracket's configs are drawn ---------------------------------------------------
@@ -282,6 +376,8 @@ class Surrogate:
     transfer: tuple[str, ...] = ()
     target_iters: int | None = None
     model_profile: str | None = None
+    eager_after: float | None = None            # ``eager_transfer``: the fraction of trials done first
+    restart_probability: float | None = None    # the model's chance the target restarts (``eager_transfer``)
 
     def __post_init__(self) -> None:
         ratio = self.width_ratio
@@ -302,6 +398,12 @@ class Surrogate:
             except SpecError as err:
                 raise SpecError(f"{err} (the full-width training's iterations)") from None
 
+    def job(self, tuning: ExperimentSpec) -> ExperimentSpec:
+        """The whole job: ``tuning`` followed by its target stage, started early with ``eager_after``."""
+        eager = None if self.eager_after is None else eager_transfer(tuning, self.eager_after,
+                                                                       self.restart_probability)
+        return tuning.with_target(self.target_iters_for(tuning), eager)
+
     def target_iters_for(self, tuning: ExperimentSpec) -> int:
         """The target stage's iterations: ``target_iters``, or the most iterations any trial of
         ``tuning`` trains in all (a bracket's summed stage iterations; ``max_iters`` of an SHA)."""
@@ -318,7 +420,7 @@ class Surrogate:
                 of ``search_space``.
         """
         data = check_mapping(value, "surrogate", required=["transfer"],
-                             optional=["width_ratio", "target_iters", "model_profile"])
+                             optional=["width_ratio", "target_iters", "model_profile", "eager_transfer"])
         transfer = data["transfer"]
         if not isinstance(transfer, list):
             raise SpecError(f"surrogate.transfer: expected a list of search_space keys such as [lr, momentum], "
@@ -332,7 +434,8 @@ class Surrogate:
         if profile is not None and (not isinstance(profile, str) or not profile.strip()):
             raise SpecError(f"surrogate.model_profile: expected the path of the surrogate's model profile (measured "
                             f"with `rubberband profile` at width / width_ratio), got {profile!r}")
-        return cls(data.get("width_ratio", 8), tuple(transfer), data.get("target_iters"), profile)
+        after, restart = _eager_fields(data.get("eager_transfer"))
+        return cls(data.get("width_ratio", 8), tuple(transfer), data.get("target_iters"), profile, after, restart)
 
     def not_transferred(self, search_space: Iterable[str], width_keys: Iterable[str] = ()) -> tuple[str, ...]:
         """Search-space keys whose surrogate-tuned value does not carry over to full width: those
@@ -343,3 +446,16 @@ class Surrogate:
     def doubtful(self) -> tuple[str, ...]:
         """``transfer`` names that μP is known not to transfer (weight decay, dropout)."""
         return tuple(n for n in self.transfer if any(bad in n.lower() for bad in NOT_TRANSFERABLE))
+
+
+def _eager_fields(value: object) -> tuple[float | None, float | None]:
+    """``surrogate.eager_transfer``: a fraction (``0.5``) or ``{after: 0.5, restart_probability: 0.3}``."""
+    if value is None:
+        return None, None
+    if isinstance(value, Mapping):
+        data = check_mapping(value, "surrogate.eager_transfer", required=["after"], optional=["restart_probability"])
+        return data["after"], data.get("restart_probability")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value, None
+    raise SpecError(f"surrogate.eager_transfer: expected the fraction of surrogate trials done before the target "
+                    f"starts (e.g. 0.5), or {{after: 0.5, restart_probability: 0.3}}; got {value!r}")

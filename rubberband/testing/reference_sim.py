@@ -110,7 +110,23 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
         return usd
 
     trained = 0                      # iterations each trial trained before this stage, in its bracket
+    hand_over = 0.0                  # an eager target's start (DESIGN §4.6): the SYNC ending its after_stage
     for i, stage in enumerate(spec.stages):
+        if stage.eager is not None:
+            compute += release(len(alive), cloud)         # the tuning's instances go at its last SYNC
+            if target_model is None:
+                raise ValueError("target_model: the job ends in a target stage; give its profile")
+            end, usd, new = _eager_target(stage, int(allocation[i]), clouds[i], target_model, rng, hand_over, now,
+                                          None if instances is None else int(instances[i]))
+            compute += usd
+            data += new * clouds[i].data.dataset_gb * clouds[i].data.price_usd_per_gb
+            launches += new
+            nodes["SCALE"] += 1
+            nodes["INIT_INSTANCE"] += new
+            durations_per_stage.append(end - now)
+            held_per_stage.append(new)
+            now = end
+            break
         if i in spec.bracket_starts:
             trained = 0
         every = model.checkpoint_every
@@ -173,9 +189,39 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             compute += sum(trains) * m * usd_per_s / (G * pack)
         durations_per_stage.append(now - stage_start)
         held_per_stage.append(held)
+        if spec.eager is not None and i == spec.eager.after_stage:
+            hand_over = now
 
     compute += release(len(alive), cloud)
     return ReferenceRun(now, compute, data, tuple(durations_per_stage), tuple(held_per_stage), launches, nodes)
+
+
+def _eager_target(stage, allocation: int, cloud: CloudProfile, model: ModelProfile, rng: np.random.Generator,
+                  hand_over: float, tuning_end: float, instances: int | None) -> tuple[float, float, int]:
+    """One run of an eager target stage (DESIGN §4.6), told event by event: its end, its compute
+    cost and its instance count. It launches its instances at the hand-over and trains once they
+    are all up; at the tuning's end it starts over with ``restart_probability`` (the first run
+    cut, the second from then, or from when its instances are up); its SYNC comes once the run
+    that counts is over and so is the tuning."""
+    G = cloud.gpus_per_instance
+    held = (1 if allocation <= G else math.ceil(allocation / G)) if instances is None else instances
+    scale_end = hand_over + _draw(cloud.provision_latency_s, rng)
+    ready = max(scale_end + _draw(cloud.init_latency_s, rng) for _ in range(held)) + cloud.init_contention_s * (held - 1)
+    latency = model.latency(allocation)
+    first, again = (_draw(model.trial_startup_s, rng) + stage.iters * _draw(latency, rng) for _ in range(2))
+    if rng.random() < stage.eager.restart_probability:
+        train_end = max(tuning_end, ready) + again
+        worked = min(max(tuning_end - ready, 0.0), first) + again
+    else:
+        train_end = max(tuning_end, ready + first)
+        worked = first
+    end = train_end + _draw(model.sync_s, rng)
+    if cloud.billing.model is BillingModel.PER_INSTANCE:
+        usd = held * _billed_seconds(end - scale_end, cloud.billing.granularity_s, cloud.billing.minimum_s) \
+            * cloud.hourly_usd / 3600.0
+    else:
+        usd = worked * allocation * cloud.hourly_usd / 3600.0 / G
+    return end, usd, held
 
 
 def reference_simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfile,
