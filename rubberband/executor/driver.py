@@ -249,6 +249,10 @@ class Driver:
         self.timeline: list[dict[str, Any]] = []         # every event the driver emitted, seconds since the start
         self._configs: dict[int, list[dict[str, Any]]] = {}
         self._wait_stage = False
+        # Instances requested for a later stage (an eager target's, DESIGN §4.6): the stage running
+        # does not wait for them, and the ledger bills them to that stage ("owned" events).
+        self.ahead: dict[str, int] = {}                  # scheduler name -> its stage, until that stage
+        self.owners: dict[str, int] = {}                 # scheduler name -> its stage, for good
 
     # --- small helpers -------------------------------------------------------------------------
     def _emit(self, kind: str, **data: Any) -> None:
@@ -261,15 +265,21 @@ class Driver:
     def _node_type(self, market: Market, instance_type: str) -> NodeType:
         return NodeType(instance_type, market.value)
 
-    def _want(self) -> dict[NodeType, int]:
-        """The request: every instance held and usable, and those not up yet, by node type."""
+    def _want(self, waited: bool = False) -> dict[NodeType, int]:
+        """The request: every instance held and usable, and those not up yet, by node type
+        (``waited``: those the stage running waits for, without a later stage's)."""
         want: dict[NodeType, int] = {}
         for inst in self.name:
             if inst not in self.gone and inst not in self.doomed and inst not in self.retired:
                 want[self.types[inst]] = want.get(self.types[inst], 0) + 1
-        for _, t in self.unready:
-            want[t] = want.get(t, 0) + 1
+        for name, t in self.unready:
+            if not (waited and name in self.ahead):
+                want[t] = want.get(t, 0) + 1
         return want
+
+    def _unready_now(self) -> bool:
+        """Whether instances the stage running waits for are not up yet."""
+        return any(name not in self.ahead for name, _ in self.unready)
 
     def _retire(self, names: Sequence[str]) -> None:
         """Spot the safety net retired is no longer asked for, nor waited for: its trial finishes
@@ -397,7 +407,8 @@ class Driver:
 
     def _must_wait(self) -> bool:
         """Whether nothing can go on until the instances requested are up."""
-        return bool(self.unready) and (not self.pending or self.scaling or (self.wait_for_resumes and bool(self.resuming)))
+        return self._unready_now() and (not self.pending or self.scaling or
+                                        (self.wait_for_resumes and bool(self.resuming)))
 
     def _result(self, future: Any) -> None:
         tid = self.pending.pop(future)
@@ -644,7 +655,7 @@ class Driver:
         request last changed (losses while warming up included)."""
         deadline = self.clock.now() + self.node_timeout_s
         while True:
-            want = self._want()
+            want = self._want(waited=True)
             until = self.started + self.wake_at if self.wake_at is not None else None
             nodes = self.cluster.wait_nodes(want, max(deadline - self.clock.now(), 0.0), until=until)
             self.doomed.intersection_update(self.cluster.doomed())
@@ -655,7 +666,7 @@ class Driver:
                 self._watch()
                 if self.done is not None or not self._must_wait():       # the scheduler goes on meanwhile
                     return
-                if self._want() != want:
+                if self._want(waited=True) != want:
                     deadline = self.clock.now() + self.node_timeout_s
                 continue
             try:
@@ -682,11 +693,15 @@ class Driver:
         for node in nodes:
             if node.name in self.name or node.name in self.gone:
                 continue
-            k = next((k for k, (_, t) in enumerate(self.unready) if t == node.node_type), None)
+            # The stage running takes a node before a later stage's request does (an eager target's).
+            k = next((k for k, (n, t) in enumerate(self.unready) if t == node.node_type and n not in self.ahead),
+                     next((k for k, (_, t) in enumerate(self.unready) if t == node.node_type), None))
             if k is None:
                 continue
             name, t = self.unready.pop(k)
             self.real[name], self.name[node.name], self.types[node.name] = node.name, name, t
+            if name in self.owners:
+                self._emit("owned", instance=node.name, stage=self.owners[name])
             if events is None:
                 events = self.cluster.events()
             launched = next((e["t"] for e in events if e.get("instance") == node.name and e.get("event") == "running"),
@@ -708,7 +723,8 @@ class Driver:
             elif isinstance(d, RequestInstances):
                 self._request(d)
             elif isinstance(d, StartTrial):
-                self.scaling = False
+                if d.stage == self.stage:        # (an eager target's, ahead of its stage, ends no scale-up)
+                    self.scaling = False
                 self._claim(d.trial, d.slots)
                 self._flush_stage_wait()
                 self._start(d)
@@ -763,6 +779,7 @@ class Driver:
                 del self.holder[s]
 
     def _enter_stage(self, d: StageStarted) -> None:
+        self.ahead = {n: s for n, s in self.ahead.items() if s > d.stage}
         self.stage, self.stage_start = d.stage, self._now()
         self.stage_trials, self.share, self.scaling = list(d.trials), d.trials_per_gpu, True
         self.fused = d.fused
@@ -786,6 +803,9 @@ class Driver:
                 self._wait_for_nodes()
 
     def _request(self, d: RequestInstances) -> None:
+        if d.stage > self.stage:          # an eager target's, ahead of its stage (DESIGN §4.6)
+            self.ahead.update(dict.fromkeys(d.names, d.stage))
+            self.owners.update(dict.fromkeys(d.names, d.stage))
         t = self._node_type(d.market, d.instance_type)
         old = self.real.get(d.replaces) if d.replaces else None
         self.unready += [(name, t) for name in d.names]

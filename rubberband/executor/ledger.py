@@ -35,6 +35,7 @@ class InstanceRecord:
     provider_id: str | None = None      # e.g. the EC2 instance id
     market: str | None = None           # on-demand or spot
     release_reason: str | None = None   # a providers.base.Release: released, interrupted (spot reclaim), lost, ...
+    owner_stage: int | None = None      # billed wholly to this stage (an eager target's, DESIGN §4.6)
 
     def lifetime_s(self, now: float) -> float:
         if self.launched_s is None:
@@ -134,6 +135,13 @@ class Ledger:
             compute = sum(self.instance_cost_usd(r, now) for r in self.instances.values())
         return compute + data
 
+    def own(self, timeline: list[dict[str, Any]]) -> None:
+        """Instances the driver requested for a later stage (an eager target's, DESIGN §4.6: its
+        ``owned`` events) are billed wholly to that stage, as the model bills them."""
+        for e in timeline:
+            if e.get("event") == "owned" and e.get("instance") in self.instances:
+                self.instances[e["instance"]].owner_stage = int(e["stage"])
+
     def stage_costs(self, now: float) -> list[float]:
         """Cost attributed to each stage window: instance-seconds inside it, data at launch,
         and each instance's billing rounding at the stage that released it."""
@@ -152,6 +160,13 @@ class Ledger:
                 continue
             end = rec.released_s if rec.released_s is not None else now
             per_s = rec.price_usd_per_hour / 3600.0
+            owner = rec.owner_stage
+            if owner is not None:        # an eager target's: all of it to its stage, as the model bills it
+                owner = min(owner, len(costs) - 1)
+                if self.cloud.billing.model is BillingModel.PER_INSTANCE:
+                    costs[owner] += self.instance_cost_usd(rec, now)       # its life, rounded
+                costs[owner] += self.cloud.data.usd_per_launch
+                continue
             for i, (a, b) in enumerate(windows):
                 if self.cloud.billing.model is BillingModel.PER_INSTANCE:
                     costs[i] += max(0.0, min(b, end) - max(a, rec.launched_s)) * per_s

@@ -110,6 +110,7 @@ def result_of(plan: Plan, run, seed: int, metric: str, width_ratio: int | None =
             inst.name, inst.instance_type, inst.price_usd_per_hour, inst.requested_s, inst.stage_requested,
             launched_s=launched, ready_s=ready, released_s=inst.released_s, stage_released=stage_at(inst.released_s),
             market=inst.market.value, release_reason=inst.release_reason)
+    ledger.own(run.timeline)
     ledger.trials = [TrialRun(**r, instance_type=report.stages[r["stage"]].instance_type) for r in run.train_runs]
     costs = ledger.stage_costs(now=run.jct_s)
     ran = {i: [t.id for t in report.trials.values() if any(h["stage"] == i for h in t.history)]
@@ -118,7 +119,9 @@ def result_of(plan: Plan, run, seed: int, metric: str, width_ratio: int | None =
     for i, (a, b) in enumerate(windows):
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
         # The target stage trains the winner's config as a new trial: the winner is what went on.
-        nxt = {surrogate_winner(t) if is_target_trial(t) else t for t in nxt}
+        nxt = {surrogate_winner(t) if is_target_trial(t) else t for t in nxt      # (not an eager target superseded)
+               if not is_target_trial(t) or report.trials[t].eliminated_after is None
+               or report.trials[t].eliminated_after > i}
         followed = report.stages[i]
         stages.append(stage_entry(plan, i, ledger, trials=len(ran[i]), promoted=[t for t in ran[i] if t in nxt],
                                   duration_s=b - a, instances=followed.instances, cost_usd=costs[i],

@@ -46,7 +46,12 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
     target_stage = plan.spec.target_stage
     if target_stage is None:
         return {}
-    target = next((t for t in trials if is_target_trial(t)), None)
+    # An eager target restarted with the winner's config (DESIGN §4.6) is superseded: the one that
+    # stands is the job's; the superseded one is listed under ``restarted``.
+    targets = [t for t in trials if is_target_trial(t)]
+    target = next((t for t in targets if trials[t].get("eliminated_after") is None
+                   or trials[t]["eliminated_after"] >= target_stage), targets[-1] if targets else None)
+    superseded = [t for t in targets if t != target]
     winner = surrogate_winner(target) if target is not None else None
 
     def trial(tid: str | None, **extra: Any) -> dict[str, Any] | None:
@@ -67,9 +72,12 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
                 "actual_duration_s": sum(s["actual"]["duration_s"] for s in ran)}
 
     model = {"model_config": narrow(trials[winner]["config"])} if narrow and winner in trials else {}
+    eager = plan.spec.eager
     return {"width_ratio": width_ratio, "target_stage": target_stage,
             "winner": trial(winner, **model), "target": trial(target, iters=plan.spec.stages[target_stage].iters),
-            "cost": {"tuning": part(range(target_stage)), "target": part(range(target_stage, target_stage + 1))}}
+            "cost": {"tuning": part(range(target_stage)), "target": part(range(target_stage, target_stage + 1))},
+            **({"eager_transfer": {**eager.to_dict(), "handed_over": targets[0] if targets else None,
+                                   "restarted": bool(superseded)}} if eager is not None else {})}
 
 
 def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:
@@ -91,6 +99,12 @@ def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:
                      f"{tgt['metric_name']} = {metric}  config {tgt['config']}")
     else:
         lines.append("target trial: not run (the job stopped before its target stage)")
+    eager = surrogate.get("eager_transfer")
+    if eager and eager.get("handed_over"):
+        verdict = ("restarted with the winner's config at the tuning's end" if eager.get("restarted")
+                   else "kept: the winner was the leader it started with")
+        lines.append(f"eager transfer: {eager['handed_over']} started at the SYNC ending stage {eager['after_stage']}, "
+                     f"{verdict} (the model's restart probability {eager['restart_probability']:.2g})")
     for name, c in surrogate.get("cost", {}).items():
         lines.append(f"{name:8s} predicted {format_usd(c['predicted_cost_usd'])} in "
                      f"{format_duration(c['predicted_duration_s'])}, actual {format_usd(c['actual_cost_usd'])} in "

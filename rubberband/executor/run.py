@@ -296,6 +296,7 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode, wid
     windows = [(s.start_s, s.end_s) for s in outcome.stages]
     released_in = {i: e["stage"] for e in outcome.timeline if e.get("event") == "release" for i in e["instances"]}
     ledger = ledger_from_events(plan, events, started, stop_time, windows, released_in)
+    ledger.own(outcome.timeline)
     from rubberband.executor.ledger import TrialRun
 
     def ran_on(run: dict[str, Any]) -> str:

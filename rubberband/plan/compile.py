@@ -272,7 +272,7 @@ def eager_plan(sequential: Plan, spec: ExperimentSpec, model: ModelProfile | Map
     stage it overlaps. ``deadline_s``: the one to meet (default: ``sequential``'s).
 
     Raises:
-        SpecError: the plan puts the target stage on spot (an eager target runs on on-demand), or
+        SpecError: the plan holds spot instances (an eager job runs on on-demand ones), or
             with the target's instances it holds more of a type than ``caps`` allow.
         InfeasibleDeadlineError: the plan run eagerly misses the deadline it met sequentially.
     """
@@ -283,9 +283,9 @@ def eager_plan(sequential: Plan, spec: ExperimentSpec, model: ModelProfile | Map
             raise SpecError(f"max_instances: with the target started early its {plan.instances[-1]} instance(s) run "
                             f"beside stage {j}'s {plan.instances[j]}, {n} {plan.stage_types[j]} in all, over the limit "
                             f"of {cap}; raise --max-instances, or drop eager_transfer")
-    if plan.spot_counts[-1]:
-        raise SpecError(f"market: the plan puts the target stage on {plan.spot_counts[-1]} spot instance(s), and an "
-                        "eager target (surrogate.eager_transfer) runs on on-demand ones; plan with --market "
+    if any(plan.spot_counts):
+        raise SpecError(f"market: the plan holds spot instances ({list(plan.spot_counts)} per stage), and a job whose "
+                        "target starts early (surrogate.eager_transfer) runs on on-demand ones; plan with --market "
                         "on-demand, or drop eager_transfer")
     result = simulate(spec, plan.allocation, model, samples=plan.samples or sequential.predicted.samples,
                       seed=plan.seed, target_model=target_model, redone=redone, **plan.simulation_args())

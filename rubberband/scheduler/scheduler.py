@@ -168,6 +168,7 @@ class _Position:
     itype: str                       # its instance type: every instance filling it is of it
     current: str                     # the instance filling it (ready or still provisioning)
     old: list[str] = field(default_factory=list)   # noticed instances still alive
+    ahead: bool = False              # an eager target's (DESIGN §4.6), held apart until its stage
 
 
 # A trial whose gang fails more often than this (its instances living on) fails the job.
@@ -224,9 +225,9 @@ class Scheduler:
                  safety_net: SafetyNet | None = None, budget_usd: float | None = None):
         if mode not in ("min", "max"):
             raise SpecError(f"mode: expected min or max, got {mode!r}")
-        if plan.spec.eager is not None:
-            raise SpecError("surrogate.eager_transfer: plan, simulate and whatif model a target started early, and "
-                            "no run does it yet; drop eager_transfer to run the job with the target after the tuning")
+        if plan.spec.eager is not None and any(plan.spot_counts):
+            raise SpecError("surrogate.eager_transfer: a job whose target starts early runs on on-demand instances; "
+                            "plan it with --market on-demand")
         self._plan, self._spec, self._mode, self._replanner = plan, plan.spec, mode, replanner
         self._keep_warm, self._net = keep_warm, safety_net
         # Each stage's instance type (node type = type x market), trials per GPU (packing) and
@@ -276,6 +277,11 @@ class Scheduler:
         self._unseen: list[tuple[int, int, float, int, bool, int | None]] = []    # TRAIN paces seen while a re-plan is in flight
         self._sync_state: tuple[int, list[str], float] | None = None    # a SYNC waiting for its re-plan: (stage, survivors, at)
         self._stage_trials: list[str] = []       # the trials of the stage running (or last run)
+        # Eager transfer (DESIGN §4.6): the target trial started at the hand-over on instances of its
+        # own (positions marked ``ahead``) while the tuning goes on, until the target stage begins.
+        self._eager = plan.spec.eager
+        self._ahead: str | None = None           # that trial, from the hand-over to the target stage
+        self._leader: str | None = None          # the surrogate trial whose config it trains
 
     # --- entry points ------------------------------------------------------------------------
     def start(self, now: float = 0.0) -> list[Decision]:
@@ -318,7 +324,11 @@ class Scheduler:
         """The trial with the best final metric among those that trained longest; in a surrogate
         job, its target trial once it has a metric (the full-width training is the job's answer;
         the surrogates' metrics are of another model), else the best surrogate."""
-        targets = [t for t in self._trials.values() if is_target_trial(t.id)]
+        # (an eager target restarted with another config is superseded: eliminated before the
+        # target stage, DESIGN §4.6)
+        last = self._spec.num_stages() - 1
+        targets = [t for t in self._trials.values() if is_target_trial(t.id)
+                   and (t.eliminated_after is None or t.eliminated_after >= last)]
         if any(t.metric is not None and math.isfinite(t.metric) for t in targets):
             return targets[0].id
         finished = [(t, m) for t in self._trials.values()
@@ -591,7 +601,8 @@ class Scheduler:
             trial.target = trial.step + spec.stages[i].iters
         self._trained, self._queue, self._started = set(), list(self._active), set()
         itype = self._types[i]
-        fresh = {market: count - sum(1 for p in self._positions.values() if p.market is market and p.itype == itype)
+        fresh = {market: count - sum(1 for p in self._positions.values()
+                                     if p.market is market and p.itype == itype and not p.ahead)
                  for market, count in self._want(i).items()}
         refused = self._afford(fresh, itype)
         if refused:
@@ -609,10 +620,10 @@ class Scheduler:
             out += self._start_training()
         return out
 
-    def _new_position(self, market: Market) -> str:
-        seq, itype = next(self._seq), self._types[self._stage]
+    def _new_position(self, market: Market, itype: str | None = None, ahead: bool = False) -> str:
+        seq, itype = next(self._seq), itype or self._types[self._stage]
         name = f"i{seq:03d}"
-        self._positions[seq] = _Position(seq, market, itype, name)
+        self._positions[seq] = _Position(seq, market, itype, name, ahead=ahead)
         self._instances[name] = _Instance(name, market, seq, itype, requested_s=self._now)
         return name
 
@@ -623,6 +634,8 @@ class Scheduler:
         out: list[Decision] = []
         # Trials that do not run first, or run at another size, give their slots up.
         for tid in list(self._placement):
+            if tid == self._ahead:        # an eager target on its own instances (DESIGN §4.6)
+                continue
             if tid not in first or len(self._placement[tid]) != m:
                 del self._placement[tid]
                 if tid not in first:
@@ -659,9 +672,11 @@ class Scheduler:
                 out.append(self._start(tid, assigned[tid]))
         return out
 
-    def _good_nodes(self) -> list[tuple[str, int]]:
-        """Ready instances that are not about to be reclaimed, oldest first."""
-        ready = [x for x in self._instances.values() if x.ready and not x.doomed]
+    def _good_nodes(self, ahead: bool = False) -> list[tuple[str, int]]:
+        """Ready instances that are not about to be reclaimed, oldest first: the stage's, or
+        (``ahead``) an eager target's before its stage (DESIGN §4.6)."""
+        ready = [x for x in self._instances.values() if x.ready and not x.doomed
+                 and self._positions[x.position].ahead == ahead]
         ready.sort(key=lambda x: (x.launched_s, x.position))
         return [(x.name, x.gpus) for x in ready]
 
@@ -715,6 +730,8 @@ class Scheduler:
         if inst is None:          # released or cancelled meanwhile
             return []
         inst.ready, inst.gpus, inst.launched_s = True, ev.gpus, ev.launched_s
+        if self._positions[inst.position].ahead:
+            return self._start_ahead()
         self._waiting.discard(ev.name)
         if self._phase == "scaling" and not self._waiting:
             return self._start_training()
@@ -758,7 +775,8 @@ class Scheduler:
                 trial.running = False
                 self._began.pop(tid, None)         # an interrupted TRAIN says nothing of the pace (``_owed``)
                 trial.step = ev.progress.get(tid, trial.step)
-                resume.append(tid)
+                if tid != self._ahead:             # the early target resumes on its own replacement
+                    resume.append(tid)
         self._queue[:0] = [t for t in resume if t not in self._queue]
         if inst.market is Market.SPOT and self._stage not in self._reclaim_replanned and self._phase == "training":
             self._reclaim_replanned.add(self._stage)
@@ -797,6 +815,8 @@ class Scheduler:
         trial.running, trial.step = False, ev.step
         self._began.pop(ev.trial, None)
         self._placement.pop(ev.trial, None)
+        if ev.trial == self._ahead:
+            return self._start_ahead()
         if ev.trial not in self._queue:
             self._queue.insert(0, ev.trial)
         return self._fill() if self._phase == "training" else []
@@ -804,6 +824,12 @@ class Scheduler:
     def _finished(self, ev: TrainFinished) -> list[Decision]:
         trial = self._trials[ev.trial]
         trial.running, trial.step, trial.metric = False, ev.step, float(ev.metric)
+        if ev.trial == self._ahead:
+            # The early target trained before its stage (DESIGN §4.6): it waits on its instances
+            # for the tuning's verdict; its stage's SYNC comes once the tuning is over.
+            trial.history.append({"stage": self._spec.num_stages() - 1, "step": ev.step, "metric": float(ev.metric),
+                                  "end_s": self._now})
+            return []
         began = self._began.pop(ev.trial, None)
         # A target TRAIN runs another model (DESIGN §4.6): its pace says nothing of the surrogate's.
         # A TRAIN resumed after a cut (reclaim, move, retry) is observed for what it trained: its
@@ -874,6 +900,8 @@ class Scheduler:
                 out.append(StopTrial(tid, eliminated=True))
         target = self._want(i + 1) if not last else self._want(i) if self._keep_warm else \
             {Market.ON_DEMAND: 0, Market.SPOT: 0}
+        if not last and self._eager is not None and spec.stages[i + 1].target:
+            target = {Market.ON_DEMAND: 0, Market.SPOT: 0}     # the target runs on its own instances (§4.6)
         self._stage_trials = list(self._active)
         out += self._shrink(keep, target, self._types[i] if last else self._types[i + 1])
         # Noticed instances kept: no trial runs on them now, and none will (DESIGN §4.1: their
@@ -889,7 +917,15 @@ class Scheduler:
         if last:
             self._phase = "done"
             return ended + out + [JobDone(self._best())]
-        return ended + out + self._begin_stage(i + 1)
+        if self._eager is not None and spec.stages[i + 1].target:
+            return ended + out + self._verdict(keep[0] if keep else None)
+        out = ended + out
+        if self._eager is not None and i == self._eager.after_stage and keep:
+            # The target's own scale-up first: it is launched apart from the next stage's (§4.6).
+            out += self._hand_over(keep[0])
+            if self._phase == "done":
+                return out
+        return out + self._begin_stage(i + 1)
 
     def _replan(self, i: int, reclaim: bool = False) -> list[Decision]:
         """At the SYNC ending stage ``i`` (or at a reclaim during it: its SYNC is then when the
@@ -897,7 +933,7 @@ class Scheduler:
         (``replan.py``), run off the backend's loop (``ComputeReplan``); ``_replan_ready``
         switches to it when it comes, if the replanner says so, and reports it. A re-plan
         still in flight when another is asked for is dropped."""
-        if self._replanner is None or (reclaim and self._estimate is None):
+        if self._replanner is None or (reclaim and self._estimate is None) or self._eager is not None:
             return []
         at = self._now + (self._stage_left_s(self._estimate) if reclaim and self._estimate is not None else 0.0)
         replanner, allocation, held, spot = self._replanner, list(self._allocation), list(self._held), list(self._spot)
@@ -947,6 +983,86 @@ class Scheduler:
         self._replans.append(record)
         return [record]
 
+    # --- eager transfer (DESIGN §4.6) -------------------------------------------------------------
+    def _hand_over(self, leader: str) -> list[Decision]:
+        """At the SYNC ending ``after_stage``: the leader's config as the target trial, on
+        instances of its own (the target stage's count, type, on-demand), trained as soon as
+        they are up while the tuning goes on."""
+        t = self._spec.num_stages() - 1
+        itype = self._types[t]
+        refused = self._afford({Market.ON_DEMAND: self._held[t]}, itype)
+        if refused:
+            return self._stop(refused)
+        self._leader, self._ahead = leader, target_trial(leader)
+        self._trials[self._ahead] = TrialInfo(self._ahead, self._trials[leader].bracket)
+        self._trials[self._ahead].target = self._spec.stages[t].iters
+        names = tuple(self._new_position(Market.ON_DEMAND, itype, ahead=True) for _ in range(self._held[t]))
+        return [RequestInstances(names, itype, Market.ON_DEMAND, t)]
+
+    def _start_ahead(self) -> list[Decision]:
+        """The early target starts once all its instances are up (before its stage; after, its
+        stage's own scale-up starts it)."""
+        tid = self._ahead
+        if tid is None or self._trials[tid].running or tid in self._placement:
+            return []
+        ahead = [x for x in self._instances.values() if self._positions[x.position].ahead]
+        if not all(x.ready for x in ahead):
+            return []
+        t = self._spec.num_stages() - 1
+        placed = place({tid: self._gpus_per_trial[t]}, self._good_nodes(ahead=True))
+        if tid not in placed.assignments:
+            raise SpecError(f"scheduler: the early target {tid} does not fit its {len(ahead)} instance(s)")
+        trial = self._trials[tid]
+        self._placement[tid] = placed.assignments[tid]
+        trial.running = True
+        return [StartTrial(tid, t, placed.assignments[tid], trial.target - trial.step, 1, False)]
+
+    def _verdict(self, winner: str | None) -> list[Decision]:
+        """The target stage of an eager job, at the tuning's last SYNC: the early target goes on if
+        the winner is its leader; else it stops (superseded) and the winner's config starts over
+        on the same instances. Every tuning instance went at this SYNC (``_finish_sync``)."""
+        i = self._spec.num_stages() - 1
+        self._stage, self._scale_began = i, self._now
+        old = self._ahead
+        for p in self._positions.values():
+            p.ahead = False                     # the target stage's own now
+        self._ahead = None
+        out: list[Decision] = []
+        if old is None:           # no hand-over happened (it stopped): the target as in a sequential job
+            return self._begin_stage(i)
+        if winner is None or winner == self._leader:
+            tid = old
+        else:
+            tid = target_trial(winner)
+            superseded = self._trials[old]
+            superseded.eliminated_after = i - 1
+            if superseded.running or old in self._placement:
+                superseded.running = False
+                self._placement.pop(old, None)
+                out.append(StopTrial(old, eliminated=True))
+            self._trials[tid] = TrialInfo(tid, self._trials[winner].bracket)
+        trial = self._trials[tid]
+        self._active, self._stage_trials = [tid], [tid]
+        self._announced = i
+        itype = self._types[i]
+        out.append(StageStarted(i, (tid,), self._spec.stages[i].iters, self._gpus_per_trial[i], 1, self._held[i],
+                                self._spot[i], itype, self._clouds[itype], self._budget_left(), False))
+        self._waiting = {x.name for x in self._instances.values() if not x.ready}
+        self._started = {tid} if trial.running else set()
+        if trial.running:                          # kept, still training
+            self._trained, self._queue, self._phase = set(), [], "training"
+            self._began[tid] = (self._now, trial.target - trial.step, self._gpus_per_trial[i], 0)
+            return out
+        if tid == old and trial.metric is not None:     # kept, trained already: its SYNC now
+            self._trained, self._queue, self._phase = {tid}, [], "sync"
+            return out + [RunSync(i)]
+        trial.target = trial.step + self._spec.stages[i].iters
+        self._trained, self._queue = set(), [tid]
+        self._phase = "scaling"
+        if not self._waiting:
+            out += self._start_training()
+        return out
+
     def _shrink(self, survivors: list[str], target: dict[Market, int], itype: str) -> list[Decision]:
         """Release the newest positions beyond ``target`` of type ``itype`` and every position
         of another type, packing the survivors first. Survivors stay where they are only when
@@ -955,18 +1071,21 @@ class Scheduler:
         out: list[Decision] = []
         carried: set[str] = set()
         i = self._stage
-        if survivors and self._types[i + 1] == self._types[i] and self._share(i) == self._share(i + 1) == 1:
+        if survivors and self._types[i + 1] == self._types[i] and self._share(i) == self._share(i + 1) == 1 \
+                and not (self._eager is not None and self._spec.stages[i + 1].target):
             m, slots = self._gpus_per_trial[i + 1], self._concurrency_of(i + 1)
             carried = {t for t in survivors[:slots] if len(self._placement.get(t, ())) == m}
         for tid in list(self._placement):
+            if tid == self._ahead:
+                continue
             on_doomed = any(n not in self._instances or self._instances[n].doomed for n, _ in self._placement[tid])
             if tid not in carried or on_doomed:
                 del self._placement[tid]
                 out.append(StopTrial(tid, eliminated=False))
-        gone = [p for p in self._positions.values() if p.itype != itype]
+        gone = [p for p in self._positions.values() if p.itype != itype and not p.ahead]
         for market, count in target.items():
-            mine = sorted((p for p in self._positions.values() if p.market is market and p.itype == itype),
-                          key=lambda p: p.seq)
+            mine = sorted((p for p in self._positions.values() if p.market is market and p.itype == itype
+                           and not p.ahead), key=lambda p: p.seq)
             gone += mine[count:]
         if not gone:
             return out
@@ -974,10 +1093,13 @@ class Scheduler:
         nodes = self._good_nodes()
         kept = [nd for nd in nodes if self._instances[nd[0]].position not in gone_seqs]
         leaving = [nd for nd in nodes if self._instances[nd[0]].position in gone_seqs]
-        if any(self._placement.get(t) for t in self._placement):
+        # (an eager target's placement is on instances of its own, which nothing here touches)
+        apart = {t: s for t, s in self._placement.items() if t == self._ahead}
+        staged = {t: s for t, s in self._placement.items() if t != self._ahead}
+        if any(staged.values()):
             try:
-                packed = scale_down_plan(_placement(self._placement), kept + leaving, len(kept))
-                self._placement = {_name(t): s for t, s in packed.placement.assignments.items()}
+                packed = scale_down_plan(_placement(staged), kept + leaving, len(kept))
+                self._placement = {**{_name(t): s for t, s in packed.placement.assignments.items()}, **apart}
                 out += [ResizeTrial(_name(t), self._placement[_name(t)], self._share(i), self._fused(i))
                         for t in packed.moved]
             except InfeasiblePlacementError:     # the kept instances are not all up: pause who cannot stay

@@ -360,9 +360,9 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     # An eager target stage (DESIGN §4.6) branches off the chain: its own instances, from the
     # SYNC ending stage ``after_stage``, after the tuning's stages are simulated.
     eager, target = spec.eager, spec.target_stage
-    if eager is not None and target is not None and spot[target]:
-        raise SpecError(f"spot_instances[{target}]: an eager target stage (eager_transfer) runs on on-demand "
-                        "instances; give 0, or drop eager_transfer")
+    if eager is not None and any(spot):
+        raise SpecError(f"spot_instances: a job whose target starts early (eager_transfer) runs on on-demand "
+                        f"instances, and {list(spot)} are spot; give 0 in every stage, or drop eager_transfer")
     chain = shapes[:target] if eager is not None else shapes
     hand_over = None
     now = np.zeros(samples)
