@@ -45,3 +45,36 @@ def test_the_demo_surrogate_job_trains_its_winner_at_full_width(tmp_path, _isola
     assert report.returncode == 0, report.stderr
     assert f"surrogate winner {winner['trial']} (width / 8)" in report.stdout
     assert f"target trial {target['trial']} (full width" in report.stdout
+
+
+def test_an_eager_target_trains_on_its_own_instance_while_the_tuning_goes_on(tmp_path, _isolated_state):
+    """Eager transfer on real Ray (DESIGN §4.6): the target starts at the SYNC by which 3/4 of the
+    trials are done, on an instance of its own, before the tuning ends; kept or restarted, the
+    trial that stands trains the winner's config and the report says which way it went."""
+    experiment = tmp_path / "eager.yaml"
+    text = (ROOT / "experiments" / "demo_surrogate.yaml").read_text().replace("../", f"{ROOT}/")
+    experiment.write_text(text.replace("  # eager_transfer: 0.75 ", "  eager_transfer: 0.75 "))
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "rubberband", "run", str(experiment), "--provider", "local",
+                           "--max-instances", "2", "--runs-dir", str(tmp_path / "runs"), "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    s = result["surrogate"]
+    eager, winner, target = s["eager_transfer"], s["winner"], s["target"]
+    assert eager["after_stage"] == 1 and eager["handed_over"].startswith("target-")
+    assert target["trial"] == f"target-{winner['trial']}" == result["best"]["trial"]
+    assert eager["restarted"] == (eager["handed_over"] != target["trial"])
+    timeline = result["timeline"]
+    (owned,) = [e for e in timeline if e["event"] == "owned"]
+    syncs = {e["index"]: e["t"] for e in timeline if e["event"] == "sync"}
+    first = next(e["t"] for e in timeline if e["event"] == "start" and e["trial"] == eager["handed_over"])
+    assert syncs[1] <= first < syncs[4]           # handed over at SYNC 1, training before the tuning's end
+    assert result["trials"][target["trial"]]["history"][-1]["instances"] == [owned["instance"]]
+    tuning = {i for t, rec in result["trials"].items() if not t.startswith("target-")
+              for h in rec["history"] for i in h["instances"]}
+    assert owned["instance"] not in tuning
+    # Its instance is billed to the target stage, the tuning's to theirs: together the run's cost.
+    parts = s["cost"]
+    assert sum(p["actual_cost_usd"] for p in parts.values()) == pytest.approx(result["actual"]["cost_usd"], rel=0.01)
