@@ -173,11 +173,11 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
 
 # Eager transfer's search (``eager_search``): the sequential optima at the deadline times these
 # (the deadline itself first). Tighter ones too: a faster target holds its instances for less.
-EAGER_RELAXATIONS = (1.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.2, 1.3, 1.45, 1.6, 1.8, 2.0)
+EAGER_RELAXATIONS = (1.0, 0.6, 0.8, 0.9, 1.1, 1.25, 1.5, 2.0)
 
 
 # ... and the tuning's own optima at the deadline times these, each with every target GPU count.
-EAGER_TUNING_SHARES = tuple(round(0.3 + 0.05 * k, 2) for k in range(15))
+EAGER_TUNING_SHARES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 
 def eager_search(sequential: Callable[[float], Plan], spec: ExperimentSpec,

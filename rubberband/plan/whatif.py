@@ -360,6 +360,8 @@ class EagerScenario:
     p_meet: float | None = None
     allocation: tuple[int, ...] | None = None
     infeasible: str | None = None
+    sequential_jct_s: float | None = None      # the same plan with the target after the tuning
+    sequential_cost_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -394,8 +396,9 @@ def eager_sweep(spec: ExperimentSpec, model: Any, target_model: Any, cloud: Any,
             out.append(EagerScenario(after, eager and eager.after_stage, eager and eager.restart_probability,
                                      None, None, None, infeasible=str(exc)))
             continue
-        sim = plan.predicted
+        sim, seq = plan.predicted, plan.info.get("eager_transfer", {})
         out.append(EagerScenario(after, eager and eager.after_stage, eager and eager.restart_probability,
                                  sim.mean_jct_s, sim.p90_jct_s, sim.mean_cost_usd, sim.p_meet(deadline_s),
-                                 plan.allocation))
+                                 plan.allocation, None, seq.get("sequential_jct_s_mean"),
+                                 seq.get("sequential_cost_usd_mean")))
     return out
