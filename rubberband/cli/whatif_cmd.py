@@ -58,7 +58,7 @@ def _whatif_args(p: argparse.ArgumentParser) -> None:
                         "done, e.g. off,0.5,0.75 (off: after the tuning), each planned (DESIGN §4.6)")
     p.add_argument("--restart-probability", type=float, default=None,
                    help="with --eager-transfer: the chance the early target restarts with another winner "
-                        "(default per fraction: 1 - 1/n, n the trials promoted at the hand-over)")
+                        "(default per fraction: 1 - 1/n, n the trials promoted at the hand-over; 0 where n is 1)")
     p.add_argument("--policies", help="policies to compare (default: all)")
     p.add_argument("--samples", type=whole, help="Monte-Carlo samples (default: 200)")
     p.add_argument("--seed", type=whole, help="random seed (default: the experiment's)")
@@ -284,6 +284,11 @@ def eager_whatif(args: argparse.Namespace, req) -> int:
     if exp.spec.target_stage is None:
         raise SpecError("--eager-transfer: weighs when a surrogate job's target starts; the experiment has no "
                         "`surrogate:`; add one (see experiments/demo_surrogate.yaml)")
+    from rubberband.spec.experiment import eager_transfer
+
+    p = args.restart_probability
+    if p is not None and not 0.0 <= p <= 1.0:
+        raise SpecError(f"--restart-probability: expected a probability from 0 to 1, got {p:g}")
     fractions: list[float | None] = []
     for item in args.eager_transfer.split(","):
         item = item.strip()
@@ -291,10 +296,15 @@ def eager_whatif(args: argparse.Namespace, req) -> int:
             fractions.append(None)
             continue
         try:
-            fractions.append(float(item))
+            after = float(item)
         except ValueError:
             raise SpecError(f"--eager-transfer: expected fractions of surrogate trials done, or off, such as "
                             f"off,0.5,0.75; got {item!r}") from None
+        try:
+            eager_transfer(exp.spec.tuning, after)
+        except SpecError as err:        # said of the experiment file's field: say it of the flag
+            raise SpecError(f"--eager-transfer {item}: {str(err).split(': ', 1)[-1]}") from None
+        fractions.append(after)
     deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
     if deadline is None:
         raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")

@@ -657,7 +657,10 @@ class Driver:
         while True:
             want = self._want(waited=True)
             until = self.started + self.wake_at if self.wake_at is not None else None
-            nodes = self.cluster.wait_nodes(want, max(deadline - self.clock.now(), 0.0), until=until)
+            # A later stage's instances (an eager target's) are asked for too, but not waited for.
+            extra = {t: n - want.get(t, 0) for t, n in self._want().items() if n > want.get(t, 0)}
+            nodes = self.cluster.wait_nodes(want, max(deadline - self.clock.now(), 0.0), until=until,
+                                            **({"extra": extra} if extra else {}))
             self.doomed.intersection_update(self.cluster.doomed())
             if nodes is None:           # the wake came first, or news (a notice) the driver must hear now
                 if self.wake_at is not None and self._now() >= self.wake_at - 1e-6:

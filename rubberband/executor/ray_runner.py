@@ -542,9 +542,11 @@ class RayClusterPort:
         self._push()
 
     def wait_nodes(self, request: Request, timeout_s: float, until: float | None = None,
-                   surplus_grace_s: float = 3.0) -> list[Node] | None:
+                   extra: Request | None = None, surplus_grace_s: float = 3.0) -> list[Node] | None:
         """Wait until exactly ``request`` usable instances of each type are ready; ``None`` when
-        ``until`` (on ``clock``) comes first."""
+        ``until`` (on ``clock``) comes first. ``extra``: requested too, not waited for (an eager
+        target's, DESIGN §4.6): up to that many more of each type may be ready, and are no surplus."""
+        extra = {t: n for t, n in (extra or {}).items() if n}
         deadline = time.time() + timeout_s
         surplus_since = None
         while True:
@@ -554,17 +556,20 @@ class RayClusterPort:
             self._push(alive)
             usable = self._usable(alive)
             have = counts(n.node_type for n in usable if n.node_type is not None)
-            if have == {t: n for t, n in request.items() if n}:
+            wanted = {t: n for t, n in request.items() if n}
+            if all(wanted.get(t, 0) <= have.get(t, 0) <= wanted.get(t, 0) + extra.get(t, 0)
+                   for t in {*have, *wanted}):
                 return usable
             fatal = [e for e in events if e.get("event") == ProviderEvent.LAUNCH_FAILED and e.get("fatal")]
             if fatal:
                 raise ProviderError(f"cluster: cannot launch instances: {fatal[-1].get('error')}")
-            if any(n > request.get(t, 0) for t, n in have.items()):
+            if any(n > request.get(t, 0) + extra.get(t, 0) for t, n in have.items()):
                 # A node the autoscaler launched against a request that was just lowered (a
                 # release racing its loop) would be kept forever: release the newest surplus.
                 surplus_since = surplus_since or time.time()
                 if time.time() - surplus_since > surplus_grace_s:
-                    keep = set(keep_oldest(usable, request))
+                    keep = set(keep_oldest(usable, {t: request.get(t, 0) + extra.get(t, 0)
+                                                    for t in {*request, *extra}}))
                     self.release([n.name for n in usable if n.name not in keep], stage=-1)
                     surplus_since = None
             else:

@@ -73,11 +73,12 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
 
     model = {"model_config": narrow(trials[winner]["config"])} if narrow and winner in trials else {}
     eager = plan.spec.eager
+    handed = superseded[0] if superseded else target
     return {"width_ratio": width_ratio, "target_stage": target_stage,
             "winner": trial(winner, **model), "target": trial(target, iters=plan.spec.stages[target_stage].iters),
             "cost": {"tuning": part(range(target_stage)), "target": part(range(target_stage, target_stage + 1))},
-            **({"eager_transfer": {**eager.to_dict(), "handed_over": targets[0] if targets else None,
-                                   "restarted": bool(superseded)}} if eager is not None else {})}
+            **({"eager_transfer": {**eager.to_dict(), "handed_over": handed, "restarted": bool(superseded)}}
+               if eager is not None else {})}
 
 
 def surrogate_lines(surrogate: dict[str, Any]) -> list[str]:

@@ -20,6 +20,7 @@ from rubberband.executor.session import Session, cluster_session
 from rubberband.plan.compile import type_cap
 from rubberband.plan.plan import Plan
 from rubberband.profiles.cloud import CloudProfile
+from rubberband.scheduler import is_target_trial, surrogate_winner
 from rubberband.providers import base
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent, Release
 
@@ -325,6 +326,13 @@ def _report(plan, outcome, events, stop_time, run_id, run_dir, metric, mode, wid
                      **({"redone": t.redone} if t.redone else {}),
                      **({"failed": t.failed, "failures": t.failures} if t.failures else {})}
               for t in outcome.trials.values()}
+    # An eager target superseded before its instances were up never reached the driver: the
+    # scheduler's record of it (DESIGN §4.6).
+    for tid, rec in (outcome.report.trials.items() if outcome.report is not None else ()):
+        if tid not in trials and is_target_trial(tid) and surrogate_winner(tid) in trials:
+            trials[tid] = {"config": trials[surrogate_winner(tid)]["config"], "metric": rec.metric, "step": rec.step,
+                           "eliminated_after": rec.eliminated_after, "history": [], "restarts": 0,
+                           "ranks_in_sync": True}
     result = RunResult(
         run_id=run_id, run_dir=str(run_dir),
         best={"trial": best.id, "config": best.config, "metric": best.metric, "metric_name": metric, "step": best.step} if best else {},

@@ -337,24 +337,30 @@ class VirtualCluster:
     def doomed(self) -> list[str]:
         return [n for n in self.noticed if self.instances[n].released_s is None]
 
-    def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None):
+    def wait_nodes(self, request: Mapping[Any, int], timeout_s: float, until: float | None = None,
+                   extra: Mapping[Any, int] | None = None):
         """Ask for ``request`` (launching what it misses) and move the clock on until exactly it
         is up and nothing else is usable (the nodes returned), or until news the driver must
-        hear first — an instance up, a notice — or ``until`` (``None`` returned).
+        hear first — an instance up, a notice — or ``until`` (``None`` returned). ``extra``:
+        asked for too but not waited for (an eager target's, DESIGN §4.6): up to that many more
+        of each type may be usable, up or not.
 
         Raises:
             ProviderError: the request is not met within ``timeout_s`` (a market with no
                 capacity; a surplus never released).
             SpecError: nothing is left to happen on the clock and the request is not met.
         """
-        self.request = {t: n for t, n in request.items() if n}
+        extra = {t: n for t, n in (extra or {}).items() if n}
+        waited = {t: n for t, n in request.items() if n}
+        self.request = {t: waited.get(t, 0) + extra.get(t, 0) for t in {*waited, *extra}}
         self._reconcile()
         self._news = False
         end = self.clock.now() + timeout_s
         while True:
             now = self.clock.now()
-            up = [n for n in self.usable() if self.instances[n].ready_s <= now]
-            if counts(self.node_type[n] for n in up) == self.request and len(up) == len(self.usable()):
+            up = counts(self.node_type[n] for n in self.usable() if self.instances[n].ready_s <= now)
+            usable = counts(self.node_type[n] for n in self.usable())
+            if within(up, usable, waited, extra):
                 return self.nodes()
             if self._news:             # news for the driver (a notice, an instance up): it looks, then waits on
                 self._news = False
@@ -381,6 +387,15 @@ class VirtualCluster:
 
     def events(self) -> list[dict[str, Any]]:
         return self._events
+
+
+def within(up: Mapping[Any, int], usable: Mapping[Any, int], waited: Mapping[Any, int],
+           extra: Mapping[Any, int]) -> bool:
+    """Whether ``waited`` is up: per type, at least that many up, and no more usable (up or not)
+    than it and ``extra`` together; with no ``extra``, exactly ``waited`` up and nothing else."""
+    types = {*up, *usable, *waited, *extra}
+    return all(waited.get(t, 0) <= up.get(t, 0) and usable.get(t, 0) <= waited.get(t, 0) + extra.get(t, 0)
+               for t in types)
 
 
 class SimClusterPort(VirtualCluster):

@@ -171,6 +171,10 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
     return _within_caps(replace(plan, warnings=plan_warnings(plan, model, catalog) + plan.warnings), job.caps)
 
 
+class OverCapError(SpecError):
+    """An eager plan holds more instances at once than ``max_instances`` allow (``eager_plan``)."""
+
+
 # Eager transfer's search (``eager_search``): the sequential optima at the deadline times these
 # (the deadline itself first). Tighter ones too: a faster target holds its instances for less.
 EAGER_RELAXATIONS = (1.0, 0.6, 0.8, 0.9, 1.1, 1.25, 1.5, 2.0)
@@ -215,8 +219,11 @@ def eager_search(sequential: Callable[[float], Plan], spec: ExperimentSpec,
                 return
             seen.add(key)
             plan = eager_plan(seq, spec, model, target_model, redone, caps, deadline_s)
-        except (InfeasibleDeadlineError, SpecError) as exc:
-            if must and not isinstance(exc, InfeasibleDeadlineError):
+        except (InfeasibleDeadlineError, OverCapError) as exc:      # this candidate cannot: others may
+            first_error = first_error or exc
+            return
+        except SpecError as exc:
+            if must:           # the request itself is wrong (or spot): no candidate will do
                 raise
             first_error = first_error or exc
             return
@@ -280,7 +287,7 @@ def eager_plan(sequential: Plan, spec: ExperimentSpec, model: ModelProfile | Map
     for j, n in peak_instances(plan).items():
         cap = type_cap(caps, plan.stage_types[j])
         if cap is not None and n > cap:
-            raise SpecError(f"max_instances: with the target started early its {plan.instances[-1]} instance(s) run "
+            raise OverCapError(f"max_instances: with the target started early its {plan.instances[-1]} instance(s) run "
                             f"beside stage {j}'s {plan.instances[j]}, {n} {plan.stage_types[j]} in all, over the limit "
                             f"of {cap}; raise --max-instances, or drop eager_transfer")
     if any(plan.spot_counts):

@@ -388,7 +388,10 @@ def eager_sweep(spec: ExperimentSpec, model: Any, target_model: Any, cloud: Any,
     tuning, iters = spec.tuning, spec.stages[-1].iters
     out = []
     for after in fractions:
-        eager = None if after is None else eager_transfer(tuning, after, restart_probability)
+        eager = None if after is None else eager_transfer(tuning, after)
+        if eager is not None and restart_probability is not None and eager.restart_probability > 0:
+            # (where one trial goes on from the hand-over it is the winner: 0 whatever was given)
+            eager = eager_transfer(tuning, after, restart_probability)
         job = tuning.with_target(iters, eager)
         try:
             plan = compile_plan(job, model, cloud, deadline_s, target_model=target_model, **compile_kwargs)

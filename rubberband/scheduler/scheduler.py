@@ -753,7 +753,9 @@ class Scheduler:
         # A scale-up noticed before it is ready still ends when it is ready (or lost): the
         # stage starts then, and its trials that find no room yet take the replacement when
         # it comes (DESIGN §4: the stage waits for the instances of its SCALE).
-        return [RequestInstances((fresh,), pos.itype, pos.market, self._stage, replaces=ev.name)]
+        # (an eager target's replacement is its stage's, not the tuning's: DESIGN §4.6)
+        stage = self._spec.num_stages() - 1 if pos.ahead else self._stage
+        return [RequestInstances((fresh,), pos.itype, pos.market, stage, replaces=ev.name)]
 
     def _lost(self, ev: InstanceLost) -> list[Decision]:
         inst = self._instances.get(ev.name)
@@ -1056,7 +1058,8 @@ class Scheduler:
         if tid == old and trial.metric is not None:     # kept, trained already: its SYNC now
             self._trained, self._queue, self._phase = {tid}, [], "sync"
             return out + [RunSync(i)]
-        trial.target = trial.step + self._spec.stages[i].iters
+        if tid != old:            # the winner's config from scratch; a kept one resumes where it was cut
+            trial.target = trial.step + self._spec.stages[i].iters
         self._trained, self._queue = set(), [tid]
         self._phase = "scaling"
         if not self._waiting:

@@ -9,7 +9,7 @@ import networkx as nx
 from rubberband.limits import check_dag
 from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
-from rubberband.simulator.engine import launches, layout, spot_layout, stage_clouds
+from rubberband.simulator.engine import check_eager_on_demand, launches, layout, spot_layout, stage_clouds
 from rubberband.simulator.model import StageShape, iter_latency
 from rubberband.simulator.spot import trial_positions
 from rubberband.spec.experiment import ExperimentSpec
@@ -78,6 +78,7 @@ def build_dag(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfi
     clouds = stage_clouds(cloud, instance_types, spec.validate().num_stages())
     shapes, held = layout(spec, allocation, model, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
+    check_eager_on_demand(spec, spot)
     types = [c.instance_type for c in clouds]
     check_dag(*dag_size(shapes, held, spot, types))
     first = next((c for c, n in zip(clouds, spot) if n), clouds[0])

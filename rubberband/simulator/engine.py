@@ -360,9 +360,7 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
     # An eager target stage (DESIGN §4.6) branches off the chain: its own instances, from the
     # SYNC ending stage ``after_stage``, after the tuning's stages are simulated.
     eager, target = spec.eager, spec.target_stage
-    if eager is not None and any(spot):
-        raise SpecError(f"spot_instances: a job whose target starts early (eager_transfer) runs on on-demand "
-                        f"instances, and {list(spot)} are spot; give 0 in every stage, or drop eager_transfer")
+    check_eager_on_demand(spec, spot)
     chain = shapes[:target] if eager is not None else shapes
     hand_over = None
     now = np.zeros(samples)
@@ -449,6 +447,17 @@ def simulate(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
                      spot_instances=tuple(spot), trials_per_gpu=tuple(s.trials_per_gpu for s in shapes),
                      instance_types=tuple(types) if several else (),
                      fused_per_gpu=tuple(s.fused_per_gpu for s in shapes))
+
+
+def check_eager_on_demand(spec: ExperimentSpec, spot: Sequence[int]) -> None:
+    """A job whose target starts early (DESIGN §4.6) runs on on-demand instances only.
+
+    Raises:
+        SpecError: naming ``spot_instances``.
+    """
+    if spec.eager is not None and any(spot):
+        raise SpecError(f"spot_instances: a job whose target starts early (eager_transfer) runs on on-demand "
+                        f"instances, and {list(spot)} are spot; give 0 in every stage, or drop eager_transfer")
 
 
 def eager_target(d: StageDraws, model: ModelProfile, cloud: CloudProfile, shape: StageShape, count: int,

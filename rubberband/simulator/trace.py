@@ -27,6 +27,7 @@ from rubberband.profiles.cloud import BillingModel, CloudCatalog, CloudProfile
 from rubberband.profiles.model import ModelProfile
 from rubberband.simulator.dag import ON_DEMAND, SPOT
 from rubberband.simulator.engine import (
+    check_eager_on_demand,
     layout,
     mixed_usd_per_s,
     spot_billable,
@@ -157,6 +158,7 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     models = stage_models(model, clouds, instance_types is not None, spec, target_model)
     shapes, held = layout(spec, allocation, models, clouds, instances, trials_per_gpu, fused_per_gpu)
     spot = spot_layout(held, clouds, spot_instances)
+    check_eager_on_demand(spec, spot)
     for i, (c, n_spot) in enumerate(zip(clouds, spot)):
         check_trace_cap(c.spot, [n_spot], stages=[i])
         if n_spot and not spot_billable(c):

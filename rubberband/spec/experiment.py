@@ -320,12 +320,18 @@ def eager_transfer(tuning: ExperimentSpec, after: float, restart_probability: fl
     stages, first = tuning.validate().stages, tuning.stages[0].num_trials if tuning.stages else 0
     done = [(first - stages[i + 1].num_trials) / first for i in range(len(stages) - 1)]
     s = next((i for i, d in enumerate(done) if d >= after - 1e-12), None)
+    if not done:
+        raise SpecError("surrogate.eager_transfer: the tuning has one stage, so no SYNC comes before its end to hand "
+                        "the target over at; drop eager_transfer")
     if s is None:
-        most = f"{max(done):.3g}" if done else "none"
         raise SpecError(f"surrogate.eager_transfer.after: {after:g} of the trials are done only at the tuning's end "
-                        f"(before its last stage at most {most}); give a smaller fraction, or drop eager_transfer")
+                        f"(before its last stage at most {max(done):.3g}); give a smaller fraction, or drop "
+                        "eager_transfer")
     promoted = stages[s + 1].num_trials
     p = 1.0 - 1.0 / promoted if restart_probability is None else restart_probability
+    if promoted == 1 and restart_probability is not None and restart_probability != 0:
+        raise SpecError(f"surrogate.eager_transfer.restart_probability: after stage {s} one trial goes on, the "
+                        "winner, so the target never restarts; give 0, or a smaller fraction")
     try:
         return EagerTransfer(s, p)
     except SpecError as err:
@@ -402,7 +408,12 @@ class Surrogate:
         """The whole job: ``tuning`` followed by its target stage, started early with ``eager_after``."""
         eager = None if self.eager_after is None else eager_transfer(tuning, self.eager_after,
                                                                        self.restart_probability)
-        return tuning.with_target(self.target_iters_for(tuning), eager)
+        try:
+            return tuning.with_target(self.target_iters_for(tuning), eager)
+        except SpecError as err:
+            if str(err).startswith("eager_transfer"):       # the experiment file's field is surrogate.eager_transfer
+                raise SpecError(f"surrogate.{err}") from None
+            raise
 
     def target_iters_for(self, tuning: ExperimentSpec) -> int:
         """The target stage's iterations: ``target_iters``, or the most iterations any trial of

@@ -115,9 +115,9 @@ class FakeCluster(VirtualCluster):
         super().scale_to(request, stage)
 
     def wait_nodes(self, request: Mapping[NodeType, int], timeout_s: float,
-                   until: float | None = None) -> list[Node] | None:
+                   until: float | None = None, extra: Mapping[NodeType, int] | None = None) -> list[Node] | None:
         self._record("wait_nodes", _plain(request))
-        return super().wait_nodes(request, timeout_s, until)
+        return super().wait_nodes(request, timeout_s, until, extra)
 
     def release_to(self, keep: Sequence[str], stage: int) -> None:
         self._record("release_to", list(keep), stage)

@@ -123,6 +123,8 @@ def run_once(spec: ExperimentSpec, allocation: Sequence[int], model: ModelProfil
             launches += new
             nodes["SCALE"] += 1
             nodes["INIT_INSTANCE"] += new
+            nodes["TRAIN"] += 1           # the TRAIN that counts (a restart's cut one is none of the graph's)
+            nodes["SYNC"] += 1
             durations_per_stage.append(end - now)
             held_per_stage.append(new)
             now = end

@@ -60,8 +60,10 @@ def test_whatif_weighs_when_the_target_starts(capsys, tmp_path):
 
 @pytest.mark.parametrize(("argv", "needles"), [
     (["--eager-transfer", "half"], ["--eager-transfer: expected fractions", "'half'"]),
-    (["--eager-transfer", "0.99"], ["eager_transfer.after: 0.99 of the trials are done only at the tuning's end"]),
+    (["--eager-transfer", "0.99"], ["--eager-transfer 0.99: 0.99 of the trials are done only at the tuning's end"]),
     (["--restart-probability", "0.5"], ["--restart-probability: it goes with --eager-transfer"]),
+    (["--eager-transfer", "0.5", "--restart-probability", "1.5"], ["--restart-probability: expected a probability",
+                                                                   "1.5"]),
     (["--eager-transfer", "0.5", "--trials", "8,16"], ["--eager-transfer: weighs when the target starts, alone",
                                                        "--trials"]),
 ])
@@ -82,6 +84,8 @@ def test_whatif_eager_needs_a_surrogate_job(capsys):
     ("{after: 0.5, when: 2}", ["surrogate.eager_transfer", "when"]),
     ("{restart_probability: 0.5}", ["surrogate.eager_transfer", "after"]),
     ("0.99", ["surrogate.eager_transfer.after: 0.99"]),
+    ("{after: 0.95, restart_probability: 0.3}", ["surrogate.eager_transfer.restart_probability: after stage 2 one "
+                                                 "trial goes on"]),
 ])
 def test_a_bad_eager_transfer_in_the_experiment_is_one_line_error(capsys, tmp_path, eager, needles):
     code, _, err = run(capsys, "plan", eager_experiment(tmp_path, eager))

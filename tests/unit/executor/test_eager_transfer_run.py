@@ -42,11 +42,20 @@ def turning(config, step: int) -> dict[str, float]:
     return {"loss": loss}
 
 
-def run(metrics=default_metrics, spec: ExperimentSpec | None = None):
-    fakes = make_fakes(1, {1: 1.0}, provision_s=10, init_s=5)
+def run(metrics=default_metrics, spec: ExperimentSpec | None = None, provision_s: float = 10,
+        lose: tuple[str, float] | None = None):
+    """The job on the fakes; ``lose``: the instance to lose and when (seconds into the run)."""
+    fakes = make_fakes(1, {1: 1.0}, provision_s=provision_s, init_s=5)
     fakes.runner = FakeRunner(fakes.clock, {1: 1.0}, 1, metrics=metrics, cluster=fakes.cluster,
                               calls=fakes.cluster.calls)
+    if lose is not None:
+        name, at = lose
+        fakes.clock.call_at(fakes.clock.now() + at, lambda: fakes.cluster.lose(name))
     return Driver(plan(spec), fakes.cluster, fakes.runner, SPACE, "loss", "min", clock=fakes.clock).run()
+
+
+def times(out, event: str, key: str) -> dict:
+    return {e[key]: e["t"] for e in out.timeline if e["event"] == event}
 
 
 def test_the_leader_starts_at_the_hand_over_on_its_own_instance_and_is_kept_when_it_wins():
@@ -81,6 +90,50 @@ def test_a_leader_that_loses_is_superseded_by_the_winner_on_the_same_instance():
     starts = {e["trial"]: e["t"] for e in out.timeline if e["event"] == "start"}
     syncs = {e["index"]: e["t"] for e in out.timeline if e["event"] == "sync"}
     assert starts[f"target-{winner}"] == pytest.approx(syncs[2])
+
+
+def test_a_lost_target_instance_is_replaced_for_the_target_and_the_tuning_does_not_wait():
+    base = run()
+    (owned,) = [e for e in base.timeline if e["event"] == "owned"]
+    target = "target-t001"
+    began = times(base, "start", "trial")[target]
+    out = run(lose=(owned["instance"], began + 2.5))     # two of its five iterations checkpointed
+    assert times(out, "sync", "index") == pytest.approx(times(base, "sync", "index") | {
+        3: times(out, "sync", "index")[3]})                                   # the tuning's SYNCs as before
+    again = [e for e in out.timeline if e["event"] == "owned"]
+    assert [e["stage"] for e in again] == [3, 3] and again[1]["instance"] != owned["instance"]
+    # It resumed from its checkpoint on the replacement and trained its five iterations, no more.
+    assert out.best == target and out.trials[target].step == 5
+    assert out.trials[target].history[-1]["instances"] == [again[1]["instance"]]
+
+
+def test_a_target_whose_instance_is_up_after_the_tuning_is_kept_or_superseded_there():
+    kept = run(provision_s=30)           # its instance is up at 17 + 35, after the tuning's end (37)
+    syncs = times(kept, "sync", "index")
+    assert kept.best == "target-t001" and kept.trials["target-t001"].step == 5
+    assert times(kept, "start", "trial")["target-t001"] > syncs[2]
+    turned = run(turning, provision_s=30)
+    assert turned.best == "target-t003" and turned.trials["target-t003"].step == 5
+    # The leader's target never trained: the driver never saw it, the scheduler superseded it.
+    assert "target-t001" not in turned.trials
+    assert turned.report.trials["target-t001"].eliminated_after == 2
+
+
+def test_the_run_report_says_which_target_was_handed_over_and_whether_it_restarted():
+    from rubberband.executor.report import surrogate_summary
+
+    p = plan()
+    stages = [{"index": i, "actual": {"cost_usd": 0.0, "duration_s": 0.0}} for i in range(4)]
+    config = {"lr": 0.1}
+    common = {"config": config, "metric": 0.5, "step": 5, "history": []}
+    kept = {"t001": {**common, "eliminated_after": None}, "target-t001": {**common, "eliminated_after": 3}}
+    restarted = {**kept, "t003": {**common, "eliminated_after": None},
+                 "target-t003": {**common, "eliminated_after": 3}, "target-t001": {**common, "eliminated_after": 2}}
+    for trials, handed, target, again in ((kept, "target-t001", "target-t001", False),
+                                          (restarted, "target-t001", "target-t003", True)):
+        s = surrogate_summary(p, trials, stages, "loss")
+        assert s["eager_transfer"]["handed_over"] == handed and s["eager_transfer"]["restarted"] is again
+        assert s["target"]["trial"] == target
 
 
 def test_a_spot_plan_is_refused_before_anything_starts():

@@ -60,3 +60,18 @@ def test_a_wait_returns_none_when_its_until_comes_first_and_the_nodes_when_they_
     assert port.wait_nodes({SPOT: 1}, timeout_s=60, until=port.now) == nodes     # met: the nodes, wake or not
     with pytest.raises(ProviderError, match=r"waited 0s for 2 x local\.2gpu\.spot"):
         port.wait_nodes({SPOT: 2}, timeout_s=0, until=port.now + 60)              # no wake before the timeout
+
+
+def test_a_wait_counts_instances_asked_for_a_later_stage_as_no_surplus():
+    # An eager target's instance (DESIGN §4.6), asked for beside the stage's: up or not, the stage's
+    # wait is met by its own, and the target's is never released as a surplus.
+    nodes = [Node("rb-instance-1", 2, OD), Node("rb-instance-2", 2, OD)]
+    port = Port(nodes)
+    port.poll_s = 0.0
+    port.scale_to({OD: 2}, stage=1)
+    assert port.wait_nodes({OD: 1}, timeout_s=60, extra={OD: 1}) == nodes          # both up: met
+    assert port.released == set()
+    port.live = nodes[:1]
+    assert port.wait_nodes({OD: 1}, timeout_s=60, extra={OD: 1}) == nodes[:1]      # the target's still coming
+    with pytest.raises(ProviderError):
+        port.wait_nodes({OD: 2}, timeout_s=0, extra={OD: 1})                        # the stage's own are not up

@@ -161,3 +161,13 @@ def test_a_rehearsal_lengthens_the_inits_of_instances_launched_together_as_the_m
     run = rehearse_once(plan, model, cloud, seed=1)
     assert run.jct_s == pytest.approx(plan.predicted.mean_jct_s)
     assert result_of(plan, run, 1, "metric").actual["cost_usd"] == pytest.approx(plan.predicted.mean_cost_usd)
+
+
+def test_within_is_exactly_the_request_without_extra_and_up_to_it_with():
+    from rubberband.executor.sim import within
+
+    t = NodeType("a")
+    assert within({t: 2}, {t: 2}, {t: 2}, {}) and not within({t: 2}, {t: 3}, {t: 2}, {})
+    assert not within({t: 1}, {t: 2}, {t: 2}, {})
+    assert within({t: 2}, {t: 3}, {t: 2}, {t: 1}) and within({t: 3}, {t: 3}, {t: 2}, {t: 1})
+    assert not within({t: 1}, {t: 3}, {t: 2}, {t: 1}) and not within({t: 2}, {t: 4}, {t: 2}, {t: 1})

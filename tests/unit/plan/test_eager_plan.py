@@ -8,6 +8,7 @@ import pytest
 from rubberband import ExperimentSpec, ModelProfile, SpecError
 from rubberband.errors import InfeasibleDeadlineError
 from rubberband.plan import compile_plan, simulate_plan
+from rubberband.plan.compile import peak_instances
 from rubberband.plan.plan import Plan
 from rubberband.profiles import Constant, Normal
 from rubberband.simulator import simulate
@@ -56,6 +57,15 @@ def test_the_target_counts_against_max_instances_beside_the_stages_it_overlaps()
     with pytest.raises(SpecError, match=r"max_instances: with the target started early its 1 instance\(s\) run "
                                         r"beside stage 1's 1, 2 t.4gpu in all, over the limit of 1"):
         compile_plan(EAGER, SURROGATE, CLOUD, 2000, samples=100, target_model=TARGET, max_instances=1)
+
+
+def test_a_plan_over_max_instances_at_the_deadline_gives_way_to_one_within_it():
+    # A 1-GPU type: the sequential optimum at the deadline runs the target beside stage 1 on more
+    # instances than the limit; a plan of the search's other candidates keeps within it.
+    cloud = cloud_profile("t.1gpu", 1, 9.0, provision_s=10.0, init_s=5.0, minimum_s=0.0)
+    plan = compile_plan(EAGER, SURROGATE, cloud, 500, samples=50, target_model=TARGET, max_instances=5)
+    assert all(n <= 5 for n in [*peak_instances(plan).values(), *plan.instances])
+    assert plan.predicted.mean_jct_s <= 500
 
 
 def test_a_deadline_met_only_with_the_target_after_the_tuning_is_infeasible_eagerly():

@@ -47,6 +47,11 @@ def test_a_hand_over_the_tuning_cannot_make_is_one_error(after, p, pattern):
         ExperimentSpec.sha(16, 2, 40, 2).with_target(40, eager_transfer(ExperimentSpec.sha(16, 2, 40, 2), after, p))
 
 
+def test_a_tuning_of_one_stage_has_no_sync_to_hand_over_at():
+    with pytest.raises(SpecError, match=r"surrogate.eager_transfer: the tuning has one stage"):
+        eager_transfer(ExperimentSpec.from_stages([(4, 10)]), 0.5)
+
+
 def test_only_an_sha_job_and_only_its_target_stage_start_early():
     hyperband = ExperimentSpec.chain(ExperimentSpec.hyperband(1, 27, 3))
     with pytest.raises(SpecError, match=r"eager_transfer: only an SHA job"):
@@ -119,6 +124,10 @@ def test_spot_is_refused(spot):
     cloud = CLOUD.replace(spot_price_usd_per_hour=12.0)
     with pytest.raises(SpecError, match=r"spot_instances: a job whose target starts early .* runs on on-demand"):
         simulate(job(0, 0.5), [8, 4, 2, 4], SURROGATE, cloud, samples=2, target_model=TARGET, spot_instances=spot)
+    with pytest.raises(SpecError, match=r"spot_instances: a job whose target starts early"):
+        sample_timeline(job(0, 0.5), [8, 4, 2, 4], SURROGATE, cloud, target_model=TARGET, spot_instances=spot)
+    with pytest.raises(SpecError, match=r"spot_instances: a job whose target starts early"):
+        build_dag(job(0, 0.5), [8, 4, 2, 4], TARGET, cloud, spot_instances=spot)
 
 
 # --- against the reference, the timeline and the graph --------------------------------------------------
