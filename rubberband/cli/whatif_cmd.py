@@ -232,12 +232,7 @@ def surrogate_whatif(args: argparse.Namespace, req) -> int:
         measured[int(ratio)] = ModelProfile.from_dict(load_yaml(path.strip(), "--surrogate-profiles"),
                                                       where=f"--surrogate-profiles {path.strip()}")
     f = args.compute_fraction if args.compute_fraction is not None else SURROGATE_COMPUTE_FRACTION
-    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
-    if deadline is None:
-        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
-    if req.auto_instance_type or isinstance(exp.model_for_planning, dict):
-        raise SpecError("--surrogate-ratio: weighs one instance type and one full-width profile; "
-                        "pass --instance-type NAME (not auto)")
+    deadline = _one_type_deadline(args, req, "--surrogate-ratio")
     tuning = req.spec.tuning
     target_iters = exp.spec.stages[-1].iters if exp.spec.target_stage is not None else \
         max(sum(b.iters) for b in tuning.brackets())
@@ -270,6 +265,23 @@ def surrogate_whatif(args: argparse.Namespace, req) -> int:
     emit(args, {"experiment": exp.name, "target_iters": target_iters, "compute_fraction": f,
                 "ratios": [r.to_dict() for r in rows]}, text)
     return 0
+
+
+def _one_type_deadline(args: argparse.Namespace, req, flag: str) -> float:
+    """The deadline a surrogate job's what-if (``flag``) plans to, on the one instance type and
+    full-width profile it weighs.
+
+    Raises:
+        SpecError: no deadline anywhere, or an ``auto`` type / profiles by GPU model.
+    """
+    exp = req.experiment
+    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
+    if deadline is None:
+        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
+    if req.auto_instance_type or isinstance(exp.model_for_planning, dict):
+        raise SpecError(f"{flag}: weighs one instance type and one full-width profile; "
+                        "pass --instance-type NAME (not auto)")
+    return float(deadline)
 
 
 def eager_whatif(args: argparse.Namespace, req) -> int:
@@ -305,12 +317,7 @@ def eager_whatif(args: argparse.Namespace, req) -> int:
         except SpecError as err:        # said of the experiment file's field: say it of the flag
             raise SpecError(f"--eager-transfer {item}: {str(err).split(': ', 1)[-1]}") from None
         fractions.append(after)
-    deadline = parse_duration(args.deadline, "--deadline") if args.deadline is not None else exp.deadline_s
-    if deadline is None:
-        raise SpecError("deadline: the experiment has no `deadline:`; pass --deadline")
-    if req.auto_instance_type or isinstance(exp.model_for_planning, dict):
-        raise SpecError("--eager-transfer: weighs one instance type and one full-width profile; "
-                        "pass --instance-type NAME (not auto)")
+    deadline = _one_type_deadline(args, req, "--eager-transfer")
     surrogate, target = exp.job_models()
     samples = args.samples if args.samples is not None else 200
     with ProgressLine(args) as progress:

@@ -15,14 +15,19 @@ from .conftest import ROOT
 pytestmark = pytest.mark.integration
 
 
-def test_the_demo_surrogate_job_trains_its_winner_at_full_width(tmp_path, _isolated_state):
-    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "rubberband", "run", str(ROOT / "experiments" / "demo_surrogate.yaml"),
-                           "--provider", "local", "--runs-dir", str(tmp_path / "runs"), "--json"],
+def run_local(experiment, tmp_path, state, *flags: str) -> tuple[dict, object, dict]:
+    """`rubberband run EXPERIMENT --provider local FLAGS`: its result.json, run directory and environment."""
+    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "rubberband", "run", str(experiment), "--provider", "local", *flags,
+                           "--runs-dir", str(tmp_path / "runs"), "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
-    result = json.loads((run_dir / "result.json").read_text())
+    return json.loads((run_dir / "result.json").read_text()), run_dir, env
+
+
+def test_the_demo_surrogate_job_trains_its_winner_at_full_width(tmp_path, _isolated_state):
+    result, run_dir, env = run_local(ROOT / "experiments" / "demo_surrogate.yaml", tmp_path, _isolated_state)
     s = result["surrogate"]
     winner, target = s["winner"], s["target"]
     assert target["trial"] == f"target-{winner['trial']}" and result["best"]["trial"] == target["trial"]
@@ -54,13 +59,7 @@ def test_an_eager_target_trains_on_its_own_instance_while_the_tuning_goes_on(tmp
     experiment = tmp_path / "eager.yaml"
     text = (ROOT / "experiments" / "demo_surrogate.yaml").read_text().replace("../", f"{ROOT}/")
     experiment.write_text(text.replace("  # eager_transfer: 0.75 ", "  eager_transfer: 0.75 "))
-    env = {**os.environ, "RUBBERBAND_STATE_DIR": str(_isolated_state), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "rubberband", "run", str(experiment), "--provider", "local",
-                           "--max-instances", "2", "--runs-dir", str(tmp_path / "runs"), "--json"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    result = json.loads((run_dir / "result.json").read_text())
+    result, _, _ = run_local(experiment, tmp_path, _isolated_state, "--max-instances", "2")
     s = result["surrogate"]
     eager, winner, target = s["eager_transfer"], s["winner"], s["target"]
     assert eager["after_stage"] == 1 and eager["handed_over"].startswith("target-")

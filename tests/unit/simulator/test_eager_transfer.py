@@ -14,6 +14,8 @@ from rubberband.spec.experiment import EagerTransfer, eager_transfer
 from rubberband.testing.builders import cloud_profile
 from rubberband.testing.reference_sim import reference_simulate
 
+from .test_surrogate_job import BIG, NOISY_S, NOISY_T, SMALL
+
 SURROGATE = ModelProfile({1: Constant(0.5), 2: Constant(0.3)}, Constant(2.0), Constant(1.0), name="w/8")
 TARGET = ModelProfile({1: Constant(8.0), 2: Constant(4.5), 4: Constant(2.5)}, Constant(20.0), Constant(3.0),
                       name="full")
@@ -131,13 +133,6 @@ def test_spot_is_refused(spot):
 
 
 # --- against the reference, the timeline and the graph --------------------------------------------------
-NOISY_S = ModelProfile({1: Normal(0.6, 0.1), 2: Normal(0.35, 0.05)}, Normal(3.0, 0.5), Constant(1.0), name="s")
-NOISY_T = ModelProfile({1: Normal(6.0, 0.6), 2: Normal(3.3, 0.3), 4: Normal(1.9, 0.2)}, Normal(15.0, 2.0),
-                       Constant(2.0), name="t")
-SMALL = cloud_profile("small", 1, 3.06, provision_s=Normal(30.0, 8.0), init_s=Normal(20.0, 6.0), dataset_gb=1.0,
-                      usd_per_gb=0.09)
-BIG = cloud_profile("big", 4, 12.24, provision_s=Normal(40.0, 8.0), init_s=Normal(25.0, 6.0), dataset_gb=1.0,
-                    usd_per_gb=0.09)
 LONG = ExperimentSpec.sha(16, 20, 400, 2)            # 16x20 8x40 4x80 2x160 1x100
 TYPES = ["small"] * 5 + ["big"]
 

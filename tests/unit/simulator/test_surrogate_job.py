@@ -42,14 +42,18 @@ def test_with_the_same_profile_the_target_stage_is_an_ordinary_stage_bit_for_bit
     assert np.array_equal(a.jct_s, b.jct_s) and np.array_equal(a.cost_usd, b.cost_usd)
 
 
+# Random profiles of a surrogate and its target, and two types to run them on (a target of its own type).
+NOISY_S = ModelProfile({1: Normal(0.6, 0.1), 2: Normal(0.35, 0.05)}, Normal(3.0, 0.5), Constant(1.0), name="s")
+NOISY_T = ModelProfile({1: Normal(6.0, 0.6), 2: Normal(3.3, 0.3), 4: Normal(1.9, 0.2)}, Normal(15.0, 2.0),
+                       Constant(2.0), name="t")
+SMALL = cloud_profile("small", 1, 3.06, provision_s=Normal(30.0, 8.0), init_s=Normal(20.0, 6.0), dataset_gb=1.0,
+                      usd_per_gb=0.09)
+BIG = cloud_profile("big", 4, 12.24, provision_s=Normal(40.0, 8.0), init_s=Normal(25.0, 6.0), dataset_gb=1.0,
+                    usd_per_gb=0.09)
+
+
 def test_a_target_stage_on_its_own_type_agrees_with_the_reference_in_distribution():
-    surrogate = ModelProfile({1: Normal(0.6, 0.1), 2: Normal(0.35, 0.05)}, Normal(3.0, 0.5), Constant(1.0), name="s")
-    target = ModelProfile({1: Normal(6.0, 0.6), 2: Normal(3.3, 0.3), 4: Normal(1.9, 0.2)}, Normal(15.0, 2.0),
-                          Constant(2.0), name="t")
-    small = cloud_profile("small", 1, 3.06, provision_s=Normal(30.0, 8.0), init_s=Normal(20.0, 6.0), dataset_gb=1.0,
-                          usd_per_gb=0.09)
-    big = cloud_profile("big", 4, 12.24, provision_s=Normal(40.0, 8.0), init_s=Normal(25.0, 6.0), dataset_gb=1.0,
-                        usd_per_gb=0.09)
+    surrogate, target, small, big = NOISY_S, NOISY_T, SMALL, BIG
     clouds = [small, small, small, big]
     ref_jct, ref_cost = reference_simulate(JOB, [4, 4, 2, 4], surrogate, clouds, samples=600, seed=11,
                                            target_model=target)
