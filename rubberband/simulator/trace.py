@@ -146,7 +146,10 @@ def sample_timeline(spec: ExperimentSpec, allocation: Sequence[int], model: Mode
     or on whole instances when it needs more than one; packed trials ``k`` to a GPU),
     on-demand instances before spot ones. ``spot_instances``, ``trials_per_gpu``,
     ``fused_per_gpu``, ``instance_types`` and ``target_model`` are ``simulate``'s; a fused group is
-    one trial span (``TrialSpan.fused`` members, ``trial`` the group's number).
+    one trial span (``TrialSpan.fused`` members, ``trial`` the group's number). An eager target
+    stage (DESIGN §4.6) is laid out as ``engine.eager_target`` runs it: its ``stages`` entry starts
+    at the hand-over (``simulate`` counts its duration from the tuning's end), its first TRAIN is
+    trial 0 (lost from its start when a restart cuts it) and a restarted one trial 1.
 
     Raises:
         SpecError: for an invalid allocation, spot, packing or type vector, or ``sample``
