@@ -76,6 +76,16 @@ def counts(types: Iterable[NodeType]) -> dict[NodeType, int]:
     return out
 
 
+def within(up: Mapping[NodeType, int], usable: Mapping[NodeType, int], waited: Mapping[NodeType, int],
+           extra: Mapping[NodeType, int]) -> bool:
+    """Whether a wait for ``waited`` instances is met: per type, at least that many up, and no
+    more usable (up or not) than it and ``extra`` together (instances asked for too, not waited
+    for: an eager target's, DESIGN §4.6); with no ``extra``, exactly ``waited`` up and nothing else."""
+    types = {*up, *usable, *waited, *extra}
+    return all(waited.get(t, 0) <= up.get(t, 0) and usable.get(t, 0) <= waited.get(t, 0) + extra.get(t, 0)
+               for t in types)
+
+
 def describe(request: Mapping[NodeType, int]) -> str:
     """``2 x p3.2xlarge.spot + 1 x p3.2xlarge`` (for messages)."""
     return " + ".join(f"{n} x {t}" for t, n in sorted(request.items()) if n) or "no instances"

@@ -250,9 +250,8 @@ class Driver:
         self._configs: dict[int, list[dict[str, Any]]] = {}
         self._wait_stage = False
         # Instances requested for a later stage (an eager target's, DESIGN §4.6): the stage running
-        # does not wait for them, and the ledger bills them to that stage ("owned" events).
-        self.ahead: dict[str, int] = {}                  # scheduler name -> its stage, until that stage
-        self.owners: dict[str, int] = {}                 # scheduler name -> its stage, for good
+        # does not wait for them (``_ahead``), and the ledger bills them to that stage ("owned" events).
+        self.owners: dict[str, int] = {}                 # scheduler name -> the stage it was requested for
 
     # --- small helpers -------------------------------------------------------------------------
     def _emit(self, kind: str, **data: Any) -> None:
@@ -273,13 +272,17 @@ class Driver:
             if inst not in self.gone and inst not in self.doomed and inst not in self.retired:
                 want[self.types[inst]] = want.get(self.types[inst], 0) + 1
         for name, t in self.unready:
-            if not (waited and name in self.ahead):
+            if not (waited and self._ahead(name)):
                 want[t] = want.get(t, 0) + 1
         return want
 
+    def _ahead(self, name: str) -> bool:
+        """Whether requested instance ``name`` is a later stage's (an eager target's, DESIGN §4.6)."""
+        return self.owners.get(name, -1) > self.stage
+
     def _unready_now(self) -> bool:
         """Whether instances the stage running waits for are not up yet."""
-        return any(name not in self.ahead for name, _ in self.unready)
+        return any(not self._ahead(name) for name, _ in self.unready)
 
     def _retire(self, names: Sequence[str]) -> None:
         """Spot the safety net retired is no longer asked for, nor waited for: its trial finishes
@@ -697,7 +700,7 @@ class Driver:
             if node.name in self.name or node.name in self.gone:
                 continue
             # The stage running takes a node before a later stage's request does (an eager target's).
-            k = next((k for k, (n, t) in enumerate(self.unready) if t == node.node_type and n not in self.ahead),
+            k = next((k for k, (n, t) in enumerate(self.unready) if t == node.node_type and not self._ahead(n)),
                      next((k for k, (_, t) in enumerate(self.unready) if t == node.node_type), None))
             if k is None:
                 continue
@@ -782,7 +785,6 @@ class Driver:
                 del self.holder[s]
 
     def _enter_stage(self, d: StageStarted) -> None:
-        self.ahead = {n: s for n, s in self.ahead.items() if s > d.stage}
         self.stage, self.stage_start = d.stage, self._now()
         self.stage_trials, self.share, self.scaling = list(d.trials), d.trials_per_gpu, True
         self.fused = d.fused
@@ -807,7 +809,6 @@ class Driver:
 
     def _request(self, d: RequestInstances) -> None:
         if d.stage > self.stage:          # an eager target's, ahead of its stage (DESIGN §4.6)
-            self.ahead.update(dict.fromkeys(d.names, d.stage))
             self.owners.update(dict.fromkeys(d.names, d.stage))
         t = self._node_type(d.market, d.instance_type)
         old = self.real.get(d.replaces) if d.replaces else None

@@ -15,7 +15,7 @@ from rubberband.executor.ports import Node, Notice, Request, TrainResult
 from rubberband.executor.spot_notice import NoticeBoard, NoticeWatcher
 from rubberband.executor.worker import DDPWorker, load_trainer
 from rubberband.function_api import is_function_trainable
-from rubberband.nodes import INSTANCE_PREFIX, NodeType, counts, describe
+from rubberband.nodes import INSTANCE_PREFIX, NodeType, counts, describe, within
 from rubberband.providers.base import LAUNCH_ERRORS, ProviderEvent
 
 try:
@@ -556,9 +556,7 @@ class RayClusterPort:
             self._push(alive)
             usable = self._usable(alive)
             have = counts(n.node_type for n in usable if n.node_type is not None)
-            wanted = {t: n for t, n in request.items() if n}
-            if all(wanted.get(t, 0) <= have.get(t, 0) <= wanted.get(t, 0) + extra.get(t, 0)
-                   for t in {*have, *wanted}):
+            if within(have, have, request, extra):
                 return usable
             fatal = [e for e in events if e.get("event") == ProviderEvent.LAUNCH_FAILED and e.get("fatal")]
             if fatal:

@@ -92,7 +92,7 @@ def result_of(plan: Plan, run, seed: int, metric: str, width_ratio: int | None =
     """The ``RunResult`` of one rehearsal: ledger, stages predicted vs actual, trials, best."""
     from rubberband.executor.ledger import InstanceRecord, Ledger, TrialRun
     from rubberband.executor.report import stage_entry, surrogate_summary
-    from rubberband.scheduler import is_target_trial, surrogate_winner
+    from rubberband.scheduler import is_superseded, is_target_trial, surrogate_winner
 
     windows = run.stage_windows
 
@@ -120,8 +120,7 @@ def result_of(plan: Plan, run, seed: int, metric: str, width_ratio: int | None =
         nxt = set(ran.get(i + 1, ())) if i + 1 not in plan.spec.bracket_starts else set()
         # The target stage trains the winner's config as a new trial: the winner is what went on.
         nxt = {surrogate_winner(t) if is_target_trial(t) else t for t in nxt      # (not an eager target superseded)
-               if not is_target_trial(t) or report.trials[t].eliminated_after is None
-               or report.trials[t].eliminated_after > i}
+               if not is_superseded(t, report.trials[t].eliminated_after, i + 1)}
         followed = report.stages[i]
         stages.append(stage_entry(plan, i, ledger, trials=len(ran[i]), promoted=[t for t in ran[i] if t in nxt],
                                   duration_s=b - a, instances=followed.instances, cost_usd=costs[i],

@@ -41,7 +41,7 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
     took and cost, predicted and actual (the tuning stages' sum, the target stage's).
     ``narrow(config)``: the config the winner's model was built from (widths divided), when known.
     Empty for a job without a target stage."""
-    from rubberband.scheduler import is_target_trial, surrogate_winner
+    from rubberband.scheduler import is_superseded, is_target_trial, surrogate_winner
 
     target_stage = plan.spec.target_stage
     if target_stage is None:
@@ -49,8 +49,8 @@ def surrogate_summary(plan: Any, trials: dict[str, Any], stages: list[dict[str, 
     # An eager target restarted with the winner's config (DESIGN §4.6) is superseded: the one that
     # stands is the job's; the superseded one is listed under ``restarted``.
     targets = [t for t in trials if is_target_trial(t)]
-    target = next((t for t in targets if trials[t].get("eliminated_after") is None
-                   or trials[t]["eliminated_after"] >= target_stage), targets[-1] if targets else None)
+    target = next((t for t in targets if not is_superseded(t, trials[t].get("eliminated_after"), target_stage)),
+                  targets[-1] if targets else None)
     superseded = [t for t in targets if t != target]
     winner = surrogate_winner(target) if target is not None else None
 

@@ -68,7 +68,7 @@ import numpy as np
 from rubberband.errors import ProviderError, SpecError
 from rubberband.executor.driver import Driver
 from rubberband.executor.ports import ChunkInterrupted, Node, Notice, TrainResult, VirtualClock
-from rubberband.nodes import counts, describe
+from rubberband.nodes import counts, describe, within
 from rubberband.plan.plan import Plan
 from rubberband.profiles.by_gpu import model_of
 from rubberband.profiles.cloud import CloudProfile, Market
@@ -387,15 +387,6 @@ class VirtualCluster:
 
     def events(self) -> list[dict[str, Any]]:
         return self._events
-
-
-def within(up: Mapping[Any, int], usable: Mapping[Any, int], waited: Mapping[Any, int],
-           extra: Mapping[Any, int]) -> bool:
-    """Whether ``waited`` is up: per type, at least that many up, and no more usable (up or not)
-    than it and ``extra`` together; with no ``extra``, exactly ``waited`` up and nothing else."""
-    types = {*up, *usable, *waited, *extra}
-    return all(waited.get(t, 0) <= up.get(t, 0) and usable.get(t, 0) <= waited.get(t, 0) + extra.get(t, 0)
-               for t in types)
 
 
 class SimClusterPort(VirtualCluster):

@@ -33,6 +33,7 @@ from rubberband.profiles.cloud import CloudCatalog, CloudProfile, Market
 from rubberband.profiles.model import ModelProfile
 from rubberband.schema import choice, did_you_mean
 from rubberband.simulator.engine import HeldInstances, simulate, spot_billable, stage_models
+from rubberband.simulator.model import instances_needed
 from rubberband.spec.experiment import ExperimentSpec
 
 
@@ -122,16 +123,17 @@ def compile_plan(spec: ExperimentSpec, model: ModelProfile | Mapping[str, ModelP
                                 instance_type, market, compare, progress, held_at_start, max_instances,
                                 target_model, redone)
 
+        tuning_redone = None if redone is None else tuple(redone)[:-1]
+
         def tuning(d: float) -> Plan:
             try:
                 return compile_plan(spec.tuning, model, cloud, d, policy, samples, seed, confidence, instance_type,
-                                    market, False, progress, held_at_start, max_instances, None,
-                                    None if redone is None else tuple(redone)[:-1])
+                                    market, False, progress, held_at_start, max_instances, None, tuning_redone)
             except InfeasibleDeadlineError as exc:       # the tuning's fastest plan, where one type is all
                 if not isinstance(cloud, CloudProfile) or not isinstance(model, ModelProfile) or held_at_start:
                     raise
                 return plan_allocation(spec.tuning, exc.allocation, model, cloud, d, samples=samples, seed=seed,
-                                       redone=None if redone is None else tuple(redone)[:-1])
+                                       redone=tuning_redone)
         return replace(eager_search(sequential, spec, model, target_model, float(deadline_s), redone,
                                     check_max_instances(max_instances, cloud) if max_instances is not None else None,
                                     tuning), policy=policy)
@@ -258,7 +260,7 @@ def _with_target(tuned: Plan, gpus: int, spec: ExperimentSpec, model: ModelProfi
             or tuned.held_at_start is not None or tuned.cloud.market is not Market.ON_DEMAND:
         return None
     cloud = tuned.cloud
-    need = -(-gpus // cloud.gpus_per_instance)
+    need = instances_needed(1, gpus, cloud.gpus_per_instance)
     fused = tuple(tuned.fusion) + (1,) if any(f > 1 for f in tuned.fusion) else None
     return plan_allocation(spec.without_eager(), tuple(tuned.allocation) + (gpus,), model, cloud, tuned.deadline_s,
                            instances=tuple(tuned.instances) + (need,), samples=tuned.samples or 200, seed=tuned.seed,

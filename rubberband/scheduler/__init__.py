@@ -34,6 +34,7 @@ from rubberband.scheduler.safety import Budget, SafetyNet
 from rubberband.scheduler.scheduler import (
     MAX_TRIAL_RESTARTS,
     Scheduler,
+    is_superseded,
     is_target_trial,
     surrogate_winner,
     target_trial,
@@ -43,4 +44,4 @@ __all__ = ["MAX_TRIAL_RESTARTS", "Budget", "ComputeReplan", "Decision", "Event",
            "ReclaimNotice", "ReleaseInstances", "Replan", "ReplanReady", "Replanner", "RequestInstances", "ResizeTrial",
            "RetireInstances", "RunSync", "SafetyNet", "SafetySwitch", "Scheduler", "SchedulerReport", "StageEnded",
            "StageFollowed", "StageStarted", "StartTrial", "StopTrial", "SyncDone", "Tick", "TrainFinished",
-           "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake", "is_target_trial", "surrogate_winner", "target_trial"]
+           "TrialCheckpoint", "TrialFailed", "TrialRecord", "Wake", "is_superseded", "is_target_trial", "surrogate_winner", "target_trial"]

@@ -186,6 +186,12 @@ def is_target_trial(trial: str) -> bool:
     return trial.startswith(TARGET_PREFIX)
 
 
+def is_superseded(trial: str, eliminated_after: int | None, target_stage: int) -> bool:
+    """Whether target trial ``trial`` is an eager one restarted with another config (DESIGN §4.6):
+    eliminated before the target stage (the one that stands ends with it, or is not eliminated)."""
+    return is_target_trial(trial) and eliminated_after is not None and eliminated_after < target_stage
+
+
 def surrogate_winner(trial: str) -> str:
     """The surrogate trial whose config target trial ``trial`` trains.
 
@@ -324,11 +330,9 @@ class Scheduler:
         """The trial with the best final metric among those that trained longest; in a surrogate
         job, its target trial once it has a metric (the full-width training is the job's answer;
         the surrogates' metrics are of another model), else the best surrogate."""
-        # (an eager target restarted with another config is superseded: eliminated before the
-        # target stage, DESIGN §4.6)
         last = self._spec.num_stages() - 1
-        targets = [t for t in self._trials.values() if is_target_trial(t.id)
-                   and (t.eliminated_after is None or t.eliminated_after >= last)]
+        targets = [t for t in self._trials.values()
+                   if is_target_trial(t.id) and not is_superseded(t.id, t.eliminated_after, last)]
         if any(t.metric is not None and math.isfinite(t.metric) for t in targets):
             return targets[0].id
         finished = [(t, m) for t in self._trials.values()

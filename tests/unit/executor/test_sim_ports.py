@@ -164,7 +164,7 @@ def test_a_rehearsal_lengthens_the_inits_of_instances_launched_together_as_the_m
 
 
 def test_within_is_exactly_the_request_without_extra_and_up_to_it_with():
-    from rubberband.executor.sim import within
+    from rubberband.nodes import within
 
     t = NodeType("a")
     assert within({t: 2}, {t: 2}, {t: 2}, {}) and not within({t: 2}, {t: 3}, {t: 2}, {})
